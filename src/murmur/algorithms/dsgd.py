@@ -1,0 +1,86 @@
+"""DSGD: decentralized SGD that sends every step (Nedic & Ozdaglar; Lian et al. 2017).
+
+Every agent broadcasts every iteration and combines with a doubly stochastic
+mixing matrix W on the graph. Two orders are standard::
+
+    combine-then-adapt (cta):  x_i <- sum_j W_ij x_j - alpha_k g_i(x_i)
+    adapt-then-combine (atc):  x_i <- sum_j W_ij (x_j - alpha_k g_j(x_j))
+
+with alpha_k = a / (eps k + 1)^d2. CTA with W = I - b L is DETSGRAD with a zero
+threshold and a constant consensus step; ATC with exact averaging
+(W = 11^T / N) is centralized SGD on the union of the agents' batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import torch
+
+from murmur.algorithms.schedules import Decaying
+from murmur.config import AlgorithmConfig
+from murmur.errors import UsageError
+from murmur.runtime.transport import Transport
+from murmur.topology import Graph, as_sparse, mixing_matrix
+
+
+@dataclass(frozen=True)
+class DsgdConfig(AlgorithmConfig):
+    """Parameters of DSGD."""
+
+    name = "dsgd"
+    a: float = 0.1
+    """Gradient step scale: alpha_k = a / (eps k + 1)^d2."""
+    d2: float = 1.0
+    """Decay exponent of the gradient step."""
+    eps: float = 1e-5
+    """Decay rate per iteration of the gradient step."""
+    weights: Literal["laplacian", "metropolis", "uniform"] = "laplacian"
+    """Mixing matrix: I - b L, Metropolis-Hastings, or 1/(d+1) (regular graphs)."""
+    b: float = 0.2
+    """Consensus step of the Laplacian weights W = I - b L."""
+    order: Literal["cta", "atc"] = "cta"
+    """Combine then adapt, or adapt then combine."""
+
+    def __post_init__(self) -> None:
+        if self.a <= 0:
+            raise UsageError(f"algorithm.a must be positive, not {self.a}")
+        if self.b <= 0:
+            raise UsageError(f"algorithm.b must be positive, not {self.b}")
+        if self.eps < 0 or self.d2 < 0:
+            raise UsageError("algorithm.eps and algorithm.d2 must be >= 0")
+
+
+class DsgdState(NamedTuple):
+    x: torch.Tensor
+    """Models, (agents, P)."""
+
+
+class Dsgd:
+    """DSGD over a fixed graph; see the module docstring."""
+
+    def __init__(self, config: DsgdConfig, graph: Graph) -> None:
+        beta = config.b if config.weights == "laplacian" else None
+        self.mixing = as_sparse(mixing_matrix(graph, config.weights, beta))
+        self.gradient_step = Decaying(config.a, config.d2, config.eps)
+        self.adapt_first = config.order == "atc"
+
+    def init(self, params: torch.Tensor) -> DsgdState:
+        return DsgdState(x=params.clone())
+
+    def params(self, state: DsgdState) -> torch.Tensor:
+        return state.x
+
+    def step(
+        self, state: DsgdState, grads: torch.Tensor, iteration: int, transport: Transport
+    ) -> DsgdState:
+        alpha = self.gradient_step(iteration)
+        everyone = torch.ones(state.x.shape[0], dtype=torch.bool)
+        if self.adapt_first:
+            transport.broadcast(everyone, state.x - alpha * grads)
+            return DsgdState(x=transport.mix(self.mixing))
+        transport.broadcast(everyone, state.x)
+        x = transport.mix(self.mixing)
+        x.add_(grads, alpha=-alpha)
+        return DsgdState(x=x)

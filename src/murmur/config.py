@@ -1,0 +1,394 @@
+"""Typed configuration: dataclass sections, TOML presets, ``--set`` overrides.
+
+A run is described by five sections::
+
+    [run]        seed, iterations, eval_every, threads
+    [data]       dataset, root, partition, labels_per_agent, dirichlet_alpha, batch_size
+    [model]      name, hidden
+    [topology]   graph, agents, degree, probability, rows, edges_file
+    [algorithm]  name, then that algorithm's own parameters
+
+Presets are TOML files shipped in ``murmur/presets``. A preset may start from
+another one (``extends = "other"``) and may instead of one run name several
+presets to run one after the other and compare (``compare = ["a", "b"]``).
+Every value is type-checked, unknown keys are refused with the list of valid
+ones, and the resolved config of each run is saved as ``config.toml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import tomli_w
+
+from murmur.errors import UsageError
+
+SECTIONS = ("run", "data", "model", "topology", "algorithm")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How long to train and how to measure it."""
+
+    seed: int = 0
+    """Seed of every random choice: data split, model init, batches, graphs."""
+    iterations: int = 3000
+    """Number of training iterations (one mini-batch per agent each)."""
+    eval_every: int = 100
+    """Evaluate every agent on the test set every this many iterations."""
+    threads: int = 1
+    """torch intra-op threads; 1 is fastest for small per-agent models."""
+
+    def __post_init__(self) -> None:
+        _require(self.iterations >= 1, "run.iterations must be at least 1")
+        _require(self.eval_every >= 1, "run.eval_every must be at least 1")
+        _require(self.threads >= 1, "run.threads must be at least 1")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which data, and how it is split among the agents."""
+
+    dataset: str = "mnist5k"
+    """Dataset name (see ``murmur datasets``)."""
+    root: str = ""
+    """Directory with the files of an on-disk dataset (mnist, fashion-mnist)."""
+    partition: Literal["iid", "labels", "dirichlet"] = "iid"
+    """How training samples are split: uniformly, k labels per agent, or Dirichlet."""
+    labels_per_agent: int = 1
+    """Classes held by each agent when ``partition = "labels"``."""
+    dirichlet_alpha: float = 0.5
+    """Concentration of the Dirichlet split; smaller is more skewed."""
+    batch_size: int = 32
+    """Mini-batch size per agent and iteration."""
+
+    def __post_init__(self) -> None:
+        _require(self.batch_size >= 1, "data.batch_size must be at least 1")
+        _require(self.labels_per_agent >= 1, "data.labels_per_agent must be at least 1")
+        _require(self.dirichlet_alpha > 0, "data.dirichlet_alpha must be positive")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The network every agent trains a copy of."""
+
+    name: Literal["mlp", "linear"] = "mlp"
+    """``mlp`` (ReLU hidden layers) or ``linear`` (one affine layer)."""
+    hidden: tuple[int, ...] = (100,)
+    """Hidden layer widths of the MLP."""
+
+    def __post_init__(self) -> None:
+        _require(all(width >= 1 for width in self.hidden), "model.hidden widths must be >= 1")
+
+
+@dataclass(frozen=True)
+class TopologyConfig:
+    """The communication graph between agents."""
+
+    graph: str = "ring"
+    """ring, circular, complete, star, torus, erdos_renyi or edges."""
+    agents: int = 10
+    """Number of agents (nodes)."""
+    degree: int = 2
+    """Degree of a ``circular`` graph (even)."""
+    probability: float = 0.3
+    """Edge probability of an ``erdos_renyi`` graph."""
+    rows: int = 0
+    """Rows of a ``torus``; 0 chooses the most square shape."""
+    edges_file: str = ""
+    """Edge list file (one ``i j`` pair per line) for ``graph = "edges"``."""
+
+    def __post_init__(self) -> None:
+        _require(self.agents >= 1, f"topology.agents must be at least 1, not {self.agents}")
+        _require(self.rows >= 0, "topology.rows must be >= 0 (0 = automatic)")
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """Base of every algorithm's parameters; ``name`` picks the algorithm."""
+
+    name: ClassVar[str] = ""
+
+
+@dataclass(frozen=True)
+class Config:
+    """A complete, validated description of one run."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The config as plain TOML-ready values, ``algorithm.name`` included."""
+        out: dict[str, dict[str, Any]] = {}
+        for name in SECTIONS:
+            section = getattr(self, name)
+            values = {f.name: _plain(getattr(section, f.name)) for f in dataclasses.fields(section)}
+            if name == "algorithm":
+                values = {"name": section.name, **values}
+            out[name] = values
+        return out
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+    def replace(self, **overrides: str) -> Config:
+        """A copy with ``section.key`` overrides, e.g. ``replace(**{"run.seed": "3"})``."""
+        return build_config(apply_overrides(self.to_dict(), [f"{k}={v}" for k, v in overrides.items()]))
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What ``murmur run`` executes: one or more labelled runs of a preset."""
+
+    name: str
+    description: str
+    runs: tuple[tuple[str, Config], ...]
+
+
+# ---------------------------------------------------------------- building
+
+
+def build_config(raw: Mapping[str, Any]) -> Config:
+    """Check a nested ``{section: {key: value}}`` mapping and build a Config."""
+    unknown = sorted(set(raw) - set(SECTIONS))
+    if unknown:
+        raise UsageError(
+            f"unknown config section '{unknown[0]}'; valid sections: {', '.join(SECTIONS)}"
+        )
+    sections: dict[str, Any] = {}
+    for name, cls in (
+        ("run", RunConfig),
+        ("data", DataConfig),
+        ("model", ModelConfig),
+        ("topology", TopologyConfig),
+    ):
+        sections[name] = _build_section(name, cls, raw.get(name, {}))
+    algorithm = dict(raw.get("algorithm", {}))
+    algorithm_name = algorithm.pop("name", None)
+    if algorithm_name is None:
+        raise UsageError("the config has no algorithm.name; set one, e.g. algorithm.name=detsgrad")
+    sections["algorithm"] = _build_section(
+        "algorithm", algorithm_config_class(str(algorithm_name)), algorithm
+    )
+    return Config(**sections)
+
+
+def algorithm_config_class(name: str) -> type[AlgorithmConfig]:
+    """The parameter dataclass of the algorithm called ``name``."""
+    from murmur.registry import ALGORITHMS
+
+    if name not in ALGORITHMS:
+        raise UsageError(
+            f"unknown algorithm.name '{name}'; valid names: {', '.join(sorted(ALGORITHMS))}"
+        )
+    return ALGORITHMS[name].config
+
+
+def _build_section(section: str, cls: type, values: Any) -> Any:
+    if not isinstance(values, Mapping):
+        raise UsageError(f"[{section}] must be a table of key = value pairs")
+    hints = typing.get_type_hints(cls)
+    valid = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        if key not in valid:
+            where = f"{section}.{key}"
+            if section == "algorithm":
+                where += f" (for algorithm '{cls.name}')"
+            raise UsageError(f"unknown key {where}; valid keys: {', '.join(valid) or 'none'}")
+        kwargs[key] = _coerce(f"{section}.{key}", hints[key], value)
+    return cls(**kwargs)
+
+
+def _coerce(key: str, hint: Any, value: Any) -> Any:
+    """Check ``value`` against the field type ``hint``; return it in that type."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            options = ", ".join(repr(c) for c in choices)
+            raise UsageError(f"{key} must be one of {options}, not {value!r}")
+        return value
+    if origin is tuple:
+        (item,) = {a for a in typing.get_args(hint) if a is not Ellipsis}
+        if not isinstance(value, list | tuple):
+            raise UsageError(f"{key} must be a list, e.g. [100, 50], not {value!r}")
+        return tuple(_coerce(key, item, v) for v in value)
+    if origin in (typing.Union, types.UnionType):
+        raise TypeError(f"union types are not supported in config fields ({key})")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise UsageError(f"{key} must be true or false, not {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(f"{key} must be an integer, not {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise UsageError(f"{key} must be a number, not {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise UsageError(f"{key} must be a string, not {value!r}")
+        return value
+    raise TypeError(f"unsupported config field type {hint!r} for {key}")
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise UsageError(message)
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+# ---------------------------------------------------------------- overrides
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply ``section.key=value`` strings to a raw nested mapping (values as TOML)."""
+    result = {name: dict(values) for name, values in raw.items() if isinstance(values, Mapping)}
+    explicit = set()
+    for item in overrides:
+        section, key, value = parse_override(item)
+        result.setdefault(section, {})[key] = value
+        explicit.add((section, key))
+    if ("algorithm", "name") in explicit:
+        # Switching algorithm keeps the parameters the new one shares (a, b, ...).
+        valid = {f.name for f in dataclasses.fields(algorithm_config_class(
+            str(result["algorithm"]["name"])))}
+        result["algorithm"] = {
+            key: value
+            for key, value in result["algorithm"].items()
+            if key == "name" or key in valid or ("algorithm", key) in explicit
+        }
+    return result
+
+
+def parse_override(item: str) -> tuple[str, str, Any]:
+    """Split ``section.key=value``; the value is read as TOML, else as a plain string."""
+    name, sep, text = item.partition("=")
+    section, dot, key = name.strip().partition(".")
+    if not sep or not dot or not section or not key:
+        raise UsageError(f"override '{item}' must look like section.key=value")
+    if section not in SECTIONS:
+        raise UsageError(
+            f"unknown config section '{section}' in '{item}'; valid sections: {', '.join(SECTIONS)}"
+        )
+    text = text.strip()
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    return section, key, value
+
+
+# ---------------------------------------------------------------- presets
+
+
+def preset_names() -> list[str]:
+    """Names of the presets shipped with murmur, sorted."""
+    folder = resources.files("murmur") / "presets"
+    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def read_preset(source: str) -> tuple[str, dict[str, Any]]:
+    """Read a preset by name or a TOML file by path; follows ``extends``."""
+    return _read_preset(source, seen=())
+
+
+def _read_preset(source: str, seen: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
+    if source in seen:
+        raise UsageError(f"presets extend each other in a loop: {' -> '.join(seen + (source,))}")
+    path = Path(source)
+    if source.endswith(".toml") or path.is_file():
+        name = path.stem
+        try:
+            text = path.read_text()
+        except OSError as error:
+            raise UsageError(f"cannot read config file {source}: {error.strerror}") from None
+    else:
+        name = source
+        if source not in preset_names():
+            raise UsageError(
+                f"unknown preset '{source}'; valid presets: {', '.join(preset_names())} "
+                "(or give a path to a .toml file)"
+            )
+        text = (resources.files("murmur") / "presets" / f"{source}.toml").read_text()
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"{source} is not valid TOML: {error}") from None
+    parent = raw.pop("extends", None)
+    if parent is not None:
+        _, base = _read_preset(str(parent), seen + (source,))
+        base.pop("description", None)
+        raw = _merge(base, raw)
+    return name, raw
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(dict(merged[key]), value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_experiment(source: str, overrides: Sequence[str] = ()) -> Experiment:
+    """Resolve a preset name or TOML path plus overrides into validated runs."""
+    name, raw = read_preset(source)
+    description = str(raw.pop("description", ""))
+    members = raw.pop("compare", None)
+    if members is None:
+        config = build_config(apply_overrides(raw, overrides))
+        return Experiment(name, description, ((config.algorithm.name, config),))
+    if raw:
+        raise UsageError(f"preset {name} has 'compare' and also sections {sorted(raw)}; keep one")
+    runs = []
+    for member in members:
+        _, member_raw = read_preset(str(member))
+        member_raw.pop("description", None)
+        runs.append((str(member), member_raw))
+    return Experiment(name, description, tuple(_apply_to_members(runs, overrides)))
+
+
+def _apply_to_members(
+    runs: list[tuple[str, dict[str, Any]]], overrides: Sequence[str]
+) -> list[tuple[str, Config]]:
+    """Apply each override to every member that has the key (algorithm keys differ)."""
+    configs = [(label, build_config(raw)) for label, raw in runs]
+    for item in overrides:
+        section, key, _ = parse_override(item)
+        applied, first_error = False, None
+        for index, (label, config) in enumerate(configs):
+            try:
+                configs[index] = (label, build_config(apply_overrides(config.to_dict(), [item])))
+                applied = True
+            except UsageError as error:
+                if section != "algorithm" or not str(error).startswith("unknown key"):
+                    raise
+                first_error = first_error or error
+        if not applied and first_error is not None:
+            raise first_error
+    return configs
+
+
+def save_config(config: Config, path: Path) -> None:
+    """Write the resolved config as TOML; ``murmur run path`` reproduces the run."""
+    path.write_text(config.to_toml())

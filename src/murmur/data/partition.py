@@ -1,0 +1,168 @@
+"""Split a training set among agents: one index tensor per agent.
+
+Schemes (:data:`PARTITIONS`):
+
+- ``iid``: a seeded permutation cut into ``agents`` parts whose sizes differ by
+  at most one; every sample is used.
+- ``labels``: every agent holds exactly ``labels_per_agent`` (k) distinct
+  classes. Over a seeded permutation ``perm`` of the C classes, agent i holds
+  ``perm[(i*k + j) % C]`` for j < k; each class's shuffled samples are split
+  evenly among the agents that hold it. With ``agents * k >= C`` every sample
+  is used; otherwise the classes nobody holds are left out.
+- ``dirichlet``: for each class, proportions p ~ Dirichlet(alpha * 1_agents)
+  cut the class's shuffled samples at the cumulative proportions; every sample
+  is used. Small alpha gives each agent few classes, large alpha approaches iid.
+  Draws that leave an agent empty are redrawn.
+
+Every scheme returns disjoint, sorted int64 index sets, each non-empty, and is
+deterministic for a given ``seed``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from murmur.errors import UsageError
+
+PARTITIONS: tuple[str, ...] = ("iid", "labels", "dirichlet")
+
+DIRICHLET_DRAWS = 100
+"""How many Dirichlet draws to try before giving up on giving every agent a sample."""
+
+
+def partition(
+    labels: torch.Tensor | None,
+    agents: int,
+    scheme: str,
+    *,
+    labels_per_agent: int = 1,
+    alpha: float = 0.5,
+    num_classes: int | None = None,
+    seed: int = 0,
+    num_samples: int | None = None,
+) -> list[torch.Tensor]:
+    """Split the training set into ``agents`` disjoint, non-empty index sets.
+
+    ``labels`` are the int64 class indices of the training samples, or ``None``
+    for a regression set, in which case ``num_samples`` gives the training set
+    size and only ``iid`` is possible. ``num_classes`` defaults to
+    ``labels.max() + 1``.
+    """
+    if scheme not in PARTITIONS:
+        raise UsageError(
+            f"data.partition={scheme!r} is not a partition scheme; choose one of: "
+            f"{', '.join(PARTITIONS)}"
+        )
+    samples = _count_samples(labels, num_samples)
+    if agents < 1:
+        raise UsageError(f"topology.agents={agents} must be at least 1")
+    if agents > samples:
+        raise UsageError(
+            f"topology.agents={agents} exceeds the {samples} training samples; every agent "
+            "needs at least one, so use fewer agents"
+        )
+    generator = torch.Generator().manual_seed(seed)
+    if scheme == "iid":
+        order = torch.randperm(samples, generator=generator)
+        return [part.sort().values for part in torch.tensor_split(order, agents)]
+
+    if labels is None:
+        raise UsageError(
+            f"data.partition={scheme} needs class labels but this dataset is a regression "
+            "problem; use data.partition=iid"
+        )
+    classes = _count_classes(labels, num_classes)
+    if scheme == "labels":
+        return _by_labels(labels, agents, labels_per_agent, classes, generator)
+    return _by_dirichlet(labels, agents, alpha, classes, seed)
+
+
+def _count_samples(labels: torch.Tensor | None, num_samples: int | None) -> int:
+    if labels is None:
+        if num_samples is None:
+            raise ValueError("partition needs num_samples when labels is None")
+        return num_samples
+    if labels.ndim != 1 or labels.dtype.is_floating_point or labels.dtype == torch.bool:
+        raise ValueError(
+            f"labels must be a 1-D integer tensor of class indices, got dtype {labels.dtype} "
+            f"and shape {tuple(labels.shape)}; pass labels=None with num_samples for regression"
+        )
+    if num_samples is not None and num_samples != labels.shape[0]:
+        raise ValueError(f"num_samples={num_samples} but labels has {labels.shape[0]} entries")
+    return labels.shape[0]
+
+
+def _count_classes(labels: torch.Tensor, num_classes: int | None) -> int:
+    smallest, largest = int(labels.min()), int(labels.max())
+    classes = largest + 1 if num_classes is None else num_classes
+    if smallest < 0 or largest >= classes:
+        raise ValueError(f"labels must lie in 0..{classes - 1}, found {smallest}..{largest}")
+    return classes
+
+
+def _by_labels(
+    labels: torch.Tensor,
+    agents: int,
+    per_agent: int,
+    classes: int,
+    generator: torch.Generator,
+) -> list[torch.Tensor]:
+    if not 1 <= per_agent <= classes:
+        raise UsageError(
+            f"data.labels_per_agent={per_agent} must be between 1 and the {classes} classes "
+            "of this dataset"
+        )
+    class_order = torch.randperm(classes, generator=generator).tolist()
+    holders: dict[int, list[int]] = {c: [] for c in range(classes)}
+    for agent in range(agents):
+        for j in range(per_agent):
+            holders[class_order[(agent * per_agent + j) % classes]].append(agent)
+
+    shards: list[list[torch.Tensor]] = [[] for _ in range(agents)]
+    for cls in class_order:
+        if not holders[cls]:
+            continue
+        members = torch.nonzero(labels == cls).flatten()
+        if members.numel() < len(holders[cls]):
+            raise UsageError(
+                f"class {cls} has {members.numel()} training samples but {len(holders[cls])} "
+                f"agents hold it; lower topology.agents or data.labels_per_agent"
+            )
+        members = members[torch.randperm(members.numel(), generator=generator)]
+        parts = torch.tensor_split(members, len(holders[cls]))
+        for agent, part in zip(holders[cls], parts, strict=True):
+            shards[agent].append(part)
+    return [torch.cat(parts).sort().values for parts in shards]
+
+
+def _by_dirichlet(
+    labels: torch.Tensor,
+    agents: int,
+    alpha: float,
+    classes: int,
+    seed: int,
+) -> list[torch.Tensor]:
+    if not (math.isfinite(alpha) and alpha > 0):
+        raise UsageError(f"data.dirichlet_alpha={alpha} must be a positive number, e.g. 0.5")
+    rng = np.random.default_rng(seed)
+    members = [np.flatnonzero(labels.cpu().numpy() == cls) for cls in range(classes)]
+    concentration = np.full(agents, float(alpha))
+    for _ in range(DIRICHLET_DRAWS):
+        shards: list[list[np.ndarray]] = [[] for _ in range(agents)]
+        for indices in members:
+            shuffled = rng.permutation(indices)
+            proportions = rng.dirichlet(concentration)
+            cuts = np.round(np.cumsum(proportions)[:-1] * len(shuffled)).astype(np.int64)
+            for agent, part in enumerate(np.split(shuffled, cuts)):
+                shards[agent].append(part)
+        sizes = [sum(len(part) for part in parts) for parts in shards]
+        if min(sizes) > 0:
+            return [torch.from_numpy(np.sort(np.concatenate(parts))).long() for parts in shards]
+    raise UsageError(
+        f"data.partition=dirichlet left some agent without samples in {DIRICHLET_DRAWS} "
+        f"draws with data.dirichlet_alpha={alpha}; raise data.dirichlet_alpha or lower "
+        f"topology.agents (now {agents})"
+    )

@@ -1,0 +1,23 @@
+"""Network-wide measures computed from stacked agent parameters."""
+
+from __future__ import annotations
+
+import torch
+
+
+def consensus_distance(params: torch.Tensor) -> float:
+    """(1/N) sum_i ||x_i - x_bar||^2 for stacked parameters (N, P)."""
+    deviation = params - params.mean(dim=0, keepdim=True)
+    return float(deviation.pow(2).sum() / params.shape[0])
+
+
+def accuracy_summary(per_agent: list[float] | None) -> dict[str, object]:
+    """Mean, min, max and per-agent list of accuracies (all None for regression)."""
+    if per_agent is None:
+        return {"mean": None, "min": None, "max": None, "per_agent": None}
+    return {
+        "mean": sum(per_agent) / len(per_agent),
+        "min": min(per_agent),
+        "max": max(per_agent),
+        "per_agent": per_agent,
+    }

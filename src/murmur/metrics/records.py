@@ -1,0 +1,72 @@
+"""What a run writes: step records (metrics.jsonl) and its result (summary.json)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+
+class MetricsWriter:
+    """Appends one JSON object per evaluation to ``metrics.jsonl``, flushed at once."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._file: IO[str] | None = path.open("a") if path is not None else None
+        self.records: list[dict[str, Any]] = []
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of one run; ``to_dict()`` is what ``summary.json`` holds."""
+
+    name: str
+    preset: str
+    algorithm: str
+    dataset: str
+    agents: int
+    topology: str
+    iterations: int
+    seed: int
+    accuracy: dict[str, Any]
+    """Final test accuracy over agents: mean, min, max, per_agent."""
+    test_loss: float
+    """Final test loss, mean over agents."""
+    events: int
+    events_per_agent: list[int]
+    messages: int
+    bytes: int
+    communication_saving: float
+    """1 - events / (agents * iterations)."""
+    consensus_distance: float
+    wall_seconds: float
+    """Real time of the whole run, evaluation included."""
+    train_seconds: float
+    """Real time of the training steps alone."""
+    samples: int
+    samples_per_second: float
+    """Training samples processed per second of training time."""
+    run_dir: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Algorithm-specific results, merged into the top level of summary.json."""
+
+    def to_dict(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        extra = values.pop("extra")
+        return {**values, **extra}
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")

@@ -1,0 +1,310 @@
+"""Reports made afterwards from run folders: a comparison table and report.md.
+
+A run folder holds ``config.toml``, ``metrics.jsonl`` (one record per
+evaluation) and ``summary.json`` (the run's result). Nothing here runs during
+training; everything reads finished folders, so a report can be remade at any
+time from the same runs.
+
+Fields that an algorithm does not produce (a centralized run sends no
+messages, older runs lack newer fields) may be missing or null; they are shown
+as ``-``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from numbers import Real
+from pathlib import Path
+from typing import Any
+
+from murmur.errors import UsageError
+
+__all__ = ["Run", "read_run", "format_table", "write_report", "run_label"]
+
+MISSING = "-"
+_BYTE_UNITS = ("KB", "MB", "GB", "TB", "PB")
+_PLOT_FILES = (
+    ("Mean test accuracy", "accuracy.png"),
+    ("Messages", "messages.png"),
+    ("Events per agent", "events_per_agent.png"),
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished run read from its folder.
+
+    ``summary`` is summary.json as written by the run, except that ``run_dir``
+    is the folder it was read from (runs may have been moved or copied).
+    ``records`` are the lines of metrics.jsonl in file order.
+    """
+
+    path: Path
+    summary: dict[str, Any]
+    records: list[dict[str, Any]]
+
+
+def read_run(run_dir: str | Path) -> Run:
+    """Read a run folder; a missing folder, summary or malformed file is a UsageError.
+
+    metrics.jsonl may be absent (a run that stopped before its first
+    evaluation); its records are then empty.
+    """
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise UsageError(f"run folder {path} does not exist; pass a folder written by `murmur run`")
+    summary_path = path / "summary.json"
+    if not summary_path.is_file():
+        raise UsageError(
+            f"{summary_path} is missing; {path} is not a finished run folder "
+            "(summary.json is written when a run ends)"
+        )
+    summary = _read_json_object(summary_path, summary_path.read_text(encoding="utf-8"))
+    summary["run_dir"] = str(path.resolve())
+    return Run(path=path, summary=summary, records=_read_records(path / "metrics.jsonl"))
+
+
+def _read_records(metrics_path: Path) -> list[dict[str, Any]]:
+    if not metrics_path.is_file():
+        return []
+    records = []
+    with metrics_path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                records.append(_read_json_object(metrics_path, line, number))
+    return records
+
+
+def _read_json_object(file: Path, text: str, line: int | None = None) -> dict[str, Any]:
+    where = str(file) if line is None else f"{file}, line {line}"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(
+            f"{where} is not valid JSON ({error.msg}); the file is damaged, remake the run"
+        ) from None
+    if not isinstance(value, dict):
+        raise UsageError(
+            f"{where} holds a JSON {type(value).__name__}, expected an object; "
+            "the file is damaged, remake the run"
+        )
+    return value
+
+
+def run_label(summary: dict[str, Any]) -> str:
+    """The name a run goes by in tables and legends: its name, else its algorithm."""
+    for key in ("name", "algorithm"):
+        if summary.get(key):
+            return str(summary[key])
+    return Path(str(summary.get("run_dir", "run"))).name
+
+
+# Cell formatting: every function takes a raw summary value and returns text,
+# MISSING for a value that is absent, null or not a number.
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return None
+    return float(value)
+
+
+def _text(value: Any) -> str:
+    return MISSING if value is None or value == "" else str(value)
+
+
+def _count(value: Any) -> str:
+    number = _number(value)
+    return MISSING if number is None else str(round(number))
+
+
+def _percent(fraction: Any) -> str:
+    number = _number(fraction)
+    return MISSING if number is None else f"{100 * number:.2f}"
+
+
+def _seconds(value: Any) -> str:
+    number = _number(value)
+    return MISSING if number is None else f"{number:.1f}"
+
+
+def human_bytes(value: Any) -> str:
+    """Bytes in decimal units (1 KB = 1000 B), as network traffic is counted."""
+    number = _number(value)
+    if number is None:
+        return MISSING
+    if abs(number) < 1000:
+        return f"{round(number)} B"
+    for unit in _BYTE_UNITS:
+        number /= 1000
+        if abs(number) < 1000 or unit == _BYTE_UNITS[-1]:
+            break
+    return f"{number:.2f} {unit}"
+
+
+def _accuracy(summary: dict[str, Any], statistic: str) -> Any:
+    accuracy = summary.get("accuracy")
+    return accuracy.get(statistic) if isinstance(accuracy, dict) else None
+
+
+def _dsgd_messages(summaries: list[dict[str, Any]]) -> float | None:
+    """Messages of the first DSGD run in the table, the baseline for savings."""
+    for summary in summaries:
+        if summary.get("algorithm") == "dsgd":
+            messages = _number(summary.get("messages"))
+            if messages:
+                return messages
+    return None
+
+
+def _saving(summary: dict[str, Any], dsgd_messages: float | None) -> str:
+    messages = _number(summary.get("messages"))
+    if dsgd_messages is None or messages is None or summary.get("agents") == 1:
+        return MISSING
+    return _percent(1 - messages / dsgd_messages)
+
+
+@dataclass(frozen=True)
+class _Column:
+    header: str
+    cell: Callable[[dict[str, Any]], str]
+    numeric: bool
+
+
+def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column]:
+    dsgd_messages = _dsgd_messages(summaries)
+    columns = [
+        _Column("name", run_label, False),
+        _Column("algorithm", lambda s: _text(s.get("algorithm")), False),
+        _Column("dataset", lambda s: _text(s.get("dataset")), False),
+        _Column("agents", lambda s: _count(s.get("agents")), True),
+        _Column("topology", lambda s: _text(s.get("topology")), False),
+        _Column("iterations", lambda s: _count(s.get("iterations")), True),
+        _Column("acc mean %", lambda s: _percent(_accuracy(s, "mean")), True),
+        _Column("acc min %", lambda s: _percent(_accuracy(s, "min")), True),
+        _Column("acc max %", lambda s: _percent(_accuracy(s, "max")), True),
+        _Column("events", lambda s: _count(s.get("events")), True),
+        _Column("messages", lambda s: _count(s.get("messages")), True),
+        _Column("bytes", lambda s: human_bytes(s.get("bytes")), True),
+        _Column("saving vs DSGD %", lambda s: _saving(s, dsgd_messages), True),
+        _Column("wall s", lambda s: _seconds(s.get("wall_seconds")), True),
+    ]
+    if with_folder:
+        columns.append(_Column("run folder", lambda s: _text(s.get("run_dir")), False))
+    return columns
+
+
+def format_table(summaries: list[dict[str, Any]], markdown: bool = False) -> str:
+    """One row per run summary: aligned columns for a terminal, or a Markdown table.
+
+    Accuracies and the saving are percentages with two decimals. "saving vs
+    DSGD" is 1 - messages / messages of the (first) run whose algorithm is
+    "dsgd"; it is "-" without such a run, for a run without a messages count
+    and for single-agent runs. The plain form also shows each run's folder.
+    """
+    columns = _columns(summaries, with_folder=not markdown)
+    rows = [[column.cell(summary) for column in columns] for summary in summaries]
+    if markdown:
+        return _markdown_table(columns, rows)
+    return _plain_table(columns, rows)
+
+
+def _plain_table(columns: list[_Column], rows: list[list[str]]) -> str:
+    widths = [
+        max([len(column.header), *(len(row[i]) for row in rows)])
+        for i, column in enumerate(columns)
+    ]
+
+    def line(cells: list[str]) -> str:
+        padded = [
+            cell.rjust(width) if column.numeric else cell.ljust(width)
+            for cell, width, column in zip(cells, widths, columns, strict=True)
+        ]
+        return "  ".join(padded).rstrip()
+
+    lines = [line([column.header for column in columns]), "  ".join("-" * w for w in widths)]
+    lines.extend(line(row) for row in rows)
+    return "\n".join(lines)
+
+
+def _markdown_table(columns: list[_Column], rows: list[list[str]]) -> str:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+    separator = "|" + "|".join("---:" if column.numeric else "---" for column in columns) + "|"
+    lines = [line([column.header for column in columns]), separator]
+    lines.extend(line(row) for row in rows)
+    return "\n".join(lines)
+
+
+def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
+    """Write out_dir/report.md and its plots for the given run folders; return its path.
+
+    All runs are read before anything is written, so a bad folder leaves
+    out_dir untouched. Re-running overwrites the report and plots.
+    """
+    if not run_dirs:
+        raise UsageError("no run folders given; pass one or more folders written by `murmur run`")
+    runs = [read_run(run_dir) for run_dir in run_dirs]
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"report folder {out} is a file; pass a folder path for the report")
+    out.mkdir(parents=True, exist_ok=True)
+
+    # Imported here so that reading runs and printing tables does not load matplotlib.
+    from murmur.metrics import plots
+
+    plots.plot_accuracy(runs, out / "accuracy.png")
+    plots.plot_messages(runs, out / "messages.png")
+    plots.plot_events_per_agent(runs, out / "events_per_agent.png")
+
+    report_path = out / "report.md"
+    report_path.write_text(_report_markdown(runs, out), encoding="utf-8")
+    return report_path
+
+
+def _report_markdown(runs: list[Run], out: Path) -> str:
+    parts = [
+        "# murmur report",
+        "",
+        f"{len(runs)} run{'s' if len(runs) != 1 else ''}. Accuracies are test accuracies over "
+        "agents at the end of each run; seconds are wall-clock.",
+        "",
+        "## Results",
+        "",
+        format_table([run.summary for run in runs], markdown=True),
+        "",
+    ]
+    for title, file in _PLOT_FILES:
+        parts += [f"## {title}", "", f"![{title}]({file})", ""]
+    parts += ["## Configurations", ""]
+    parts += [_config_line(run, out) for run in runs]
+    return "\n".join(parts) + "\n"
+
+
+def _config_line(run: Run, out: Path) -> str:
+    label = run_label(run.summary).replace("|", "\\|")
+    details = ", ".join(
+        f"{key} {run.summary[key]}"
+        for key in ("preset", "seed")
+        if run.summary.get(key) is not None
+    )
+    suffix = f" ({details})" if details else ""
+    config = run.path / "config.toml"
+    if not config.is_file():
+        return f"- **{label}**: no config.toml in {run.path}{suffix}"
+    link = _link(config, out)
+    target = f"<{link}>" if " " in link else link
+    return f"- **{label}**: [{link}]({target}){suffix}"
+
+
+def _link(file: Path, out: Path) -> str:
+    """A path to file relative to the report folder, absolute where none exists."""
+    try:
+        relative = os.path.relpath(file.resolve(), out.resolve())
+    except ValueError:  # different drives on Windows
+        return file.resolve().as_posix()
+    return Path(relative).as_posix()

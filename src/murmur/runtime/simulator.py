@@ -1,0 +1,126 @@
+"""The in-process simulator: all agents in one process, agent axis first.
+
+Each iteration every agent draws a mini-batch from its shard, the gradients of
+all N model copies come from one ``torch.func`` call, and the algorithm steps
+all agents at once, talking through an in-memory transport. Evaluation records
+are handed to a callback every ``eval_every`` iterations and at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from murmur.algorithms.base import Algorithm
+from murmur.data.batches import BatchSampler
+from murmur.metrics.evaluation import consensus_distance
+from murmur.runtime.stacked import StackedModel
+from murmur.runtime.transport import Transport
+
+
+@dataclass
+class Problem:
+    """What every agent trains on: one architecture, the data, the batch streams."""
+
+    model: StackedModel
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    sampler: BatchSampler
+
+
+@dataclass
+class Trained:
+    """The end of a simulated run."""
+
+    state: Any
+    params: torch.Tensor
+    train_seconds: float
+    samples: int
+    last_record: dict[str, Any]
+
+
+def simulate(
+    problem: Problem,
+    algorithm: Algorithm,
+    transport: Transport,
+    initial: torch.Tensor,
+    iterations: int,
+    eval_every: int,
+    on_record: Callable[[dict[str, Any]], None],
+    progress: bool = False,
+) -> Trained:
+    """Run ``iterations`` steps of ``algorithm`` from stacked ``initial`` parameters."""
+    started = time.perf_counter()
+    train_seconds = 0.0
+    samples = 0
+    state = algorithm.init(initial)
+    loss_sum, loss_steps = 0.0, 0
+    record = _record(problem, algorithm.params(state), transport, 0, 0, None, 0.0)
+    on_record(record)
+    bar = tqdm(total=iterations, disable=not progress, unit="it", leave=False, dynamic_ncols=True)
+    for iteration in range(iterations):
+        step_started = time.perf_counter()
+        indices = problem.sampler.next()
+        losses, grads = problem.model.loss_and_grad(
+            algorithm.params(state), problem.x_train[indices], problem.y_train[indices]
+        )
+        state = algorithm.step(state, grads, iteration, transport)
+        train_seconds += time.perf_counter() - step_started
+        samples += indices.numel()
+        loss_sum += float(losses.mean())
+        loss_steps += 1
+        done = iteration + 1
+        if done % eval_every == 0 or done == iterations:
+            record = _record(
+                problem,
+                algorithm.params(state),
+                transport,
+                done,
+                samples,
+                loss_sum / loss_steps,
+                time.perf_counter() - started,
+            )
+            on_record(record)
+            loss_sum, loss_steps = 0.0, 0
+            if record["accuracy_mean"] is not None:
+                bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}", msgs=record["messages"])
+        bar.update(1)
+    bar.close()
+    return Trained(state, algorithm.params(state), train_seconds, samples, record)
+
+
+def _record(
+    problem: Problem,
+    params: torch.Tensor,
+    transport: Transport,
+    iteration: int,
+    samples: int,
+    train_loss: float | None,
+    wall_seconds: float,
+) -> dict[str, Any]:
+    accuracy, loss = problem.model.evaluate(params, problem.x_test, problem.y_test)
+    per_agent = accuracy.tolist() if accuracy is not None else None
+    counters = transport.counters
+    return {
+        "iteration": iteration,
+        "samples": samples,
+        "wall_seconds": wall_seconds,
+        "test_accuracy": per_agent,
+        "test_loss": loss.tolist(),
+        "accuracy_mean": sum(per_agent) / len(per_agent) if per_agent else None,
+        "accuracy_min": min(per_agent) if per_agent else None,
+        "accuracy_max": max(per_agent) if per_agent else None,
+        "train_loss": train_loss,
+        "consensus_distance": consensus_distance(params),
+        "events": counters.events,
+        "messages": counters.messages,
+        "bytes": counters.bytes,
+        "events_per_agent": counters.events_per_agent.tolist(),
+    }

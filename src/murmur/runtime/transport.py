@@ -1,0 +1,93 @@
+"""How agents' messages move, and how every message is counted.
+
+Algorithms reach the network through two calls only:
+
+- ``broadcast(senders, values)``: each agent whose ``senders`` flag is set sends
+  its row of ``values`` to every neighbour (one event, ``d_i`` point-to-point
+  messages of ``P`` floats each);
+- ``mix(operator)``: ``operator @ V`` where row ``j`` of ``V`` is the last value
+  agent ``j`` broadcast, i.e. what each agent can compute from its own last
+  broadcast and the latest values received from its neighbours. ``operator``
+  must be zero outside the graph's edges and diagonal.
+
+The in-memory transport below delivers instantly and losslessly, so every
+neighbour of ``j`` holds the same latest value of ``j`` and one stacked tensor
+stands for all mailboxes. Other transports (delays, drops, torch.distributed)
+implement the same two calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from murmur.topology import Graph
+
+
+@dataclass
+class MessageCounters:
+    """Events, point-to-point messages and payload bytes, per agent and in total."""
+
+    agents: int
+    events_per_agent: torch.Tensor = field(init=False)
+    messages_per_agent: torch.Tensor = field(init=False)
+    bytes_per_agent: torch.Tensor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.events_per_agent = torch.zeros(self.agents, dtype=torch.int64)
+        self.messages_per_agent = torch.zeros(self.agents, dtype=torch.int64)
+        self.bytes_per_agent = torch.zeros(self.agents, dtype=torch.int64)
+
+    @property
+    def events(self) -> int:
+        return int(self.events_per_agent.sum())
+
+    @property
+    def messages(self) -> int:
+        return int(self.messages_per_agent.sum())
+
+    @property
+    def bytes(self) -> int:
+        return int(self.bytes_per_agent.sum())
+
+
+class Transport(Protocol):
+    """What an algorithm may do with the network."""
+
+    counters: MessageCounters
+
+    def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None: ...
+
+    def mix(self, operator: torch.Tensor) -> torch.Tensor: ...
+
+
+class InMemoryTransport:
+    """Instant, lossless delivery between agents held in one process."""
+
+    def __init__(self, graph: Graph, initial: torch.Tensor) -> None:
+        """``initial`` (agents, P): the values every agent is known to start from."""
+        if initial.shape[0] != graph.agents:
+            raise ValueError(f"initial values have {initial.shape[0]} rows for {graph.agents} agents")
+        self.graph = graph
+        self.published = initial.clone()
+        self.counters = MessageCounters(graph.agents)
+        self._degrees = graph.degrees()
+        self._message_bytes = initial.shape[1] * initial.element_size()
+
+    def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
+        """Agents flagged in ``senders`` (bool, (agents,)) send their row of ``values``."""
+        if bool(senders.all()):
+            self.published.copy_(values)
+        else:
+            self.published[senders] = values[senders]
+        sent = senders.to(torch.int64)
+        messages = sent * self._degrees
+        self.counters.events_per_agent += sent
+        self.counters.messages_per_agent += messages
+        self.counters.bytes_per_agent += messages * self._message_bytes
+
+    def mix(self, operator: torch.Tensor) -> torch.Tensor:
+        """``operator @ published``; sparse operators cost O(edges * P)."""
+        return operator @ self.published

@@ -1,0 +1,377 @@
+"""Communication graphs: who may talk to whom.
+
+A :class:`Graph` is plain data: a number of agents and an undirected edge list.
+Builders make the families used in the experiments (ring, circular(d),
+complete, star, torus, Erdos-Renyi, a list read from a file); :func:`build_graph`
+picks one by its config name and refuses a disconnected result, because no
+decentralized algorithm can reach consensus across components.
+
+Notation follows docs/ALGORITHMS.md: adjacency A, degrees D, Laplacian L = D - A.
+Mixing weights derived from a graph live in :mod:`murmur.topology.weights`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import torch
+
+from murmur.errors import UsageError
+
+GRAPHS: tuple[str, ...] = ("ring", "circular", "complete", "star", "torus", "erdos_renyi", "edges")
+"""Graph names accepted by :func:`build_graph` (config key ``topology.graph``)."""
+
+ERDOS_RENYI_MAX_DRAWS = 1000
+"""How many Erdos-Renyi draws :func:`erdos_renyi` tries before giving up."""
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Graph:
+    """An undirected simple graph over agents ``0 .. agents-1``.
+
+    ``edges`` may be given in any order and orientation; it is stored in
+    canonical form: an (E, 2) int64 tensor, each edge once as ``(i, j)`` with
+    ``i < j``, rows sorted. Self loops and indices out of range are refused.
+    Two graphs are equal when they have the same agents, edges and name.
+    """
+
+    agents: int
+    """Number of nodes."""
+    edges: torch.Tensor
+    """(E, 2) int64, each undirected edge once as (i, j) with i < j, rows sorted."""
+    name: str
+    """Human-readable description, e.g. ``"ring"`` or ``"circular(4)"``."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.agents, int) or self.agents < 1:
+            raise ValueError(f"Graph.agents must be a positive int, got {self.agents!r}")
+        object.__setattr__(self, "edges", _canonical_edges(self.edges, self.agents))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Graph):
+            return NotImplemented
+        return (
+            self.agents == other.agents
+            and self.name == other.name
+            and torch.equal(self.edges, other.edges)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.agents, self.name, tuple(self.edges.flatten().tolist())))
+
+    @property
+    def num_edges(self) -> int:
+        """Number of undirected edges E."""
+        return int(self.edges.shape[0])
+
+    def degrees(self) -> torch.Tensor:
+        """Degree d_i of every agent, shape (agents,), int64."""
+        return torch.bincount(self.edges.flatten(), minlength=self.agents)
+
+    def adjacency(self) -> torch.Tensor:
+        """Dense symmetric 0/1 adjacency matrix A, shape (agents, agents), float64."""
+        adjacency = torch.zeros(self.agents, self.agents, dtype=torch.float64)
+        i, j = self.edges[:, 0], self.edges[:, 1]
+        adjacency[i, j] = 1.0
+        adjacency[j, i] = 1.0
+        return adjacency
+
+    def laplacian(self) -> torch.Tensor:
+        """Dense graph Laplacian L = D - A, shape (agents, agents), float64."""
+        adjacency = self.adjacency()
+        return torch.diag(adjacency.sum(dim=1)) - adjacency
+
+    def neighbors(self, i: int) -> list[int]:
+        """Sorted neighbours N_i of agent ``i``."""
+        if not 0 <= i < self.agents:
+            raise IndexError(f"agent {i} is out of range for a graph of {self.agents} agents")
+        left, right = self.edges[:, 0], self.edges[:, 1]
+        found = torch.cat([right[left == i], left[right == i]])
+        return sorted(found.tolist())
+
+    def is_connected(self) -> bool:
+        """Whether every agent can reach every other one along edges."""
+        return bool((_component_roots(self) == 0).all())
+
+
+def _canonical_edges(edges: torch.Tensor, agents: int) -> torch.Tensor:
+    """Sort each edge as (low, high), drop duplicates, sort rows; refuse bad edges."""
+    edges = torch.as_tensor(edges)
+    if edges.numel() == 0:
+        return torch.zeros(0, 2, dtype=torch.int64)
+    if edges.dim() != 2 or edges.shape[1] != 2:
+        raise ValueError(f"Graph.edges must have shape (E, 2), got {tuple(edges.shape)}")
+    if edges.dtype.is_floating_point or edges.dtype.is_complex or edges.dtype == torch.bool:
+        raise ValueError(f"Graph.edges must hold integer agent indices, got {edges.dtype}")
+    edges = edges.to(torch.int64)
+    if bool((edges < 0).any()) or bool((edges >= agents).any()):
+        raise ValueError(f"Graph.edges has an agent index outside 0..{agents - 1}")
+    low = torch.minimum(edges[:, 0], edges[:, 1])
+    high = torch.maximum(edges[:, 0], edges[:, 1])
+    if bool((low == high).any()):
+        raise ValueError("Graph.edges has a self loop")
+    # Encoding (low, high) as one integer makes unique() also sort the rows.
+    keys = torch.unique(low * agents + high)
+    return torch.stack([keys // agents, keys % agents], dim=1)
+
+
+def _component_roots(graph: Graph) -> torch.Tensor:
+    """Smallest agent index in each agent's connected component, shape (agents,).
+
+    Vectorized union-find: every round hooks the larger root of each edge under
+    the smaller one, then compresses paths by pointer jumping until every agent
+    points straight at its root. It stops when no edge joins two roots.
+    """
+    parent = torch.arange(graph.agents)
+    left, right = graph.edges[:, 0], graph.edges[:, 1]
+    while True:
+        root_left, root_right = parent[left], parent[right]
+        hooked = parent.scatter_reduce(
+            0,
+            torch.maximum(root_left, root_right),
+            torch.minimum(root_left, root_right),
+            reduce="amin",
+        )
+        while not torch.equal(hooked[hooked], hooked):
+            hooked = hooked[hooked]
+        if torch.equal(hooked, parent):
+            return parent
+        parent = hooked
+
+
+def _pairs(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """Stack two index vectors into an (E, 2) edge tensor."""
+    return torch.stack([left, right], dim=1)
+
+
+def _check_agents(agents: int) -> None:
+    if isinstance(agents, bool) or not isinstance(agents, int) or agents < 1:
+        raise UsageError(f"topology.agents={agents!r} must be an integer >= 1")
+
+
+def ring(agents: int) -> Graph:
+    """Cycle 0-1-...-(N-1)-0: N edges for N >= 3, one edge for N = 2, none for N = 1."""
+    _check_agents(agents)
+    nodes = torch.arange(agents)
+    if agents == 1:
+        return Graph(1, torch.zeros(0, 2, dtype=torch.int64), "ring")
+    return Graph(agents, _pairs(nodes, (nodes + 1) % agents), "ring")
+
+
+def circular(agents: int, degree: int) -> Graph:
+    """Circulant graph: each agent linked to the degree/2 nearest agents on each side.
+
+    ``degree`` must be even with ``2 <= degree <= agents - 1``; degree 2 is the
+    ring, and degree ``agents - 1`` (odd ``agents``) is the complete graph.
+    """
+    _check_agents(agents)
+    if isinstance(degree, bool) or not isinstance(degree, int) or degree % 2 != 0:
+        raise UsageError(
+            f"topology.degree={degree!r} must be an even integer for circular "
+            "(each agent links degree/2 neighbours on each side); use e.g. 2 or 4"
+        )
+    if agents < 3:
+        raise UsageError(
+            f"circular needs topology.agents >= 3, got {agents}; use ring or complete instead"
+        )
+    if not 2 <= degree <= agents - 1:
+        raise UsageError(
+            f"topology.degree={degree} is out of range for circular with {agents} agents: "
+            f"use an even degree with 2 <= degree <= {agents - 1}"
+        )
+    nodes = torch.arange(agents)
+    edges = torch.cat([_pairs(nodes, (nodes + k) % agents) for k in range(1, degree // 2 + 1)])
+    return Graph(agents, edges, f"circular({degree})")
+
+
+def complete(agents: int) -> Graph:
+    """Every pair of agents linked: N(N-1)/2 edges."""
+    _check_agents(agents)
+    return Graph(agents, torch.triu_indices(agents, agents, offset=1).T, "complete")
+
+
+def star(agents: int) -> Graph:
+    """Agent 0 is the hub, linked to every other agent: N-1 edges."""
+    _check_agents(agents)
+    leaves = torch.arange(1, agents)
+    return Graph(agents, _pairs(torch.zeros_like(leaves), leaves), "star")
+
+
+def torus(agents: int, rows: int | None = None) -> Graph:
+    """2-D grid with wrap-around, ``rows x cols = agents``; agent r*cols + c sits at (r, c).
+
+    ``rows`` defaults to the largest divisor of ``agents`` not above sqrt(agents),
+    so the grid is as square as possible (a prime ``agents`` gives a ring). Every
+    agent links to its right and lower neighbour with wrap-around; on a side of
+    length 1 or 2 the wrap-around would repeat an edge or make a self loop, and
+    those are left out. Sides >= 3 give 2N edges.
+    """
+    _check_agents(agents)
+    if rows is None:
+        rows = max(r for r in range(1, math.isqrt(agents) + 1) if agents % r == 0)
+    elif isinstance(rows, bool) or not isinstance(rows, int) or rows < 1 or agents % rows:
+        divisors = ", ".join(str(r) for r in range(1, agents + 1) if agents % r == 0)
+        raise UsageError(
+            f"topology.rows={rows!r} must divide topology.agents={agents} for torus; "
+            f"use one of {divisors}"
+        )
+    cols = agents // rows
+    row, col = torch.arange(agents) // cols, torch.arange(agents) % cols
+    right = row * cols + (col + 1) % cols
+    down = ((row + 1) % rows) * cols + col
+    nodes = torch.arange(agents)
+    edges = torch.cat([_pairs(nodes, right), _pairs(nodes, down)])
+    edges = edges[edges[:, 0] != edges[:, 1]]
+    return Graph(agents, edges, f"torus({rows}x{cols})")
+
+
+def erdos_renyi(agents: int, probability: float, seed: int) -> Graph:
+    """Random graph G(N, p): each pair linked independently with probability p.
+
+    Draws come from one ``torch.Generator`` seeded with ``seed``; a disconnected
+    draw is replaced by the generator's next draw, up to
+    :data:`ERDOS_RENYI_MAX_DRAWS` times, so the result is connected and a pure
+    function of (agents, probability, seed).
+    """
+    _check_agents(agents)
+    if not isinstance(probability, int | float) or not 0.0 < probability <= 1.0:
+        raise UsageError(
+            f"topology.probability={probability!r} must be a number with 0 < p <= 1 for erdos_renyi"
+        )
+    name = f"erdos_renyi({probability:g})"
+    pairs = torch.triu_indices(agents, agents, offset=1).T
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(ERDOS_RENYI_MAX_DRAWS):
+        linked = torch.rand(pairs.shape[0], generator=generator, dtype=torch.float64)
+        graph = Graph(agents, pairs[linked < probability], name)
+        if graph.is_connected():
+            return graph
+    threshold = math.log(agents) / agents
+    raise UsageError(
+        f"erdos_renyi with {agents} agents and topology.probability={probability:g} gave no "
+        f"connected graph in {ERDOS_RENYI_MAX_DRAWS} draws; raise topology.probability "
+        f"(graphs are usually connected above ln(N)/N = {threshold:.3g})"
+    )
+
+
+def from_edge_file(path: str | Path, agents: int | None = None) -> Graph:
+    """Read a graph from a text file with one edge ``i j`` per line (0-based indices).
+
+    Text after ``#`` and blank lines are ignored; a repeated edge (in either
+    orientation) counts once. ``agents`` defaults to the largest index + 1.
+    """
+    path = Path(path)
+    key = f"topology.edges_file={str(path)!r}"
+    if agents is not None:
+        _check_agents(agents)
+    if not path.is_file():
+        raise UsageError(
+            f"{key} is not an existing file; give the path of a text file "
+            "with one edge 'i j' per line"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {key}: {error}") from error
+
+    pairs: list[tuple[int, int]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        content = line.split("#", 1)[0].strip()
+        if not content:
+            continue
+        pair = _parse_edge(content)
+        if pair is None:
+            raise UsageError(
+                f"{key} line {number}: expected two agent indices 'i j', got {content!r}"
+            )
+        i, j = pair
+        if i == j:
+            raise UsageError(f"{key} line {number}: self loop {i} {j}; remove that line")
+        if agents is not None and max(i, j) >= agents:
+            raise UsageError(
+                f"{key} line {number}: agent {max(i, j)} is out of range for "
+                f"topology.agents={agents}; indices are 0-based (0..{agents - 1}), "
+                "so fix the file or raise topology.agents"
+            )
+        pairs.append(pair)
+
+    if agents is None:
+        if not pairs:
+            raise UsageError(f"{key} has no edges; list at least one edge 'i j'")
+        agents = max(max(pair) for pair in pairs) + 1
+    edges = torch.tensor(pairs, dtype=torch.int64).reshape(-1, 2)
+    return Graph(agents, edges, f"edges({path.name})")
+
+
+def _parse_edge(content: str) -> tuple[int, int] | None:
+    """Two non-negative integers separated by whitespace, or None."""
+    fields = content.split()
+    if len(fields) != 2 or not all(field.isdigit() for field in fields):
+        return None
+    return int(fields[0]), int(fields[1])
+
+
+def build_graph(
+    kind: str,
+    agents: int | None,
+    *,
+    degree: int | None = None,
+    probability: float | None = None,
+    rows: int | None = None,
+    edges_file: str | Path | None = None,
+    seed: int = 0,
+) -> Graph:
+    """Build the graph named ``kind`` (one of :data:`GRAPHS`) and check it is connected.
+
+    Parameters a family does not use are ignored. ``agents`` may be None only
+    for ``"edges"``, where it is inferred from the file.
+    """
+    if kind not in GRAPHS:
+        raise UsageError(f"topology.graph={kind!r} is unknown; choose one of {', '.join(GRAPHS)}")
+    if agents is not None or kind != "edges":
+        _check_agents(agents)
+
+    if kind == "ring":
+        graph = ring(agents)
+    elif kind == "circular":
+        graph = circular(agents, _required(degree, "degree", kind, "an even number, e.g. 4"))
+    elif kind == "complete":
+        graph = complete(agents)
+    elif kind == "star":
+        graph = star(agents)
+    elif kind == "torus":
+        graph = torus(agents, rows)
+    elif kind == "erdos_renyi":
+        probability = _required(probability, "probability", kind, "a number in (0, 1]")
+        graph = erdos_renyi(agents, probability, seed)
+    else:
+        graph = from_edge_file(_required(edges_file, "edges_file", kind, "a path"), agents)
+
+    if not graph.is_connected():
+        _refuse_disconnected(graph, kind)
+    return graph
+
+
+def _required(value: _T | None, field: str, kind: str, example: str) -> _T:
+    if value is None:
+        raise UsageError(f"topology.graph={kind!r} needs topology.{field} ({example})")
+    return value
+
+
+def _refuse_disconnected(graph: Graph, kind: str) -> None:
+    roots = _component_roots(graph)
+    components = int(torch.unique(roots).numel())
+    stranded = int(torch.nonzero(roots != 0)[0, 0])
+    if kind == "edges":
+        fix = "add edges to topology.edges_file or lower topology.agents"
+    else:
+        fix = "choose another topology.graph"
+    raise UsageError(
+        f"{graph.name} with {graph.agents} agents is disconnected ({components} components; "
+        f"agent {stranded} cannot reach agent 0); {fix} so every agent is reachable"
+    )

@@ -1,0 +1,136 @@
+"""Mixing weights: how much each agent trusts each neighbour's value.
+
+Every mixing matrix W here is symmetric and doubly stochastic (rows and columns
+sum to 1) with W_ij = 0 unless i = j or (i, j) is an edge, so one gossip round
+X <- W X keeps the network average and, on a connected graph with the step
+conditions checked here, drives all agents to it. Algorithms read these
+matrices; they never compute weights themselves.
+
+- ``laplacian``:  W = I - beta L, the consensus step of DETSGRAD / DSGD
+  (docs/ALGORITHMS.md section 1); needs 0 < beta * lambda_max(L) < 2.
+- ``metropolis``: Metropolis-Hastings, W_ij = 1 / (1 + max(d_i, d_j)) on edges;
+  works on any graph with no step to tune.
+- ``uniform``:    W_ij = 1 / (d + 1) on edges and the diagonal, the matrix H of
+  dSSFN on a circular graph of degree d (section 3); regular graphs only.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from murmur.errors import UsageError
+from murmur.topology.graphs import Graph
+
+WEIGHTS: tuple[str, ...] = ("laplacian", "metropolis", "uniform")
+"""Mixing-weight names accepted by :func:`mixing_matrix`."""
+
+_STEP_TOLERANCE = 1e-9
+"""Relative slack so that beta = 2 / lambda_max is refused despite rounding in eigvalsh."""
+
+
+def lambda_max(graph: Graph) -> float:
+    """Largest eigenvalue of the Laplacian L (0 for a graph without edges)."""
+    if graph.num_edges == 0:
+        return 0.0
+    return float(torch.linalg.eigvalsh(graph.laplacian())[-1])
+
+
+def check_consensus_step(graph: Graph, beta: float, key: str = "algorithm.b") -> None:
+    """Refuse a consensus step unless 0 < beta and beta * lambda_max(L) < 2.
+
+    Then every eigenvalue 1 - beta * lambda_i of W = I - beta L lies in (-1, 1],
+    so gossip with W converges on a connected graph. ``key`` names the config
+    field in the error message.
+    """
+    short = key.rsplit(".", 1)[-1]
+    largest = lambda_max(graph)
+    where = f"{graph.name} with {graph.agents} agents"
+    number = isinstance(beta, int | float) and not isinstance(beta, bool)
+    if not number or not math.isfinite(beta) or beta <= 0:
+        hint = f"e.g. {short} = {1 / largest:.4g}" if largest > 0 else f"e.g. {short} = 0.1"
+        raise UsageError(f"{key}={beta!r} must be a finite number > 0 for {where}; use {hint}")
+    if beta * largest >= 2.0 * (1.0 - _STEP_TOLERANCE):
+        raise UsageError(
+            f"{key}={beta:g} is too large for {where}: {short} * lambda_max(L) = "
+            f"{beta * largest:.4g} must be < 2; use {short} < {2.0 / largest:.4g}"
+        )
+
+
+def laplacian_weights(graph: Graph, beta: float) -> torch.Tensor:
+    """W = I - beta L (dense float64), after :func:`check_consensus_step`."""
+    check_consensus_step(graph, beta)
+    return torch.eye(graph.agents, dtype=torch.float64) - beta * graph.laplacian()
+
+
+def metropolis_weights(graph: Graph) -> torch.Tensor:
+    """Metropolis-Hastings weights (dense float64).
+
+    W_ij = 1 / (1 + max(d_i, d_j)) for each edge (i, j), W_ii = 1 - sum_j W_ij.
+    """
+    degrees = graph.degrees()
+    i, j = graph.edges[:, 0], graph.edges[:, 1]
+    edge_weight = 1.0 / (1.0 + torch.maximum(degrees[i], degrees[j]).to(torch.float64))
+    weights = torch.zeros(graph.agents, graph.agents, dtype=torch.float64)
+    weights[i, j] = edge_weight
+    weights[j, i] = edge_weight
+    weights.diagonal().copy_(1.0 - weights.sum(dim=1))
+    return weights
+
+
+def uniform_weights(graph: Graph) -> torch.Tensor:
+    """W_ij = 1 / (d + 1) on edges and the diagonal (dense float64); regular graphs only."""
+    degrees = graph.degrees()
+    if not bool((degrees == degrees[0]).all()):
+        raise UsageError(
+            f"uniform weights need a regular graph (every agent with the same degree), but "
+            f"{graph.name} with {graph.agents} agents has degrees "
+            f"{int(degrees.min())}..{int(degrees.max())}; use metropolis weights instead"
+        )
+    adjacency = graph.adjacency()
+    identity = torch.eye(graph.agents, dtype=torch.float64)
+    return (adjacency + identity) / (int(degrees[0]) + 1)
+
+
+def mixing_matrix(graph: Graph, kind: str, beta: float | None = None) -> torch.Tensor:
+    """Dense float64 mixing matrix of the given kind (one of :data:`WEIGHTS`).
+
+    ``beta`` (config ``algorithm.b``) is the consensus step, required for
+    ``laplacian`` and ignored by the others.
+    """
+    if kind == "laplacian":
+        if beta is None:
+            raise UsageError(
+                "laplacian weights need the consensus step algorithm.b; set it, e.g. "
+                f"algorithm.b = {_suggested_step(graph):.4g}"
+            )
+        return laplacian_weights(graph, beta)
+    if kind == "metropolis":
+        return metropolis_weights(graph)
+    if kind == "uniform":
+        return uniform_weights(graph)
+    raise UsageError(f"mixing weights {kind!r} are unknown; choose one of {', '.join(WEIGHTS)}")
+
+
+def _suggested_step(graph: Graph) -> float:
+    """A safe consensus step, 1 / lambda_max(L) (half the stability limit)."""
+    largest = lambda_max(graph)
+    return 1.0 / largest if largest > 0 else 0.1
+
+
+def as_sparse(matrix: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Dense 2-D matrix -> sparse CSR of ``dtype`` with zeros dropped.
+
+    For a mixing matrix W and stacked parameters X of shape (agents, P),
+    ``as_sparse(W) @ X`` costs O(E P) instead of O(N^2 P).
+    """
+    if matrix.dim() != 2:
+        raise ValueError(f"as_sparse needs a 2-D matrix, got shape {tuple(matrix.shape)}")
+    if matrix.is_sparse or matrix.layout != torch.strided:
+        raise ValueError(f"as_sparse needs a dense matrix, got layout {matrix.layout}")
+    with warnings.catch_warnings():
+        # torch labels all sparse CSR support "beta"; the matmul used here is stable.
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return matrix.to(dtype).to_sparse_csr()

@@ -1,0 +1,314 @@
+"""Reports from run folders: reading, the comparison table, report.md and plots."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from murmur.errors import UsageError
+from murmur.metrics import plots
+from murmur.metrics.report import format_table, human_bytes, read_run, write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def summary_for(name: str, algorithm: str, agents: int = 4, **fields) -> dict:
+    summary = {
+        "name": name,
+        "preset": "default",
+        "algorithm": algorithm,
+        "dataset": "mnist5k",
+        "agents": agents,
+        "topology": "ring",
+        "iterations": 300,
+        "seed": 0,
+        "accuracy": {"mean": 0.8, "min": 0.75, "max": 0.85, "per_agent": [0.8] * agents},
+        "events": 100,
+        "events_per_agent": [25] * agents,
+        "messages": 200,
+        "bytes": 2_000_000,
+        "communication_saving": 0.5,
+        "consensus_distance": 0.01,
+        "wall_seconds": 12.34,
+        "train_seconds": 10.0,
+        "samples": 9600,
+        "samples_per_second": 960.0,
+        "run_dir": "/elsewhere/" + name,
+    }
+    summary.update(fields)
+    return summary
+
+
+def records_for(agents: int, messages_per_step: int, evaluations: int = 3) -> list[dict]:
+    records = []
+    for step in range(1, evaluations + 1):
+        accuracy = [0.5 + 0.1 * step + 0.01 * agent for agent in range(agents)]
+        records.append(
+            {
+                "iteration": 100 * step,
+                "samples": 3200 * step,
+                "wall_seconds": 1.0 * step,
+                "test_accuracy": accuracy,
+                "test_loss": [1.0 / step] * agents,
+                "accuracy_mean": sum(accuracy) / agents,
+                "accuracy_min": min(accuracy),
+                "accuracy_max": max(accuracy),
+                "train_loss": 1.0 / step,
+                "consensus_distance": 0.1 / step,
+                "events": 10 * step,
+                "messages": messages_per_step * step,
+                "bytes": 1000 * messages_per_step * step,
+                "events_per_agent": [step + agent for agent in range(agents)],
+            }
+        )
+    return records
+
+
+def make_run(root: Path, summary: dict, records: list[dict] | None = None) -> Path:
+    run_dir = root / summary["name"]
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.toml").write_text(f'[run]\nname = "{summary["name"]}"\n')
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    lines = [json.dumps(record) for record in records or []]
+    (run_dir / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    return run_dir
+
+
+def markdown_rows(table: str) -> list[dict[str, str]]:
+    """The body of a Markdown table as dicts keyed by header."""
+    lines = table.splitlines()
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    return [
+        dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")), strict=True))
+        for line in lines[2:]
+    ]
+
+
+def plain_rows(table: str) -> list[dict[str, str]]:
+    """The rows of the plain table, cut at the column spans its dashed rule marks."""
+    header, rule, *rows = table.splitlines()
+    spans = [match.span() for match in re.finditer(r"-+", rule)]
+    names = [header[start:end].strip() for start, end in spans]
+    return [
+        {name: row[start:end].strip() for name, (start, end) in zip(names, spans, strict=True)}
+        for row in rows
+    ]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    return struct.unpack(">II", data[16:24])
+
+
+def test_read_run_returns_summary_records_and_actual_folder(tmp_path):
+    run_dir = make_run(tmp_path, summary_for("a", "dsgd"), records_for(4, 8))
+    run = read_run(run_dir)
+    assert run.path == run_dir
+    assert run.summary["algorithm"] == "dsgd"
+    assert run.summary["run_dir"] == str(run_dir.resolve())
+    assert [record["iteration"] for record in run.records] == [100, 200, 300]
+
+
+def test_read_run_without_metrics_file_has_no_records(tmp_path):
+    run_dir = make_run(tmp_path, summary_for("a", "dsgd"))
+    (run_dir / "metrics.jsonl").unlink()
+    assert read_run(run_dir).records == []
+
+
+def test_missing_folder_is_a_usage_error_naming_it(tmp_path):
+    with pytest.raises(UsageError, match="nowhere"):
+        read_run(tmp_path / "nowhere")
+
+
+def test_missing_summary_is_a_usage_error_naming_the_file(tmp_path):
+    run_dir = make_run(tmp_path, summary_for("a", "dsgd"))
+    (run_dir / "summary.json").unlink()
+    with pytest.raises(UsageError) as error:
+        read_run(run_dir)
+    assert str(run_dir / "summary.json") in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("bad_line", ['{"iteration": 200, "messages": ', "[1, 2]"])
+def test_malformed_metrics_line_is_a_usage_error_naming_file_and_line(tmp_path, bad_line):
+    run_dir = make_run(tmp_path, summary_for("a", "dsgd"), records_for(4, 8, evaluations=1))
+    with (run_dir / "metrics.jsonl").open("a") as metrics:
+        metrics.write("\n" + bad_line + "\n")  # a blank line 2 is skipped, not an error
+    with pytest.raises(UsageError) as error:
+        read_run(run_dir)
+    assert f"{run_dir / 'metrics.jsonl'}, line 3" in str(error.value)
+
+
+def test_malformed_summary_is_a_usage_error_naming_the_file(tmp_path):
+    run_dir = make_run(tmp_path, summary_for("a", "dsgd"))
+    (run_dir / "summary.json").write_text("{not json")
+    with pytest.raises(UsageError, match="summary.json"):
+        read_run(run_dir)
+
+
+def test_saving_vs_dsgd_is_relative_to_the_dsgd_run_in_the_table():
+    summaries = [
+        summary_for("event", "detsgrad", messages=5_000),
+        summary_for("base", "dsgd", messages=20_000),
+        summary_for("chatty", "detsgrad", messages=30_000),
+        summary_for("single", "centralized", agents=1, messages=0),
+        summary_for("unknown", "detsgrad", messages=None),
+    ]
+    rows = {row["name"]: row for row in markdown_rows(format_table(summaries, markdown=True))}
+    saving = "saving vs DSGD %"
+    assert rows["event"][saving] == "75.00"
+    assert rows["base"][saving] == "0.00"
+    assert rows["chatty"][saving] == "-50.00"
+    assert rows["single"][saving] == "-"
+    assert rows["unknown"][saving] == "-"
+    assert rows["unknown"]["messages"] == "-"
+
+
+def test_saving_is_dash_without_a_dsgd_run():
+    table = format_table([summary_for("event", "detsgrad", messages=5_000)], markdown=True)
+    assert markdown_rows(table)[0]["saving vs DSGD %"] == "-"
+
+
+def test_accuracies_are_percent_with_two_decimals_and_bytes_in_units():
+    summary = summary_for(
+        "a", "detsgrad", bytes=530_000_000, accuracy={"mean": 0.81234, "min": 0.7, "max": 0.84567}
+    )
+    row = markdown_rows(format_table([summary], markdown=True))[0]
+    assert (row["acc mean %"], row["acc min %"], row["acc max %"]) == ("81.23", "70.00", "84.57")
+    assert row["bytes"] == "530.00 MB"
+    assert row["wall s"] == "12.3"
+
+
+@pytest.mark.parametrize(
+    ("count", "text"),
+    [
+        (12, "12 B"),
+        (1_500, "1.50 KB"),
+        (530_000_000, "530.00 MB"),
+        (4.4e9, "4.40 GB"),
+        (None, "-"),
+        ("lots", "-"),
+    ],
+)
+def test_human_bytes(count, text):
+    assert human_bytes(count) == text
+
+
+def test_markdown_table_has_separator_and_one_row_per_run():
+    summaries = [summary_for(name, "dsgd") for name in ("a", "b", "c")]
+    lines = format_table(summaries, markdown=True).splitlines()
+    assert len(lines) == 2 + len(summaries)
+    assert re.fullmatch(r"\|(:?-{3,}:?\|)+", lines[1])
+    assert len({line.count("|") for line in lines}) == 1
+    assert "run folder" not in lines[0]
+    assert [row["name"] for row in markdown_rows("\n".join(lines))] == ["a", "b", "c"]
+
+
+def test_markdown_cells_escape_pipes():
+    table = format_table([summary_for("x|y", "dsgd")], markdown=True)
+    assert "x\\|y" in table
+    assert len({line.count("|") - line.count("\\|") for line in table.splitlines()}) == 1
+
+
+def test_plain_table_aligns_columns_and_shows_the_run_folder():
+    summaries = [
+        summary_for("detsgrad-long-name", "detsgrad", messages=5_000, bytes=4.4e9),
+        summary_for("d", "dsgd", messages=20_000),
+    ]
+    rows = plain_rows(format_table(summaries))
+    assert [row["name"] for row in rows] == ["detsgrad-long-name", "d"]
+    assert [row["messages"] for row in rows] == ["5000", "20000"]
+    assert [row["bytes"] for row in rows] == ["4.40 GB", "2.00 MB"]
+    assert [row["saving vs DSGD %"] for row in rows] == ["75.00", "0.00"]
+    assert rows[0]["run folder"] == "/elsewhere/detsgrad-long-name"
+
+
+def test_missing_and_null_fields_render_as_dash():
+    sparse = {"algorithm": "centralized", "agents": 1, "accuracy": None, "bytes": None}
+    row = markdown_rows(format_table([sparse, summary_for("d", "dsgd")], markdown=True))[0]
+    assert row["name"] == "centralized"  # falls back to the algorithm
+    for column in (
+        "dataset",
+        "topology",
+        "iterations",
+        "acc mean %",
+        "acc min %",
+        "acc max %",
+        "events",
+        "messages",
+        "bytes",
+        "saving vs DSGD %",
+        "wall s",
+    ):
+        assert row[column] == "-", column
+    assert row["agents"] == "1"
+
+
+def test_write_report_writes_table_plots_and_config_list(tmp_path):
+    run_dirs = [
+        make_run(
+            tmp_path / "runs", summary_for("base", "dsgd", messages=20_000), records_for(4, 80)
+        ),
+        make_run(
+            tmp_path / "runs", summary_for("event", "detsgrad", messages=5_000), records_for(4, 20)
+        ),
+        make_run(
+            tmp_path / "runs",
+            summary_for("single", "centralized", agents=1, messages=None, events_per_agent=None),
+            records_for(1, 0),
+        ),
+    ]
+    out = tmp_path / "report"
+    report_path = write_report(run_dirs, out)
+    assert report_path == out / "report.md"
+    report = report_path.read_text()
+
+    for file in ("accuracy.png", "messages.png", "events_per_agent.png"):
+        assert f"]({file})" in report
+        assert (out / file).stat().st_size > 5_000
+        assert png_size(out / file) == (840, 504)  # 7 x 4.2 inches at 120 dpi
+
+    table = "\n".join(line for line in report.splitlines() if line.startswith("|"))
+    rows = markdown_rows(table)
+    assert [row["name"] for row in rows] == ["base", "event", "single"]
+    assert rows[1]["saving vs DSGD %"] == "75.00"
+
+    links = re.findall(r"\]\(([^)]*config\.toml)\)", report)
+    assert len(links) == 3
+    assert all((out / link).resolve().is_file() for link in links)
+
+    write_report(run_dirs, out)  # re-running overwrites
+    assert report_path.read_text() == report
+
+
+def test_write_report_reads_every_run_before_writing(tmp_path):
+    good = make_run(tmp_path, summary_for("good", "dsgd"), records_for(4, 8))
+    out = tmp_path / "report"
+    with pytest.raises(UsageError, match="missing"):
+        write_report([good, tmp_path / "missing"], out)
+    assert not out.exists()
+
+
+def test_plots_without_anything_to_show_still_write_a_png(tmp_path):
+    single = read_run(make_run(tmp_path, summary_for("single", "centralized", agents=1)))
+    plots.plot_accuracy([single], tmp_path / "accuracy.png")
+    plots.plot_messages([single], tmp_path / "messages.png")
+    plots.plot_events_per_agent([single], tmp_path / "events.png")
+    for file in ("accuracy.png", "messages.png", "events.png"):
+        assert png_size(tmp_path / file) == (840, 504)
+
+
+def test_accuracy_band_comes_from_per_agent_values_when_statistics_are_missing():
+    records = records_for(3, 8, evaluations=2)
+    for record in records:
+        del record["accuracy_mean"], record["accuracy_min"], record["accuracy_max"]
+    iterations, mean, low, high = plots._accuracy_series(records)
+    assert list(iterations) == [100, 200]
+    assert mean == pytest.approx([61.0, 71.0])
+    assert low == pytest.approx([60.0, 70.0])
+    assert high == pytest.approx([62.0, 72.0])
