@@ -144,7 +144,9 @@ class Config:
 
     def replace(self, **overrides: str) -> Config:
         """A copy with ``section.key`` overrides, e.g. ``replace(**{"run.seed": "3"})``."""
-        return build_config(apply_overrides(self.to_dict(), [f"{k}={v}" for k, v in overrides.items()]))
+        return build_config(
+            apply_overrides(self.to_dict(), [f"{k}={v}" for k, v in overrides.items()])
+        )
 
 
 @dataclass(frozen=True)
@@ -268,8 +270,10 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[st
         explicit.add((section, key))
     if ("algorithm", "name") in explicit:
         # Switching algorithm keeps the parameters the new one shares (a, b, ...).
-        valid = {f.name for f in dataclasses.fields(algorithm_config_class(
-            str(result["algorithm"]["name"])))}
+        valid = {
+            f.name
+            for f in dataclasses.fields(algorithm_config_class(str(result["algorithm"]["name"])))
+        }
         result["algorithm"] = {
             key: value
             for key, value in result["algorithm"].items()
@@ -342,6 +346,9 @@ def _read_preset(source: str, seen: tuple[str, ...]) -> tuple[str, dict[str, Any
 
 def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
+    algorithm = top.get("algorithm", {})
+    if "name" in algorithm and algorithm["name"] != merged.get("algorithm", {}).get("name"):
+        merged.pop("algorithm", None)  # another algorithm: its own parameters only
     for key, value in top.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
             merged[key] = _merge(dict(merged[key]), value)

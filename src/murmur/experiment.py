@@ -67,6 +67,7 @@ def prepare(config: Config) -> Setup:
             alpha=config.data.dirichlet_alpha,
             num_classes=dataset.num_classes or None,
             seed=derive_seed(config.run.seed, "partition"),
+            num_samples=dataset.y_train.shape[0],
         )
         batch_size = config.data.batch_size
     else:
@@ -146,6 +147,7 @@ def run(
         samples=trained.samples,
         samples_per_second=trained.samples / max(trained.train_seconds, 1e-9),
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
+        parameters=trained.params,
     )
     if run_dir is not None:
         result.write(run_dir / "summary.json")

@@ -33,8 +33,15 @@ BUNDLED_SHAPES = {
 
 def test_catalogue_names_every_dataset_with_its_source():
     assert list(DATASETS) == [
-        "mnist5k", "digits", "vowel", "satimage", "letter",
-        "mnist", "fashion-mnist", "synthetic", "blobs",
+        "mnist5k",
+        "digits",
+        "vowel",
+        "satimage",
+        "letter",
+        "mnist",
+        "fashion-mnist",
+        "synthetic",
+        "blobs",
     ]
     sources = {name: info.source for name, info in DATASETS.items()}
     assert {name for name, source in sources.items() if source == "bundled"} == set(BUNDLED)
@@ -93,8 +100,9 @@ def test_bundled_tabular_columns_standardized_on_train(name):
     assert torch.allclose(mean, torch.zeros_like(mean), atol=1e-5)
     assert torch.allclose(std, torch.ones_like(std), atol=1e-4)
     # the test split is transformed with the train statistics, so it is not exactly standard
-    assert not torch.allclose(dataset.x_test.double().mean(dim=0), torch.zeros_like(mean),
-                              atol=1e-5)
+    assert not torch.allclose(
+        dataset.x_test.double().mean(dim=0), torch.zeros_like(mean), atol=1e-5
+    )
 
 
 def _fake_bundle(tmp_path: Path, monkeypatch, name: str, x_train, x_test) -> None:
@@ -166,7 +174,10 @@ def test_synthetic_is_a_fixed_regression_problem():
     assert 0.08 < float(residual.std()) < 0.12
 
 
-def _train_mse(dataset: Dataset, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def _train_mse(
+    dataset: Dataset, weight: torch.Tensor, bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Train MSE of an nn.Linear with these parameters, and its gradients."""
     layer = torch.nn.Linear(dataset.features, dataset.outputs)
     with torch.no_grad():
         layer.weight.copy_(weight)
@@ -322,6 +333,13 @@ def test_truncated_file_is_reported(tmp_path):
         load_dataset("mnist", root=tmp_path)
     _corrupt(tmp_path, "train-images-idx3-ubyte", images[:10])
     with pytest.raises(UsageError, match=f"{path} is truncated inside its header"):
+        load_dataset("mnist", root=tmp_path)
+
+
+def test_file_longer_than_its_header_is_reported(tmp_path):
+    images = _idx_bytes(np.zeros((5, 4, 3), dtype=np.uint8))
+    _corrupt(tmp_path, "train-images-idx3-ubyte", images + b"\x00" * 12)
+    with pytest.raises(UsageError, match="longer than its header says"):
         load_dataset("mnist", root=tmp_path)
 
 

@@ -87,9 +87,7 @@ def test_labels_one_digit_per_agent():
 
 def _expected_classes(agents: int, per_agent: int, classes: int, seed: int) -> list[set[int]]:
     order = torch.randperm(classes, generator=torch.Generator().manual_seed(seed)).tolist()
-    return [
-        {order[(i * per_agent + j) % classes] for j in range(per_agent)} for i in range(agents)
-    ]
+    return [{order[(i * per_agent + j) % classes] for j in range(per_agent)} for i in range(agents)]
 
 
 @pytest.mark.parametrize(

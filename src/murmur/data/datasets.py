@@ -79,24 +79,81 @@ class DatasetInfo:
 DATASETS: dict[str, DatasetInfo] = {
     info.name: info
     for info in (
-        DatasetInfo("mnist5k", "MNIST handwritten digits, 5,000-image subset (28x28 pixels)",
-                    4000, 1000, 784, 10, "bundled"),
-        DatasetInfo("digits", "UCI optical handwritten digits, 8x8 pixels",
-                    1347, 450, 64, 10, "bundled"),
-        DatasetInfo("vowel", "UCI Deterding vowel recognition, 10 formant features",
-                    528, 462, 10, 11, "bundled"),
-        DatasetInfo("satimage", "UCI Statlog Landsat satellite image, 3x3 pixels x 4 bands",
-                    4435, 2000, 36, 6, "bundled"),
-        DatasetInfo("letter", "UCI letter recognition, 16 glyph statistics, A..Z",
-                    16000, 4000, 16, 26, "bundled"),
-        DatasetInfo("mnist", "MNIST handwritten digits from the official IDX files (data.root)",
-                    60000, 10000, 784, 10, "on disk"),
-        DatasetInfo("fashion-mnist", "Fashion-MNIST clothing images from IDX files (data.root)",
-                    60000, 10000, 784, 10, "on disk"),
-        DatasetInfo("synthetic", "linear least squares with a known optimum (regression)",
-                    2000, 500, 10, 0, "generated"),
-        DatasetInfo("blobs", "four well separated Gaussian clusters, for fast tests",
-                    2000, 500, 8, 4, "generated"),
+        DatasetInfo(
+            "mnist5k",
+            "MNIST handwritten digits, 5,000-image subset (28x28 pixels)",
+            4000,
+            1000,
+            784,
+            10,
+            "bundled",
+        ),
+        DatasetInfo(
+            "digits", "UCI optical handwritten digits, 8x8 pixels", 1347, 450, 64, 10, "bundled"
+        ),
+        DatasetInfo(
+            "vowel",
+            "UCI Deterding vowel recognition, 10 formant features",
+            528,
+            462,
+            10,
+            11,
+            "bundled",
+        ),
+        DatasetInfo(
+            "satimage",
+            "UCI Statlog Landsat satellite image, 3x3 pixels x 4 bands",
+            4435,
+            2000,
+            36,
+            6,
+            "bundled",
+        ),
+        DatasetInfo(
+            "letter",
+            "UCI letter recognition, 16 glyph statistics, A..Z",
+            16000,
+            4000,
+            16,
+            26,
+            "bundled",
+        ),
+        DatasetInfo(
+            "mnist",
+            "MNIST handwritten digits from the official IDX files (data.root)",
+            60000,
+            10000,
+            784,
+            10,
+            "on disk",
+        ),
+        DatasetInfo(
+            "fashion-mnist",
+            "Fashion-MNIST clothing images from IDX files (data.root)",
+            60000,
+            10000,
+            784,
+            10,
+            "on disk",
+        ),
+        DatasetInfo(
+            "synthetic",
+            "linear least squares with a known optimum (regression)",
+            2000,
+            500,
+            10,
+            0,
+            "generated",
+        ),
+        DatasetInfo(
+            "blobs",
+            "four well separated Gaussian clusters, for fast tests",
+            2000,
+            500,
+            8,
+            4,
+            "generated",
+        ),
     )
 }
 
@@ -156,8 +213,7 @@ def synthetic_optimum(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
     """
     if dataset.task != "regression":
         raise ValueError(
-            f"synthetic_optimum needs a regression dataset, got {dataset.name!r} "
-            f"({dataset.task})"
+            f"synthetic_optimum needs a regression dataset, got {dataset.name!r} ({dataset.task})"
         )
     x = dataset.x_train.double()
     design = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], dim=1)
@@ -229,8 +285,7 @@ def _standardize(x_train: torch.Tensor, x_test: torch.Tensor) -> list[torch.Tens
 
 def _load_idx_dataset(name: str, root: str | Path | None) -> Dataset:
     howto = (
-        f"put {', '.join(IDX_FILES)} (each optionally .gz) in one directory "
-        "and set data.root=DIR"
+        f"put {', '.join(IDX_FILES)} (each optionally .gz) in one directory and set data.root=DIR"
     )
     if name == "fashion-mnist":
         howto += (

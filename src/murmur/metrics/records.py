@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import torch
+
 
 class MetricsWriter:
     """Appends one JSON object per evaluation to ``metrics.jsonl``, flushed at once."""
@@ -62,9 +64,12 @@ class RunResult:
     run_dir: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     """Algorithm-specific results, merged into the top level of summary.json."""
+    parameters: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    """Final stacked parameters (agents, P); not written to summary.json."""
 
     def to_dict(self) -> dict[str, Any]:
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values.pop("parameters")
         extra = values.pop("extra")
         return {**values, **extra}
 

@@ -28,14 +28,18 @@ class StackedModel:
         self.module = module
         self.layout = ParamLayout.of(module)
         self.task = task
-        self._loss_fn = functional.cross_entropy if task == "classification" else functional.mse_loss
+        self._loss_fn = (
+            functional.cross_entropy if task == "classification" else functional.mse_loss
+        )
         self._grad = vmap(grad_and_value(self._loss))
         self._outputs = vmap(self._forward, in_dims=(0, None))
 
     def _forward(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.module, params, (x,))
 
-    def _loss(self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def _loss(
+        self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
         return self._loss_fn(self._forward(params, x), y)
 
     def initial(self) -> torch.Tensor:

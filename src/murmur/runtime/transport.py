@@ -69,7 +69,9 @@ class InMemoryTransport:
     def __init__(self, graph: Graph, initial: torch.Tensor) -> None:
         """``initial`` (agents, P): the values every agent is known to start from."""
         if initial.shape[0] != graph.agents:
-            raise ValueError(f"initial values have {initial.shape[0]} rows for {graph.agents} agents")
+            raise ValueError(
+                f"initial values have {initial.shape[0]} rows for {graph.agents} agents"
+            )
         self.graph = graph
         self.published = initial.clone()
         self.counters = MessageCounters(graph.agents)

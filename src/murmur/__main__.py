@@ -1,0 +1,5 @@
+import sys
+
+from murmur.cli import main
+
+sys.exit(main())
