@@ -1,0 +1,16 @@
+"""murmur: train neural networks across many learners that talk rarely and asynchronously."""
+
+from murmur.config import Config, Experiment, build_config, load_experiment
+from murmur.errors import UsageError
+from murmur.experiment import run
+from murmur.metrics.records import RunResult
+
+__all__ = [
+    "Config",
+    "Experiment",
+    "RunResult",
+    "UsageError",
+    "build_config",
+    "load_experiment",
+    "run",
+]
