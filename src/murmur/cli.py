@@ -80,18 +80,21 @@ def _run(source: str, overrides: list[str], out: str | None, progress: bool) -> 
     from murmur.metrics.report import format_table
 
     experiment = load_experiment(source, overrides)
-    for _, config in experiment.runs:
-        prepare(config)  # every run checked before any starts
+    setups = [prepare(config) for _, config in experiment.runs]  # all checked before any starts
     root = (
         Path(out) if out else Path("runs") / f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise UsageError(f"{root} already exists and is not empty; choose another --out")
     several = len(experiment.runs) > 1
     summaries = []
-    for label, config in experiment.runs:
+    for (label, config), setup in zip(experiment.runs, setups, strict=True):
         run_dir = root / label if several else root
         if progress:
             print(f"{label}: {config.algorithm.name} on {config.data.dataset}", file=sys.stderr)
-        result = run(config, run_dir, name=label, preset=experiment.name, progress=progress)
+        result = run(
+            config, run_dir, name=label, preset=experiment.name, progress=progress, setup=setup
+        )
         summaries.append(result.to_dict())
     table = format_table(summaries)
     print(table)

@@ -18,6 +18,7 @@ ones, and the resolved config of each run is saved as ``config.toml``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -168,6 +169,9 @@ def build_config(raw: Mapping[str, Any]) -> Config:
         raise UsageError(
             f"unknown config section '{unknown[0]}'; valid sections: {', '.join(SECTIONS)}"
         )
+    for name, values in raw.items():
+        if not isinstance(values, Mapping):
+            raise UsageError(f"[{name}] must be a table of key = value pairs, not {values!r}")
     sections: dict[str, Any] = {}
     for name, cls in (
         ("run", RunConfig),
@@ -240,6 +244,8 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise UsageError(f"{key} must be a number, not {value!r}")
+        if not math.isfinite(value):
+            raise UsageError(f"{key} must be a finite number, not {value!r}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
@@ -262,7 +268,10 @@ def _plain(value: Any) -> Any:
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """Apply ``section.key=value`` strings to a raw nested mapping (values as TOML)."""
-    result = {name: dict(values) for name, values in raw.items() if isinstance(values, Mapping)}
+    result = {
+        name: dict(values) if isinstance(values, Mapping) else values
+        for name, values in raw.items()
+    }
     explicit = set()
     for item in overrides:
         section, key, value = parse_override(item)
@@ -338,7 +347,10 @@ def _read_preset(source: str, seen: tuple[str, ...]) -> tuple[str, dict[str, Any
         raise UsageError(f"{source} is not valid TOML: {error}") from None
     parent = raw.pop("extends", None)
     if parent is not None:
-        _, base = _read_preset(str(parent), seen + (source,))
+        parent = str(parent)
+        if parent.endswith(".toml") and path.is_file() and not Path(parent).is_absolute():
+            parent = str(path.parent / parent)  # relative to the file that extends it
+        _, base = _read_preset(parent, seen + (source,))
         base.pop("description", None)
         raw = _merge(base, raw)
     return name, raw

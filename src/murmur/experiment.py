@@ -98,10 +98,14 @@ def run(
     name: str = "",
     preset: str = "",
     progress: bool = False,
+    setup: Setup | None = None,
 ) -> RunResult:
-    """Train one run in the simulator; write its folder when ``out_dir`` is given."""
+    """Train one run in the simulator; write its folder when ``out_dir`` is given.
+
+    ``setup`` is ``prepare(config)`` when the caller has already built it.
+    """
     started = time.perf_counter()
-    setup = prepare(config)
+    setup = setup if setup is not None else prepare(config)
     spec = ALGORITHMS[config.algorithm.name]
     algorithm = spec.build(config.algorithm, setup.graph)
     transport = InMemoryTransport(setup.graph, setup.initial)

@@ -1,0 +1,345 @@
+"""The murmur command: bad input is one line and exit 2; good input writes run folders."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from murmur.cli import main
+from murmur.config import load_experiment, preset_names
+from murmur.data import DATASETS
+
+FAST_OVERRIDES = [
+    "data.dataset=blobs",
+    "run.iterations=20",
+    "run.eval_every=10",
+    "model.hidden=[8]",
+    "topology.agents=4",
+]
+FAST = [*(arg for item in FAST_OVERRIDES for arg in ("--set", item)), "--quiet"]
+AGENTS = 4
+ITERATIONS = 20
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SUMMARY_FIELDS = {
+    "algorithm",
+    "dataset",
+    "agents",
+    "topology",
+    "iterations",
+    "accuracy",
+    "events",
+    "messages",
+    "bytes",
+    "communication_saving",
+    "consensus_distance",
+    "wall_seconds",
+    "samples_per_second",
+    "seed",
+}
+
+
+@pytest.fixture(autouse=True)
+def in_tmp_path(tmp_path, monkeypatch):
+    """Run every command from a scratch folder, so nothing lands in the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
+def assert_one_line_error(capsys, code: int, prefix: str = "murmur: error:") -> str:
+    out, err = capsys.readouterr()
+    assert code == 2
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(prefix), err
+    assert "Traceback" not in out + err
+    return lines[0]
+
+
+def run_ok(capsys, *argv: str) -> str:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def read_summary(folder: Path) -> dict:
+    return json.loads((folder / "summary.json").read_text())
+
+
+def read_records(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+# ---- bad input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "preset, overrides, message",
+    [
+        ("detsgard", [], "unknown preset 'detsgard'"),
+        ("detsgrad", ["run.sed=3"], "unknown key run.sed; valid keys: seed"),
+        ("detsgrad", ["run.seed=abc"], "run.seed must be an integer"),
+        ("detsgrad", ["topology.agents=0"], "topology.agents must be at least 1"),
+        ("detsgrad", ["runseed"], "must look like section.key=value"),
+        (
+            "detsgrad",
+            ["data.partition=iid", "topology.agents=2001"],
+            "topology.agents=2001 exceeds the 2000 training samples",
+        ),
+        (
+            "detsgrad",
+            ["data.partition=labels", "data.labels_per_agent=5"],
+            "data.labels_per_agent=5 must be between 1 and the 4 classes",
+        ),
+        ("detsgrad", ["data.dataset=mnist5"], "data.dataset='mnist5' is not a dataset"),
+    ],
+)
+def test_bad_run_input_is_one_line_and_creates_no_folder(
+    capsys, tmp_path, preset, overrides, message
+):
+    out = tmp_path / "out"
+    argv = ["run", preset, *FAST, "--out", str(out)]
+    argv += [arg for item in overrides for arg in ("--set", item)]
+    line = assert_one_line_error(capsys, main(argv))
+    assert message in line
+    assert not out.exists()
+
+
+def test_disconnected_graph_is_refused(capsys, tmp_path):
+    edges = tmp_path / "edges.txt"
+    edges.write_text("0 1\n2 3\n")
+    out = tmp_path / "out"
+    code = main(
+        [
+            "run",
+            "detsgrad",
+            *FAST,
+            "--set",
+            "topology.graph=edges",
+            "--set",
+            f"topology.edges_file={edges}",
+            "--out",
+            str(out),
+        ]
+    )
+    line = assert_one_line_error(capsys, code)
+    assert "disconnected (2 components" in line
+    assert "topology.edges_file" in line
+    assert not out.exists()
+
+
+def test_missing_data_directory_is_refused(capsys, tmp_path):
+    missing = tmp_path / "no-such-folder"
+    code = main(
+        ["run", "detsgrad", *FAST, "--set", "data.dataset=mnist", "--set", f"data.root={missing}"]
+    )
+    line = assert_one_line_error(capsys, code)
+    assert f"directory {missing} does not exist" in line
+
+
+def test_data_directory_without_the_files_is_refused(capsys, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code = main(
+        ["run", "detsgrad", *FAST, "--set", "data.dataset=mnist", "--set", f"data.root={empty}"]
+    )
+    line = assert_one_line_error(capsys, code)
+    assert f"{empty} lacks train-images-idx3-ubyte" in line
+
+
+def test_mnist_without_a_data_root_is_refused(capsys):
+    line = assert_one_line_error(
+        capsys, main(["run", "detsgrad", *FAST, "--set", "data.dataset=mnist"])
+    )
+    assert "data.root is not set" in line
+
+
+def test_broken_config_file_is_refused(capsys, tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text("[run\n")
+    line = assert_one_line_error(capsys, main(["run", str(path)]))
+    assert f"{path} is not valid TOML" in line
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bogus"], "invalid choice: 'bogus'"),
+        (["run", "detsgrad", "--bogus"], "unrecognized arguments: --bogus"),
+        ([], "the following arguments are required: command"),
+    ],
+)
+def test_bad_arguments_are_one_line(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    line = assert_one_line_error(capsys, exit_info.value.code)
+    assert message in line
+
+
+def test_bad_subcommand_arguments_are_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "detsgrad", "--set"])
+    line = assert_one_line_error(capsys, exit_info.value.code, prefix="murmur run: error:")
+    assert "--set: expected one argument" in line
+
+
+def test_out_folder_that_is_not_empty_is_refused_and_left_alone(capsys, tmp_path):
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me\n")
+    line = assert_one_line_error(capsys, main(["run", "detsgrad", *FAST, "--out", str(out)]))
+    assert f"{out} already exists and is not empty" in line
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    assert (out / "notes.txt").read_text() == "keep me\n"
+
+
+def test_module_entry_point_reports_one_line(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "murmur", "run", "no-such-preset"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 2
+    lines = completed.stderr.splitlines()
+    assert len(lines) == 1, completed.stderr
+    assert lines[0].startswith("murmur: error: unknown preset 'no-such-preset'")
+    assert "Traceback" not in completed.stderr
+    assert completed.stdout == ""
+
+
+# ---- a single run -------------------------------------------------------------------------
+
+
+def test_single_run_writes_its_folder(capsys, tmp_path):
+    out = tmp_path / "one"
+    printed = run_ok(capsys, "run", "detsgrad", *FAST, "--out", str(out))
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.toml",
+        "metrics.jsonl",
+        "summary.json",
+    ]
+    assert str(out.resolve()) in printed
+
+    saved = load_experiment(str(out / "config.toml")).runs[0][1]
+    assert saved == load_experiment("detsgrad", FAST_OVERRIDES).runs[0][1]
+
+    records = read_records(out)
+    assert [record["iteration"] for record in records] == [0, 10, ITERATIONS]
+    assert all(len(record["test_accuracy"]) == AGENTS for record in records)
+
+    summary = read_summary(out)
+    assert SUMMARY_FIELDS <= set(summary)
+    assert summary["algorithm"] == "detsgrad"
+    assert summary["dataset"] == "blobs"
+    assert summary["agents"] == AGENTS
+    assert summary["topology"] == "ring"
+    assert summary["iterations"] == ITERATIONS
+    assert summary["seed"] == 0
+
+    accuracy = summary["accuracy"]
+    per_agent = accuracy["per_agent"]
+    assert len(per_agent) == AGENTS
+    assert per_agent == records[-1]["test_accuracy"]
+    assert accuracy["mean"] == pytest.approx(sum(per_agent) / AGENTS)
+    assert accuracy["min"] == min(per_agent)
+    assert accuracy["max"] == max(per_agent)
+    assert accuracy["mean"] > 0.5  # four well separated clusters: better than chance
+
+    assert 0 < summary["events"] <= AGENTS * ITERATIONS
+    assert summary["events"] == records[-1]["events"]
+    assert summary["messages"] == 2 * summary["events"]  # ring: each event reaches 2 neighbours
+    assert summary["bytes"] > 0
+    assert summary["communication_saving"] == pytest.approx(
+        1 - summary["events"] / (AGENTS * ITERATIONS)
+    )
+    assert summary["consensus_distance"] >= 0
+    assert summary["wall_seconds"] > 0
+    assert summary["samples_per_second"] > 0
+
+
+def test_saved_config_reproduces_the_run(capsys, tmp_path):
+    first, again = tmp_path / "first", tmp_path / "again"
+    run_ok(capsys, "run", "detsgrad", *FAST, "--out", str(first))
+    run_ok(capsys, "run", str(first / "config.toml"), "--quiet", "--out", str(again))
+    assert read_summary(again)["accuracy"] == read_summary(first)["accuracy"]
+    assert read_summary(again)["events"] == read_summary(first)["events"]
+
+
+def test_same_seed_same_numbers_other_seed_other_numbers(capsys, tmp_path):
+    def outcome(name: str, seed: int) -> tuple[list[float], int, list[int]]:
+        out = tmp_path / name
+        run_ok(capsys, "run", "detsgrad", *FAST, "--set", f"run.seed={seed}", "--out", str(out))
+        summary = read_summary(out)
+        return summary["accuracy"]["per_agent"], summary["events"], summary["events_per_agent"]
+
+    first, repeat, other = outcome("a", 3), outcome("b", 3), outcome("c", 4)
+    assert first == repeat
+    assert other[0] != first[0]
+
+
+# ---- the default comparison and its report ------------------------------------------------
+
+
+def test_default_comparison_and_report(capsys, tmp_path):
+    out = tmp_path / "compare"
+    labels = ["detsgrad", "dsgd", "centralized"]
+    printed = run_ok(
+        capsys, "run", "default", *FAST, "--set", "data.partition=iid", "--out", str(out)
+    )
+    assert sorted(p.name for p in out.iterdir()) == sorted([*labels, "comparison.md"])
+    for label in labels:
+        summary = read_summary(out / label)
+        assert summary["algorithm"] == label
+        assert summary["preset"] == "default"
+        assert summary["iterations"] == ITERATIONS
+        assert str((out / label).resolve()) in printed
+    assert read_summary(out / "centralized")["messages"] == 0
+    assert read_summary(out / "dsgd")["events"] == AGENTS * ITERATIONS
+
+    table = (out / "comparison.md").read_text().splitlines()
+    assert len(table) == 2 + len(labels)
+    assert [row.split("|")[1].strip() for row in table[2:]] == labels
+
+    run_ok(capsys, "report", str(out))
+    report = (out / "report.md").read_text()
+    for label in labels:
+        assert f"**{label}**" in report
+    for png in ("accuracy.png", "messages.png", "events_per_agent.png"):
+        assert (out / png).read_bytes().startswith(PNG_MAGIC)
+        assert f"({png})" in report
+
+
+def test_report_of_a_folder_without_runs_is_refused(capsys, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    line = assert_one_line_error(capsys, main(["report", str(empty)]))
+    assert "holds no run" in line
+    assert list(empty.iterdir()) == []
+
+
+# ---- listings -----------------------------------------------------------------------------
+
+
+def test_presets_lists_each_preset_with_its_description(capsys):
+    printed = run_ok(capsys, "presets").splitlines()
+    names = preset_names()
+    assert len(printed) == len(names)
+    folder = resources.files("murmur") / "presets"
+    for name, line in zip(names, printed, strict=True):
+        description = tomllib.loads((folder / f"{name}.toml").read_text())["description"]
+        assert line.split()[0] == name
+        assert line.rstrip().endswith(description)
+
+
+def test_datasets_lists_every_dataset_with_its_sizes(capsys):
+    lines = {line.split()[0]: line for line in run_ok(capsys, "datasets").splitlines()}
+    assert set(lines) == set(DATASETS)
+    assert "4000/1000 x 784, 10 classes" in lines["mnist5k"]
+    assert "2000/500 x 8, 4 classes" in lines["blobs"]
