@@ -203,9 +203,7 @@ def loop_method(config: Config, setup: Setup, lr: float) -> Method:
     return Method("loop", setup.graph.agents * config.data.batch_size, run)
 
 
-def measure(
-    methods: list[Method], steps: int, min_time: float, repeats: int, warmup: int
-) -> None:
+def measure(methods: list[Method], steps: int, min_time: float, repeats: int, warmup: int) -> None:
     """Warm every method up, then time ``repeats`` rounds of each, in turn."""
     round_steps = []
     for method in methods:
@@ -310,7 +308,10 @@ def print_rates(row: Row) -> None:
 
 def print_times(rows: list[Row]) -> None:
     print()
-    print("Where murmur's step goes (ms per step; rest = sampling + gather + DETSGRAD step):")
+    print(
+        "Where murmur's step goes (ms per step; rest = murmur - gradient: batch sampling "
+        "and gather, DETSGRAD step, simulator loop):"
+    )
     print(_line([name for name, _ in TIME_COLUMNS], TIME_COLUMNS))
     for row in rows:
         ms = row.ms

@@ -1,0 +1,43 @@
+"""The benchmark scripts run end to end (no timing is asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def test_simulator_throughput_quick_run_prints_the_ratio_table():
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "simulator_throughput.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["N", "murmur"])
+    header = lines[start].split()
+    assert header == [
+        "N",
+        "murmur",
+        "gradient",
+        "centralized",
+        "loop",
+        "murmur/centralized",
+        "murmur/loop",
+        "gradient/centralized",
+        "noise",
+    ]
+    rows = {}
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        rows[line.split()[0]] = line.split()
+    assert set(rows) == {"4", "8"}
+    for cells in rows.values():
+        assert len(cells) == len(header)
+        ratios = [float(cell) for cell in cells[5:8]]
+        assert all(ratio > 0 for ratio in ratios)
