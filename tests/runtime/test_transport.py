@@ -26,7 +26,9 @@ def test_mix_sees_only_the_latest_broadcast_values():
     values = torch.tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
     transport.broadcast(torch.tensor([False, True, False]), values)
     laplacian = as_sparse(graph.laplacian())
-    mixed = transport.mix(laplacian)
+    mixed = torch.ones(3, 2)
+    transport.mix(laplacian, out=mixed, scale=2.0)
     # Only agent 1 has published; agents 0 and 2 are still at their initial zeros.
-    expected = graph.laplacian().float() @ torch.tensor([[0.0, 0.0], [2.0, 2.0], [0.0, 0.0]])
+    published = torch.tensor([[0.0, 0.0], [2.0, 2.0], [0.0, 0.0]])
+    expected = 1.0 + 2.0 * graph.laplacian().float() @ published
     torch.testing.assert_close(mixed, expected)

@@ -9,6 +9,9 @@ agent axis first:
 - ``step(state, grads, iteration, transport)``: the next state, given the
   stacked mini-batch gradients at ``params(state)``. Communication goes through
   ``transport`` only (see ``murmur.runtime.transport``).
+
+The state's tensors are large (agents x parameters), so ``step`` updates them in
+place and may use ``grads`` as scratch space: the state passed in is consumed.
 """
 
 from __future__ import annotations

@@ -57,4 +57,5 @@ class Centralized:
     def step(
         self, state: CentralizedState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> CentralizedState:
-        return CentralizedState(x=state.x - self.gradient_step(iteration) * grads)
+        state.x.add_(grads, alpha=-self.gradient_step(iteration))
+        return state

@@ -22,7 +22,7 @@ import torch
 from murmur.algorithms.schedules import Decaying
 from murmur.config import AlgorithmConfig
 from murmur.errors import UsageError
-from murmur.runtime.transport import Transport
+from murmur.runtime.transport import Transport, copy_rows
 from murmur.topology import Graph, as_sparse, check_consensus_step
 
 
@@ -82,11 +82,11 @@ class Detsgrad:
         self, state: DetsgradState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> DetsgradState:
         alpha = self.gradient_step(iteration)
-        beta = self.consensus_step(iteration)
-        x = state.x - beta * transport.mix(self.laplacian)
+        x, sent = state
+        transport.mix(self.laplacian, out=x, scale=-self.consensus_step(iteration))
         x.add_(grads, alpha=-alpha)
-        drift = torch.linalg.vector_norm(x - state.sent, dim=1)
+        drift = torch.linalg.vector_norm(torch.sub(x, sent, out=grads), dim=1)
         fire = drift > self.v0 * alpha
         transport.broadcast(fire, x)
-        sent = torch.where(fire.unsqueeze(1), x, state.sent)
-        return DetsgradState(x=x, sent=sent)
+        copy_rows(sent, x, fire)
+        return state

@@ -77,10 +77,14 @@ class Dsgd:
     ) -> DsgdState:
         alpha = self.gradient_step(iteration)
         everyone = torch.ones(state.x.shape[0], dtype=torch.bool)
+        x = state.x
         if self.adapt_first:
-            transport.broadcast(everyone, state.x - alpha * grads)
-            return DsgdState(x=transport.mix(self.mixing))
-        transport.broadcast(everyone, state.x)
-        x = transport.mix(self.mixing)
-        x.add_(grads, alpha=-alpha)
-        return DsgdState(x=x)
+            x.add_(grads, alpha=-alpha)
+            transport.broadcast(everyone, x)
+            x.zero_()
+            transport.mix(self.mixing, out=x)
+            return state
+        transport.broadcast(everyone, x)
+        grads.mul_(-alpha)
+        transport.mix(self.mixing, out=grads)
+        return DsgdState(x=grads)

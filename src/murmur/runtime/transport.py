@@ -5,10 +5,11 @@ Algorithms reach the network through two calls only:
 - ``broadcast(senders, values)``: each agent whose ``senders`` flag is set sends
   its row of ``values`` to every neighbour (one event, ``d_i`` point-to-point
   messages of ``P`` floats each);
-- ``mix(operator)``: ``operator @ V`` where row ``j`` of ``V`` is the last value
-  agent ``j`` broadcast, i.e. what each agent can compute from its own last
-  broadcast and the latest values received from its neighbours. ``operator``
-  must be zero outside the graph's edges and diagonal.
+- ``mix(operator, out, scale)``: ``out += scale * operator @ V`` in place, where
+  row ``j`` of ``V`` is the last value agent ``j`` broadcast, i.e. what each
+  agent can compute from its own last broadcast and the latest values received
+  from its neighbours. ``operator`` must be zero outside the graph's edges and
+  diagonal.
 
 The in-memory transport below delivers instantly and losslessly, so every
 neighbour of ``j`` holds the same latest value of ``j`` and one stacked tensor
@@ -60,7 +61,7 @@ class Transport(Protocol):
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None: ...
 
-    def mix(self, operator: torch.Tensor) -> torch.Tensor: ...
+    def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None: ...
 
 
 class InMemoryTransport:
@@ -80,16 +81,22 @@ class InMemoryTransport:
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
         """Agents flagged in ``senders`` (bool, (agents,)) send their row of ``values``."""
-        if bool(senders.all()):
-            self.published.copy_(values)
-        else:
-            self.published[senders] = values[senders]
+        copy_rows(self.published, values, senders)
         sent = senders.to(torch.int64)
         messages = sent * self._degrees
         self.counters.events_per_agent += sent
         self.counters.messages_per_agent += messages
         self.counters.bytes_per_agent += messages * self._message_bytes
 
-    def mix(self, operator: torch.Tensor) -> torch.Tensor:
-        """``operator @ published``; sparse operators cost O(edges * P)."""
-        return operator @ self.published
+    def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
+        """``out += scale * operator @ published``; a sparse operator costs O(edges * P)."""
+        out.addmm_(operator, self.published, alpha=scale)
+
+
+def copy_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) -> None:
+    """``target[rows] = source[rows]`` for a boolean row mask, without a copy when all are set."""
+    if bool(rows.all()):
+        target.copy_(source)
+    elif bool(rows.any()):
+        index = rows.nonzero().squeeze(1)
+        target.index_copy_(0, index, source.index_select(0, index))
