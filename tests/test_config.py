@@ -137,7 +137,7 @@ def test_build_config_refuses_a_section_that_is_not_a_table():
 
 def test_to_dict_puts_the_algorithm_name_first():
     algorithm = single("detsgrad").to_dict()["algorithm"]
-    assert list(algorithm) == ["name", "a", "b", "v0", "d1", "d2", "eps"]
+    assert list(algorithm) == ["name", "a", "d2", "eps", "b", "v0", "d1"]
     assert algorithm["name"] == "detsgrad"
 
 

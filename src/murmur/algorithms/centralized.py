@@ -12,29 +12,15 @@ from typing import NamedTuple
 
 import torch
 
-from murmur.algorithms.schedules import Decaying
-from murmur.config import AlgorithmConfig
-from murmur.errors import UsageError
+from murmur.algorithms.schedules import SgdConfig
 from murmur.runtime.transport import Transport
 
 
 @dataclass(frozen=True)
-class CentralizedConfig(AlgorithmConfig):
-    """Parameters of centralized SGD."""
+class CentralizedConfig(SgdConfig):
+    """Parameters of centralized SGD: the gradient step only."""
 
     name = "centralized"
-    a: float = 0.1
-    """Gradient step scale: alpha_k = a / (eps k + 1)^d2."""
-    d2: float = 1.0
-    """Decay exponent of the gradient step."""
-    eps: float = 1e-5
-    """Decay rate per iteration of the gradient step."""
-
-    def __post_init__(self) -> None:
-        if self.a <= 0:
-            raise UsageError(f"algorithm.a must be positive, not {self.a}")
-        if self.eps < 0 or self.d2 < 0:
-            raise UsageError("algorithm.eps and algorithm.d2 must be >= 0")
 
 
 class CentralizedState(NamedTuple):
@@ -46,7 +32,7 @@ class Centralized:
     """Plain SGD on one learner holding all data."""
 
     def __init__(self, config: CentralizedConfig) -> None:
-        self.gradient_step = Decaying(config.a, config.d2, config.eps)
+        self.gradient_step = config.gradient_step()
 
     def init(self, params: torch.Tensor) -> CentralizedState:
         return CentralizedState(x=params.clone())

@@ -19,40 +19,32 @@ from typing import NamedTuple
 
 import torch
 
-from murmur.algorithms.schedules import Decaying
-from murmur.config import AlgorithmConfig
+from murmur.algorithms.schedules import Decaying, SgdConfig
 from murmur.errors import UsageError
 from murmur.runtime.transport import Transport, copy_rows
 from murmur.topology import Graph, as_sparse, check_consensus_step
 
 
 @dataclass(frozen=True)
-class DetsgradConfig(AlgorithmConfig):
+class DetsgradConfig(SgdConfig):
     """Parameters of DETSGRAD (defaults from docs/ALGORITHMS.md, section 1)."""
 
     name = "detsgrad"
-    a: float = 0.1
-    """Gradient step scale: alpha_k = a / (eps k + 1)^d2."""
     b: float = 0.2
     """Consensus step scale: beta_k = b / (eps k + 1)^d1; needs b * lambda_max(L) < 2."""
     v0: float = 1.0
     """Event threshold scale: v_k = v0 * alpha_k. 0 sends every step."""
     d1: float = 0.1
     """Decay exponent of the consensus step."""
-    d2: float = 1.0
-    """Decay exponent of the gradient step."""
-    eps: float = 1e-5
-    """Decay rate per iteration of both steps."""
 
     def __post_init__(self) -> None:
-        if self.a <= 0:
-            raise UsageError(f"algorithm.a must be positive, not {self.a}")
+        super().__post_init__()
         if self.b <= 0:
             raise UsageError(f"algorithm.b must be positive, not {self.b}")
         if self.v0 < 0:
             raise UsageError(f"algorithm.v0 must be >= 0, not {self.v0}")
-        if self.eps < 0 or self.d1 < 0 or self.d2 < 0:
-            raise UsageError("algorithm.eps, algorithm.d1 and algorithm.d2 must be >= 0")
+        if self.d1 < 0:
+            raise UsageError("algorithm.d1 must be >= 0")
 
 
 class DetsgradState(NamedTuple):
@@ -68,7 +60,7 @@ class Detsgrad:
     def __init__(self, config: DetsgradConfig, graph: Graph) -> None:
         check_consensus_step(graph, config.b, key="algorithm.b")
         self.laplacian = as_sparse(graph.laplacian())
-        self.gradient_step = Decaying(config.a, config.d2, config.eps)
+        self.gradient_step = config.gradient_step()
         self.consensus_step = Decaying(config.b, config.d1, config.eps)
         self.v0 = config.v0
 

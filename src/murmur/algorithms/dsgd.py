@@ -18,24 +18,17 @@ from typing import Literal, NamedTuple
 
 import torch
 
-from murmur.algorithms.schedules import Decaying
-from murmur.config import AlgorithmConfig
+from murmur.algorithms.schedules import SgdConfig
 from murmur.errors import UsageError
 from murmur.runtime.transport import Transport
 from murmur.topology import Graph, as_sparse, mixing_matrix
 
 
 @dataclass(frozen=True)
-class DsgdConfig(AlgorithmConfig):
+class DsgdConfig(SgdConfig):
     """Parameters of DSGD."""
 
     name = "dsgd"
-    a: float = 0.1
-    """Gradient step scale: alpha_k = a / (eps k + 1)^d2."""
-    d2: float = 1.0
-    """Decay exponent of the gradient step."""
-    eps: float = 1e-5
-    """Decay rate per iteration of the gradient step."""
     weights: Literal["laplacian", "metropolis", "uniform"] = "laplacian"
     """Mixing matrix: I - b L, Metropolis-Hastings, or 1/(d+1) (regular graphs)."""
     b: float = 0.2
@@ -44,12 +37,9 @@ class DsgdConfig(AlgorithmConfig):
     """Combine then adapt, or adapt then combine."""
 
     def __post_init__(self) -> None:
-        if self.a <= 0:
-            raise UsageError(f"algorithm.a must be positive, not {self.a}")
+        super().__post_init__()
         if self.b <= 0:
             raise UsageError(f"algorithm.b must be positive, not {self.b}")
-        if self.eps < 0 or self.d2 < 0:
-            raise UsageError("algorithm.eps and algorithm.d2 must be >= 0")
 
 
 class DsgdState(NamedTuple):
@@ -63,7 +53,7 @@ class Dsgd:
     def __init__(self, config: DsgdConfig, graph: Graph) -> None:
         beta = config.b if config.weights == "laplacian" else None
         self.mixing = as_sparse(mixing_matrix(graph, config.weights, beta))
-        self.gradient_step = Decaying(config.a, config.d2, config.eps)
+        self.gradient_step = config.gradient_step()
         self.adapt_first = config.order == "atc"
 
     def init(self, params: torch.Tensor) -> DsgdState:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from murmur.config import AlgorithmConfig
+from murmur.errors import UsageError
+
 
 @dataclass(frozen=True)
 class Decaying:
@@ -15,3 +18,24 @@ class Decaying:
 
     def __call__(self, iteration: int) -> float:
         return self.scale / (self.eps * iteration + 1.0) ** self.exponent
+
+
+@dataclass(frozen=True)
+class SgdConfig(AlgorithmConfig):
+    """The gradient step every SGD algorithm shares: alpha_k = a / (eps k + 1)^d2."""
+
+    a: float = 0.1
+    """Gradient step scale."""
+    d2: float = 1.0
+    """Decay exponent of the gradient step."""
+    eps: float = 1e-5
+    """Decay rate per iteration of the steps."""
+
+    def __post_init__(self) -> None:
+        if self.a <= 0:
+            raise UsageError(f"algorithm.a must be positive, not {self.a}")
+        if self.eps < 0 or self.d2 < 0:
+            raise UsageError("algorithm.eps and algorithm.d2 must be >= 0")
+
+    def gradient_step(self) -> Decaying:
+        return Decaying(self.a, self.d2, self.eps)
