@@ -325,7 +325,7 @@ def test_detsgrad_preset_values():
     assert config.run == RunConfig(seed=0, iterations=3000, eval_every=100)
     assert config.data == DataConfig(dataset="mnist5k", partition="labels", labels_per_agent=1)
     assert config.topology == TopologyConfig(graph="ring", agents=10)
-    assert config.algorithm == DetsgradConfig(a=0.1, b=0.45, v0=1.0, d1=0.1, d2=1.0, eps=1e-5)
+    assert config.algorithm == DetsgradConfig(a=0.2, b=0.45, v0=5.0, d1=0.1, d2=1.0, eps=1e-5)
 
 
 def test_extends_inherits_the_parent_sections():
@@ -334,7 +334,7 @@ def test_extends_inherits_the_parent_sections():
     assert child.data == parent.data
     assert child.model == parent.model
     assert child.topology == parent.topology
-    assert child.algorithm == DsgdConfig(a=0.1, b=0.45)
+    assert child.algorithm == DsgdConfig(a=0.2, b=0.45)
     assert load_experiment("dsgd").description.startswith("DSGD")
 
 
