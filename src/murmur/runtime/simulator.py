@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from murmur.algorithms.base import Algorithm
 from murmur.data.batches import BatchSampler
-from murmur.metrics.evaluation import consensus_distance
+from murmur.metrics.evaluation import accuracy_summary, consensus_distance
 from murmur.runtime.stacked import StackedModel
 from murmur.runtime.transport import Transport
 
@@ -106,17 +106,17 @@ def _record(
     wall_seconds: float,
 ) -> dict[str, Any]:
     accuracy, loss = problem.model.evaluate(params, problem.x_test, problem.y_test)
-    per_agent = accuracy.tolist() if accuracy is not None else None
+    summary = accuracy_summary(accuracy.tolist() if accuracy is not None else None)
     counters = transport.counters
     return {
         "iteration": iteration,
         "samples": samples,
         "wall_seconds": wall_seconds,
-        "test_accuracy": per_agent,
+        "test_accuracy": summary["per_agent"],
         "test_loss": loss.tolist(),
-        "accuracy_mean": sum(per_agent) / len(per_agent) if per_agent else None,
-        "accuracy_min": min(per_agent) if per_agent else None,
-        "accuracy_max": max(per_agent) if per_agent else None,
+        "accuracy_mean": summary["mean"],
+        "accuracy_min": summary["min"],
+        "accuracy_max": summary["max"],
         "train_loss": train_loss,
         "consensus_distance": consensus_distance(params),
         "events": counters.events,
