@@ -340,7 +340,7 @@ def test_extends_inherits_the_parent_sections():
 
 def test_extends_with_another_algorithm_drops_the_parents_algorithm_keys():
     config = single("centralized")
-    assert config.algorithm == CentralizedConfig(a=0.1, d2=1.0, eps=1e-5)
+    assert config.algorithm == CentralizedConfig(a=0.2, d2=1.0, eps=1e-5)
     assert config.data == single("detsgrad").data
 
 
