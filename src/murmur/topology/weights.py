@@ -87,7 +87,8 @@ def uniform_weights(graph: Graph) -> torch.Tensor:
         raise UsageError(
             f"uniform weights need a regular graph (every agent with the same degree), but "
             f"{graph.name} with {graph.agents} agents has degrees "
-            f"{int(degrees.min())}..{int(degrees.max())}; use metropolis weights instead"
+            f"{int(degrees.min())}..{int(degrees.max())}; "
+            "use metropolis weights (algorithm.weights=metropolis)"
         )
     adjacency = graph.adjacency()
     identity = torch.eye(graph.agents, dtype=torch.float64)
