@@ -34,7 +34,7 @@ def test_detsgrad_with_zero_threshold_is_dsgd_with_laplacian_weights():
     assert detsgrad.messages == dsgd.messages == 2 * 6 * 40
 
 
-def test_detsgrad_threshold_saves_messages_and_changes_trajectory():
+def test_detsgrad_threshold_saves_messages_counted_by_degree():
     silent = run(_config({"name": "detsgrad", "a": 0.2, "b": 0.3, "v0": 5.0, "d1": 0.0}))
     assert 0 < silent.events < 6 * 40
     assert silent.messages == sum(2 * e for e in silent.events_per_agent)  # ring: degree 2

@@ -39,7 +39,6 @@ class Problem:
 class Trained:
     """The end of a simulated run."""
 
-    state: Any
     params: torch.Tensor
     train_seconds: float
     samples: int
@@ -93,7 +92,7 @@ def simulate(
                 bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}", msgs=record["messages"])
         bar.update(1)
     bar.close()
-    return Trained(state, algorithm.params(state), train_seconds, samples, record)
+    return Trained(algorithm.params(state), train_seconds, samples, record)
 
 
 def _record(

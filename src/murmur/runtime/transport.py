@@ -73,7 +73,6 @@ class InMemoryTransport:
             raise ValueError(
                 f"initial values have {initial.shape[0]} rows for {graph.agents} agents"
             )
-        self.graph = graph
         self.published = initial.clone()
         self.counters = MessageCounters(graph.agents)
         self._degrees = graph.degrees()
