@@ -62,3 +62,46 @@ def test_flat_layout_round_trips():
     views = stacked.layout.unflatten(flat.expand(2, -1).contiguous())
     torch.testing.assert_close(stacked.layout.stack(views)[1], flat)
     torch.testing.assert_close(views["0.weight"][0], module[0].weight.detach())
+
+
+def _vmap_only(module: nn.Module, task) -> StackedModel:
+    stacked = StackedModel(module, task)
+    stacked._fast = None
+    return stacked
+
+
+def test_linear_relu_stacks_take_the_hand_derived_path():
+    assert StackedModel(build_model(ModelConfig(hidden=(7, 5)), 6, 3, seed=0), "regression")._fast
+    assert StackedModel(nn.Linear(4, 2, bias=False), "classification")._fast
+    assert StackedModel(nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)), "regression")._fast is None
+    assert StackedModel(nn.Sequential(nn.Linear(4, 3), nn.ReLU()), "regression")._fast is None
+
+
+def test_hand_derived_gradients_equal_torch_func_for_both_tasks():
+    generator = torch.Generator().manual_seed(3)
+    cases = [
+        (build_model(ModelConfig(hidden=(7, 5)), 6, 3, seed=0), "classification"),
+        (build_model(ModelConfig(hidden=(8,)), 6, 2, seed=1), "regression"),
+        (nn.Linear(6, 3, bias=False), "regression"),
+    ]
+    for module, task in cases:
+        fast, reference = StackedModel(module, task), _vmap_only(module, task)
+        flat = torch.randn(5, fast.layout.total, generator=generator)
+        x = torch.randn(5, 11, 6, generator=generator)
+        if task == "classification":
+            y = torch.randint(0, 3, (5, 11), generator=generator)
+        else:
+            y = torch.randn(5, 11, module(x[0]).shape[-1], generator=generator)
+        losses, grads = fast.loss_and_grad(flat, x, y)
+        expected_losses, expected_grads = reference.loss_and_grad(flat, x, y)
+        torch.testing.assert_close(losses, expected_losses)
+        torch.testing.assert_close(grads, expected_grads)
+
+
+def test_hand_derived_path_reuses_its_gradient_buffer():
+    stacked = StackedModel(build_model(ModelConfig(hidden=(4,)), 3, 2, seed=5), "classification")
+    flat = torch.randn(2, stacked.layout.total)
+    x, y = torch.randn(2, 4, 3), torch.tensor([[0, 1, 1, 0], [1, 1, 0, 0]])
+    _, first = stacked.loss_and_grad(flat, x, y)
+    _, second = stacked.loss_and_grad(flat + 1, x, y)
+    assert first.data_ptr() == second.data_ptr()

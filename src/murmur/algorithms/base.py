@@ -12,6 +12,8 @@ agent axis first:
 
 The state's tensors are large (agents x parameters), so ``step`` updates them in
 place and may use ``grads`` as scratch space: the state passed in is consumed.
+``grads`` belongs to the model and is overwritten by the next gradient call, so
+the state must never keep a reference to it.
 """
 
 from __future__ import annotations

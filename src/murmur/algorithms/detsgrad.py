@@ -21,7 +21,7 @@ import torch
 
 from murmur.algorithms.schedules import Decaying, SgdConfig
 from murmur.errors import UsageError
-from murmur.runtime.transport import Transport, copy_rows
+from murmur.runtime.transport import Transport
 from murmur.topology import Graph, as_sparse, check_consensus_step
 
 
@@ -49,9 +49,7 @@ class DetsgradConfig(SgdConfig):
 
 class DetsgradState(NamedTuple):
     x: torch.Tensor
-    """Models, (agents, P)."""
-    sent: torch.Tensor
-    """Each agent's last broadcast copy x^_i, (agents, P)."""
+    """Models, (agents, P). Each agent's last broadcast x^_i is ``transport.last_sent``."""
 
 
 class Detsgrad:
@@ -65,7 +63,7 @@ class Detsgrad:
         self.v0 = config.v0
 
     def init(self, params: torch.Tensor) -> DetsgradState:
-        return DetsgradState(x=params.clone(), sent=params.clone())
+        return DetsgradState(x=params.clone())
 
     def params(self, state: DetsgradState) -> torch.Tensor:
         return state.x
@@ -74,11 +72,9 @@ class Detsgrad:
         self, state: DetsgradState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> DetsgradState:
         alpha = self.gradient_step(iteration)
-        x, sent = state
+        x = state.x
         transport.mix(self.laplacian, out=x, scale=-self.consensus_step(iteration))
         x.add_(grads, alpha=-alpha)
-        drift = torch.linalg.vector_norm(torch.sub(x, sent, out=grads), dim=1)
-        fire = drift > self.v0 * alpha
-        transport.broadcast(fire, x)
-        copy_rows(sent, x, fire)
+        drift = torch.linalg.vector_norm(torch.sub(x, transport.last_sent, out=grads), dim=1)
+        transport.broadcast(drift > self.v0 * alpha, x)
         return state

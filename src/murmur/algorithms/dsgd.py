@@ -75,6 +75,7 @@ class Dsgd:
             transport.mix(self.mixing, out=x)
             return state
         transport.broadcast(everyone, x)
-        grads.mul_(-alpha)
-        transport.mix(self.mixing, out=grads)
-        return DsgdState(x=grads)
+        x.zero_()
+        transport.mix(self.mixing, out=x)
+        x.add_(grads, alpha=-alpha)
+        return state

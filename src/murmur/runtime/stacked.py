@@ -2,7 +2,8 @@
 
 The copies' parameters are the rows of a flat (agents, P) tensor. Gradients use
 ``vmap(grad_and_value(loss))`` over ``functional_call``, so any ``nn.Module``
-without buffers works and no Python loop runs over agents.
+without buffers works and no Python loop runs over agents; plain Linear/ReLU
+stacks take the faster hand-derived path of :mod:`murmur.runtime.sequential`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional
 
 from murmur.models.flat import ParamLayout
+from murmur.runtime.sequential import SequentialGradient
 
 Task = Literal["classification", "regression"]
 
@@ -33,6 +35,7 @@ class StackedModel:
         )
         self._grad = vmap(grad_and_value(self._loss))
         self._outputs = vmap(self._forward, in_dims=(0, None))
+        self._fast = SequentialGradient.of(module, self.layout, task == "classification")
 
     def _forward(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.module, params, (x,))
@@ -49,7 +52,15 @@ class StackedModel:
     def loss_and_grad(
         self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mini-batch losses (agents,) and gradients (agents, P); x is (agents, batch, ...)."""
+        """Mini-batch losses (agents,) and gradients (agents, P); x is (agents, batch, ...).
+
+        Linear/ReLU stacks take a hand-derived path whose gradient tensor is
+        reused by the next call (callers may overwrite it; copy it to keep it).
+        """
+        if self._fast is not None:
+            result = self._fast(flat, x, y)
+            if result is not None:
+                return result
         grads, losses = self._grad(self.layout.unflatten(flat), x, y)
         return losses, self.layout.stack(grads)
 

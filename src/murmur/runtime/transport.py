@@ -1,6 +1,6 @@
 """How agents' messages move, and how every message is counted.
 
-Algorithms reach the network through two calls only:
+Algorithms reach the network through two calls and one read only:
 
 - ``broadcast(senders, values)``: each agent whose ``senders`` flag is set sends
   its row of ``values`` to every neighbour (one event, ``d_i`` point-to-point
@@ -9,7 +9,9 @@ Algorithms reach the network through two calls only:
   row ``j`` of ``V`` is the last value agent ``j`` broadcast, i.e. what each
   agent can compute from its own last broadcast and the latest values received
   from its neighbours. ``operator`` must be zero outside the graph's edges and
-  diagonal.
+  diagonal;
+- ``last_sent``: row ``i`` is the value agent ``i`` itself last broadcast (each
+  agent keeps its own copy, so an event trigger can compare against it).
 
 The in-memory transport below delivers instantly and losslessly, so every
 neighbour of ``j`` holds the same latest value of ``j`` and one stacked tensor
@@ -63,6 +65,9 @@ class Transport(Protocol):
 
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None: ...
 
+    @property
+    def last_sent(self) -> torch.Tensor: ...
+
 
 class InMemoryTransport:
     """Instant, lossless delivery between agents held in one process."""
@@ -91,11 +96,17 @@ class InMemoryTransport:
         """``out += scale * operator @ published``; a sparse operator costs O(edges * P)."""
         out.addmm_(operator, self.published, alpha=scale)
 
+    @property
+    def last_sent(self) -> torch.Tensor:
+        """Every agent's own last broadcast: with instant delivery, what its neighbours hold."""
+        return self.published
+
 
 def copy_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) -> None:
-    """``target[rows] = source[rows]`` for a boolean row mask, without a copy when all are set."""
+    """``target[rows] = source[rows]`` for a boolean row mask, touching only those rows."""
     if bool(rows.all()):
         target.copy_(source)
-    elif bool(rows.any()):
-        index = rows.nonzero().squeeze(1)
-        target.index_copy_(0, index, source.index_select(0, index))
+        return
+    # Row by row: index_copy_ would first gather the rows into a temporary.
+    for row in rows.nonzero().squeeze(1).tolist():
+        target[row].copy_(source[row])
