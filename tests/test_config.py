@@ -259,7 +259,7 @@ def test_unknown_section_is_refused_with_the_valid_sections():
         single("detsgrad", ["training.seed=3"])
     message = str(error.value)
     assert "unknown config section 'training'" in message
-    assert "valid sections: run, data, model, topology, algorithm" in message
+    assert "valid sections: run, data, model, topology, timing, algorithm" in message
 
 
 @pytest.mark.parametrize("item", ["run.seed", "runseed=3", "=3", ".seed=3", "run.=3", ""])

@@ -1,11 +1,12 @@
 """Typed configuration: dataclass sections, TOML presets, ``--set`` overrides.
 
-A run is described by five sections::
+A run is described by six sections::
 
     [run]        seed, iterations, eval_every, threads
     [data]       dataset, root, partition, labels_per_agent, dirichlet_alpha, batch_size
     [model]      name, hidden
     [topology]   graph, agents, degree, probability, rows, edges_file
+    [timing]     the virtual clock: compute speed, stragglers, latency, bandwidth
     [algorithm]  name, then that algorithm's own parameters
 
 Presets are TOML files shipped in ``murmur/presets``. A preset may start from
@@ -32,7 +33,7 @@ import tomli_w
 
 from murmur.errors import UsageError
 
-SECTIONS = ("run", "data", "model", "topology", "algorithm")
+SECTIONS = ("run", "data", "model", "topology", "timing", "algorithm")
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,51 @@ class TopologyConfig:
 
 
 @dataclass(frozen=True)
+class TimingConfig:
+    """The virtual clock of the simulator: how long computing and messages take.
+
+    An agent's update takes ``flops / (flops_per_second * speed)`` virtual
+    seconds, times a random factor of mean 1 when ``compute_noise`` is not
+    ``constant``; a message takes ``latency + bytes / bandwidth``.
+    """
+
+    flops_per_second: float = 1e9
+    """Floating-point operations per virtual second of an agent of speed 1."""
+    compute_noise: Literal["constant", "exponential", "lognormal"] = "constant"
+    """Distribution of the factor (mean 1) that scales each compute time."""
+    noise_sigma: float = 0.5
+    """Shape of the log-normal factor (sigma of its logarithm)."""
+    speeds: tuple[float, ...] = ()
+    """Speed of each agent (one value per agent); empty: all 1."""
+    stragglers: int = 0
+    """How many agents (the first ones: 0, 1, ...) are slowed down."""
+    straggler_factor: float = 4.0
+    """How many times slower a straggler is (at least 1)."""
+    latency: float = 1e-3
+    """Seconds from send to arrival of any message, before its bytes."""
+    bandwidth: float = 1.25e8
+    """Bytes per second of every link (1.25e8 is 1 Gbit/s)."""
+
+    def __post_init__(self) -> None:
+        _require(
+            math.isfinite(self.flops_per_second) and self.flops_per_second > 0,
+            "timing.flops_per_second must be positive",
+        )
+        _require(self.noise_sigma >= 0, "timing.noise_sigma must be >= 0")
+        _require(
+            all(math.isfinite(speed) and speed > 0 for speed in self.speeds),
+            "timing.speeds must all be positive",
+        )
+        _require(self.stragglers >= 0, "timing.stragglers must be >= 0")
+        _require(
+            math.isfinite(self.straggler_factor) and self.straggler_factor >= 1,
+            f"timing.straggler_factor must be at least 1, not {self.straggler_factor}",
+        )
+        _require(self.latency >= 0, "timing.latency must be >= 0")
+        _require(self.bandwidth > 0, "timing.bandwidth must be positive")
+
+
+@dataclass(frozen=True)
 class AlgorithmConfig:
     """Base of every algorithm's parameters; ``name`` picks the algorithm."""
 
@@ -127,6 +173,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
+    timing: TimingConfig = field(default_factory=TimingConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
@@ -178,6 +225,7 @@ def build_config(raw: Mapping[str, Any]) -> Config:
         ("data", DataConfig),
         ("model", ModelConfig),
         ("topology", TopologyConfig),
+        ("timing", TimingConfig),
     ):
         sections[name] = _build_section(name, cls, raw.get(name, {}))
     algorithm = dict(raw.get("algorithm", {}))

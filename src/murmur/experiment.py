@@ -24,9 +24,11 @@ from murmur.metrics.evaluation import accuracy_summary
 from murmur.metrics.records import MetricsWriter, RunResult
 from murmur.models import build_model
 from murmur.registry import ALGORITHMS
+from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
+from murmur.runtime.layerwise import Network, train_layerwise
 from murmur.runtime.simulator import Problem, simulate
 from murmur.runtime.stacked import StackedModel
-from murmur.runtime.transport import InMemoryTransport
+from murmur.runtime.transport import InMemoryTransport, MessageCounters
 from murmur.seeding import derive_seed
 from murmur.topology import Graph, build_graph, ring
 
@@ -38,8 +40,12 @@ class Setup:
     config: Config
     dataset: Dataset
     graph: Graph
-    problem: Problem
-    initial: torch.Tensor
+    shards: list[torch.Tensor]
+    """Training-set indices of each agent."""
+    problem: Problem | None
+    """The mini-batch training problem (None for layer-wise algorithms)."""
+    initial: torch.Tensor | None
+    """Stacked initial parameters (None for layer-wise algorithms)."""
 
 
 def prepare(config: Config) -> Setup:
@@ -47,6 +53,11 @@ def prepare(config: Config) -> Setup:
     torch.set_num_threads(config.run.threads)
     spec = ALGORITHMS[config.algorithm.name]
     dataset = load_dataset(config.data.dataset, root=config.data.root or None)
+    if spec.kind == "layerwise" and dataset.task != "classification":
+        raise UsageError(
+            f"{config.algorithm.name} needs a classification dataset; "
+            f"{config.data.dataset} is {dataset.task}"
+        )
     if spec.decentralized:
         topology = config.topology
         graph = build_graph(
@@ -75,6 +86,8 @@ def prepare(config: Config) -> Setup:
         graph = ring(1)
         shards = [torch.arange(dataset.y_train.shape[0])]
         batch_size = config.data.batch_size * config.topology.agents
+    if spec.kind == "layerwise":
+        return Setup(config, dataset, graph, shards, None, None)
     module = build_model(
         config.model, dataset.features, dataset.outputs, seed=derive_seed(config.run.seed, "model")
     )
@@ -88,7 +101,7 @@ def prepare(config: Config) -> Setup:
         sampler=BatchSampler(shards, batch_size, seed=config.run.seed),
     )
     initial = model.initial().expand(graph.agents, -1).contiguous()
-    return Setup(config, dataset, graph, problem, initial)
+    return Setup(config, dataset, graph, shards, problem, initial)
 
 
 def run(
@@ -108,11 +121,16 @@ def run(
     setup = setup if setup is not None else prepare(config)
     spec = ALGORITHMS[config.algorithm.name]
     algorithm = spec.build(config.algorithm, setup.graph)
-    transport = InMemoryTransport(setup.graph, setup.initial)
     run_dir = _create_run_dir(out_dir) if out_dir is not None else None
     if run_dir is not None:
         save_config(config, run_dir / "config.toml")
     writer = MetricsWriter(run_dir / "metrics.jsonl" if run_dir is not None else None)
+    if spec.kind == "layerwise":
+        result = _run_layerwise(setup, algorithm, writer, started, name, preset, run_dir, progress)
+        if run_dir is not None:
+            result.write(run_dir / "summary.json")
+        return result
+    transport = InMemoryTransport(setup.graph, setup.initial)
     try:
         trained = simulate(
             setup.problem,
@@ -156,6 +174,81 @@ def run(
     if run_dir is not None:
         result.write(run_dir / "summary.json")
     return result
+
+
+def _run_layerwise(
+    setup: Setup,
+    solver,
+    writer: MetricsWriter,
+    started: float,
+    name: str,
+    preset: str,
+    run_dir: Path | None,
+    progress: bool,
+) -> RunResult:
+    config, dataset, graph = setup.config, setup.dataset, setup.graph
+    network = Network(
+        graph=graph,
+        counters=MessageCounters(graph.agents),
+        clock=EventLoop(),
+        compute=ComputeTimes(config.timing, graph.agents, derive_seed(config.run.seed, "timing")),
+        links=LinkDelays(config.timing),
+    )
+    try:
+        trained = train_layerwise(
+            config.algorithm,
+            solver,
+            network,
+            dataset.x_train,
+            dataset.y_train,
+            dataset.x_test,
+            dataset.y_test,
+            setup.shards,
+            dataset.num_classes,
+            seed=derive_seed(config.run.seed, "ssfn"),
+            on_record=writer.write,
+            progress=progress,
+        )
+    finally:
+        writer.close()
+    last = trained.last_record
+    counters = network.counters
+    agents = graph.agents
+    samples = int(sum(shard.numel() for shard in setup.shards))
+    decentralized = ALGORITHMS[config.algorithm.name].decentralized
+    extra = {
+        "virtual_seconds": trained.virtual_seconds,
+        "layers": trained.sizes,
+        "train_accuracy": accuracy_summary(last["train_accuracy"]),
+        "train_nme": last["train_nme"],
+        "admm_iterations": trained.admm_iterations,
+        "mean_degree": float(graph.degrees().double().mean()) if decentralized else 0.0,
+    }
+    return RunResult(
+        name=name or config.algorithm.name,
+        preset=preset,
+        algorithm=config.algorithm.name,
+        dataset=config.data.dataset,
+        agents=agents,
+        topology=graph.name if decentralized else "none",
+        iterations=trained.admm_iterations,
+        seed=config.run.seed,
+        accuracy=accuracy_summary(last["test_accuracy"]),
+        test_loss=sum(last["test_loss"]) / agents,
+        events=counters.events,
+        events_per_agent=counters.events_per_agent.tolist(),
+        messages=counters.messages,
+        bytes=counters.bytes,
+        communication_saving=None,
+        consensus_distance=last["consensus_distance"],
+        wall_seconds=time.perf_counter() - started,
+        train_seconds=trained.train_seconds,
+        samples=samples,
+        samples_per_second=samples / max(trained.train_seconds, 1e-9),
+        run_dir=str(run_dir.resolve()) if run_dir is not None else None,
+        extra=extra,
+        parameters=trained.outputs,
+    )
 
 
 def _create_run_dir(out_dir: str | Path) -> Path:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Literal
 
-from murmur.algorithms.base import Algorithm
+from murmur.algorithms.arock import AsyncSolver, DssfnAsyncConfig
 from murmur.algorithms.centralized import Centralized, CentralizedConfig
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.algorithms.dsgd import Dsgd, DsgdConfig
+from murmur.algorithms.dssfn import DssfnConfig, SyncSolver
+from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
 from murmur.config import AlgorithmConfig
 from murmur.topology import Graph
 
@@ -18,10 +21,13 @@ class AlgorithmSpec:
     """How to build one algorithm, and what it needs from the run."""
 
     config: type[AlgorithmConfig]
-    build: Callable[[AlgorithmConfig, Graph | None], Algorithm]
+    build: Callable[[AlgorithmConfig, Graph], Any]
+    """An ``Algorithm`` (kind ``sgd``) or a ``LayerSolver`` (kind ``layerwise``)."""
     summary: str
     decentralized: bool
     """False: one learner on all data (agents x batch_size samples per step)."""
+    kind: Literal["sgd", "layerwise"] = "sgd"
+    """``sgd``: stepped by the simulator on mini-batch gradients; ``layerwise``: SSFN."""
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
@@ -42,5 +48,26 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         lambda config, graph: Centralized(config),
         "one learner on all the data",
         decentralized=False,
+    ),
+    "ssfn": AlgorithmSpec(
+        SsfnConfig,
+        lambda config, graph: CentralSolver(config),
+        "SSFN, layers solved by ADMM on all the data",
+        decentralized=False,
+        kind="layerwise",
+    ),
+    "dssfn": AlgorithmSpec(
+        DssfnConfig,
+        lambda config, graph: SyncSolver(config, graph),
+        "decentralized SSFN, synchronous ADMM with gossip",
+        decentralized=True,
+        kind="layerwise",
+    ),
+    "dssfn-async": AlgorithmSpec(
+        DssfnAsyncConfig,
+        lambda config, graph: AsyncSolver(config, graph),
+        "decentralized SSFN, asynchronous ADMM (ARock)",
+        decentralized=True,
+        kind="layerwise",
     ),
 }

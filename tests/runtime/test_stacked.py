@@ -73,7 +73,10 @@ def _vmap_only(module: nn.Module, task) -> StackedModel:
 def test_linear_relu_stacks_take_the_hand_derived_path():
     assert StackedModel(build_model(ModelConfig(hidden=(7, 5)), 6, 3, seed=0), "regression")._fast
     assert StackedModel(nn.Linear(4, 2, bias=False), "classification")._fast
-    assert StackedModel(nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)), "regression")._fast is None
+    assert (
+        StackedModel(nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)), "regression")._fast
+        is None
+    )
     assert StackedModel(nn.Sequential(nn.Linear(4, 3), nn.ReLU()), "regression")._fast is None
 
 

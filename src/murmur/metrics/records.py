@@ -51,8 +51,8 @@ class RunResult:
     events_per_agent: list[int]
     messages: int
     bytes: int
-    communication_saving: float
-    """1 - events / (agents * iterations)."""
+    communication_saving: float | None
+    """1 - events / (agents * iterations); None where not meaningful (SSFN)."""
     consensus_distance: float
     wall_seconds: float
     """Real time of the whole run, evaluation included."""

@@ -107,7 +107,9 @@ class SequentialGradient:
             log_probs = torch.log_softmax(output, dim=2)
             losses = -log_probs.gather(2, y.unsqueeze(2)).squeeze(2).mean(dim=1)
             delta = log_probs.exp_()
-            delta.scatter_add_(2, y.unsqueeze(2), torch.full_like(y, -1, dtype=delta.dtype).unsqueeze(2))
+            delta.scatter_add_(
+                2, y.unsqueeze(2), torch.full_like(y, -1, dtype=delta.dtype).unsqueeze(2)
+            )
             delta.mul_(1.0 / batch)
         else:
             if y.shape != output.shape:

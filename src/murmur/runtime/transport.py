@@ -43,6 +43,12 @@ class MessageCounters:
         self.messages_per_agent = torch.zeros(self.agents, dtype=torch.int64)
         self.bytes_per_agent = torch.zeros(self.agents, dtype=torch.int64)
 
+    def record_event(self, agent: int, messages: int, message_bytes: int) -> None:
+        """Agent ``agent`` sent ``messages`` point-to-point messages of ``message_bytes`` each."""
+        self.events_per_agent[agent] += 1
+        self.messages_per_agent[agent] += messages
+        self.bytes_per_agent[agent] += messages * message_bytes
+
     @property
     def events(self) -> int:
         return int(self.events_per_agent.sum())
@@ -72,14 +78,19 @@ class Transport(Protocol):
 class InMemoryTransport:
     """Instant, lossless delivery between agents held in one process."""
 
-    def __init__(self, graph: Graph, initial: torch.Tensor) -> None:
-        """``initial`` (agents, P): the values every agent is known to start from."""
+    def __init__(
+        self, graph: Graph, initial: torch.Tensor, counters: MessageCounters | None = None
+    ) -> None:
+        """``initial`` (agents, P): the values every agent is known to start from.
+
+        ``counters``: add to these (e.g. shared by the layers of one run) instead of new ones.
+        """
         if initial.shape[0] != graph.agents:
             raise ValueError(
                 f"initial values have {initial.shape[0]} rows for {graph.agents} agents"
             )
         self.published = initial.clone()
-        self.counters = MessageCounters(graph.agents)
+        self.counters = counters if counters is not None else MessageCounters(graph.agents)
         self._degrees = graph.degrees()
         self._message_bytes = initial.shape[1] * initial.element_size()
 

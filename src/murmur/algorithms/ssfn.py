@@ -1,0 +1,216 @@
+"""SSFN: a layer-wise network whose every layer is a convex problem (docs/ALGORITHMS.md, 3).
+
+Chatterjee et al., "SSFN", arXiv 1905.07111. Samples are rows here: X is
+(J, P), one-hot targets T are (J, Q) and a layer's output matrix O is (Q, n).
+
+- Layer 0: O_0 = argmin ||T - Y_0 O^T||^2 + lambda ||O||^2 with Y_0 = X (ridge).
+- Layer l >= 1: Y_l = ReLU([Y_{l-1} O_{l-1}^T V_Q^T, normc(Y_{l-1} R_l^T)]), with
+  V_Q = [I; -I] and R_l uniform in (-1, 1), the same for every node (shared seed);
+  O_l = argmin ||T - Y_l O^T||^2 subject to ||O||_F <= eps = alpha sqrt(2Q).
+
+A layer's problem only needs the Gram matrix G = Y^T Y (n, n) and C = T^T Y
+(Q, n). This module holds what every variant shares: the configs, the layer
+features, the problems' proximal steps, ADMM for one node and the training
+error; ``dssfn`` (synchronous, gossip) and ``arock`` (asynchronous) solve the
+same problems across nodes, and ``runtime.layerwise`` drives the layers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from murmur.config import AlgorithmConfig
+from murmur.errors import UsageError
+from murmur.seeding import generator
+
+
+@dataclass(frozen=True)
+class LayerwiseConfig(AlgorithmConfig):
+    """What SSFN and its decentralized forms share. Defaults: the Vowel values."""
+
+    lam: float = 1e2
+    """lambda, the ridge weight of layer 0 (per dataset: docs/ALGORITHMS.md)."""
+    mu: float = 1e3
+    """ADMM step: the penalty on disagreement is 1/mu (per dataset)."""
+    alpha: float = 2.0
+    """Norm bound ||O||_F <= alpha * sqrt(2Q); alpha >= 1 keeps every layer lossless."""
+    layers: int = 10
+    """Layers after layer 0 (each adds 2Q + nodes ReLU units); with grow, the most."""
+    nodes: int = 500
+    """Random nodes per layer (the layer has 2Q more); with grow, the most."""
+    admm_iterations: int = 100
+    """ADMM iterations per layer (k_max); asynchronous: updates per node and layer."""
+
+    def __post_init__(self) -> None:
+        _positive(self.lam, "algorithm.lam (lambda)")
+        _positive(self.mu, "algorithm.mu")
+        _positive(self.alpha, "algorithm.alpha")
+        if self.layers < 0:
+            raise UsageError(f"algorithm.layers must be >= 0, not {self.layers}")
+        if self.nodes < 1:
+            raise UsageError(f"algorithm.nodes must be at least 1, not {self.nodes}")
+        if self.admm_iterations < 1:
+            raise UsageError("algorithm.admm_iterations must be at least 1")
+
+
+@dataclass(frozen=True)
+class SsfnConfig(LayerwiseConfig):
+    """Centralized SSFN: one learner, all the data; optionally sizes itself."""
+
+    name = "ssfn"
+    grow: bool = False
+    """Choose the size: add nodes in steps while the training error improves, then layers."""
+    node_step: int = 50
+    """Random nodes added at a time when growing."""
+    node_tolerance: float = 0.005
+    """Keep adding nodes while the training NME improves by at least this fraction."""
+    layer_tolerance: float = 0.1
+    """Keep adding layers while the training NME improves by at least this fraction."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.node_step < 1:
+            raise UsageError("algorithm.node_step must be at least 1")
+        if self.node_tolerance < 0 or self.layer_tolerance < 0:
+            raise UsageError("algorithm.node_tolerance and layer_tolerance must be >= 0")
+
+
+def _positive(value: float, key: str) -> None:
+    if not value > 0:
+        raise UsageError(f"{key} must be positive, not {value}")
+
+
+# ------------------------------------------------------------------ layer maps
+
+
+def norm_bound(config: LayerwiseConfig, classes: int) -> float:
+    """eps = alpha * sqrt(2Q)."""
+    return config.alpha * math.sqrt(2 * classes)
+
+
+def random_weights(seed: int, layer: int, rows: int, columns: int) -> torch.Tensor:
+    """R_l, uniform in (-1, 1), float64; the first k rows do not depend on ``rows``."""
+    stream = generator(seed, "ssfn-weights", layer)
+    return torch.rand(rows, columns, generator=stream, dtype=torch.float64).mul_(2).sub_(1)
+
+
+def next_features(
+    inputs: torch.Tensor, output: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """Y_l (J, 2Q + rows of R) from Y_{l-1} (J, n), O_{l-1} (Q, n) and R_l."""
+    estimate = inputs @ output.T
+    random = inputs @ weights.T
+    random.div_(torch.linalg.vector_norm(random, dim=1, keepdim=True).clamp_(min=1e-12))
+    return torch.cat([estimate, -estimate, random], dim=1).clamp_(min=0)
+
+
+def one_hot(labels: torch.Tensor, classes: int) -> torch.Tensor:
+    return torch.nn.functional.one_hot(labels, classes).to(torch.float64)
+
+
+def nme_db(residual_square: float, target_square: float) -> float:
+    """Normalized mean error 20 log10(||T - T^|| / ||T||), in dB."""
+    ratio = math.sqrt(max(residual_square, 1e-300) / max(target_square, 1e-300))
+    return 20.0 * math.log10(ratio)
+
+
+# ------------------------------------------------------------- the two problems
+
+
+@dataclass(frozen=True)
+class Ridge:
+    """Layer 0's regularizer lambda ||O||^2 (for the whole network)."""
+
+    lam: float
+
+
+@dataclass(frozen=True)
+class Ball:
+    """Layers >= 1: the constraint ||O||_F <= radius."""
+
+    radius: float
+
+
+Regularizer = Ridge | Ball
+
+
+def project_ball(matrices: torch.Tensor, radius: float) -> torch.Tensor:
+    """Each (Q, n) matrix of a (M, Q, n) stack scaled back into the Frobenius ball, in place."""
+    norms = torch.linalg.vector_norm(matrices.flatten(1), dim=1)
+    scale = (radius / norms.clamp(min=1e-300)).clamp_(max=1.0)
+    return matrices.mul_(scale.view(-1, 1, 1))
+
+
+def consensus_prox(values: torch.Tensor, regularizer: Regularizer, mu: float, nodes: int):
+    """argmin_Z g(Z) + sum_m (1/mu) ||V_m - Z||^2 given each node's estimate of mean(V).
+
+    For the ball, projection; for the ridge, the mean shrunk by 1 / (1 + lambda mu / M).
+    Works on a (M, Q, n) stack of per-node estimates, in place.
+    """
+    if isinstance(regularizer, Ball):
+        return project_ball(values, regularizer.radius)
+    return values.div_(1.0 + regularizer.lam * mu / nodes)
+
+
+def admm_single(
+    gram: torch.Tensor,
+    cross: torch.Tensor,
+    radius: float,
+    mu: float,
+    iterations: int,
+) -> torch.Tensor:
+    """ADMM of docs/ALGORITHMS.md for min ||T - Y O^T||^2 s.t. ||O||_F <= radius.
+
+    A = (G + I/mu)^-1, B = C; repeat: O = (B + (Q + Lam)/mu) A; Q = proj(O - Lam);
+    Lam = Lam + Q - O. Returns Q, which satisfies the constraint.
+    """
+    n = gram.shape[0]
+    system = gram + torch.eye(n, dtype=gram.dtype) / mu
+    factor = torch.linalg.cholesky(system)
+    inverse = torch.cholesky_inverse(factor)
+    split = torch.zeros_like(cross)
+    dual = torch.zeros_like(cross)
+    for _ in range(iterations):
+        output = (cross + (split + dual) / mu) @ inverse
+        split = project_ball((output - dual).unsqueeze(0), radius).squeeze(0)
+        dual += split - output
+    return split
+
+
+def ridge_solution(gram: torch.Tensor, cross: torch.Tensor, lam: float) -> torch.Tensor:
+    """O = C (G + lambda I)^-1, the closed form of layer 0."""
+    n = gram.shape[0]
+    system = gram + lam * torch.eye(n, dtype=gram.dtype)
+    return torch.linalg.solve(system, cross.T).T
+
+
+def matmul_flops(rows: int, inner: int, columns: int) -> float:
+    """Floating-point operations of a (rows, inner) @ (inner, columns) product."""
+    return 2.0 * rows * inner * columns
+
+
+class CentralSolver:
+    """Centralized SSFN: one node, layer 0 in closed form, the others by ADMM."""
+
+    def __init__(self, config: LayerwiseConfig) -> None:
+        self.mu = config.mu
+        self.iterations_per_layer = config.admm_iterations
+
+    def solve(self, grams, crosses, regularizer, setup_flops, network) -> torch.Tensor:
+        outputs = []
+        for node, (gram, cross) in enumerate(zip(grams, crosses, strict=True)):
+            n, classes = gram.shape[0], cross.shape[0]
+            if isinstance(regularizer, Ridge):
+                outputs.append(ridge_solution(gram, cross, regularizer.lam))
+                flops = n**3 / 3 + matmul_flops(classes, n, n)
+            else:
+                outputs.append(
+                    admm_single(gram, cross, regularizer.radius, self.mu, self.iterations_per_layer)
+                )
+                flops = n**3 + self.iterations_per_layer * matmul_flops(classes, n, n)
+            network.clock.advance(network.compute.seconds(node, setup_flops[node] + flops))
+        network.ready = [network.clock.now] * len(outputs)
+        return torch.stack(outputs)
