@@ -122,8 +122,8 @@ class TimingConfig:
     ``constant``; a message takes ``latency + bytes / bandwidth``.
     """
 
-    flops_per_second: float = 1e9
-    """Floating-point operations per virtual second of an agent of speed 1."""
+    flops_per_second: float = 1e10
+    """Floating-point operations per virtual second of an agent of speed 1 (a CPU core)."""
     compute_noise: Literal["constant", "exponential", "lognormal"] = "constant"
     """Distribution of the factor (mean 1) that scales each compute time."""
     noise_sigma: float = 0.5

@@ -86,6 +86,8 @@ class LayerwiseResult:
 
     outputs: torch.Tensor
     """Last layer's output matrices, (M, Q, n)."""
+    history: list[torch.Tensor]
+    """Every kept layer's output matrices, layer 0 first."""
     sizes: list[int]
     """Width of each layer after layer 0 (2Q + random nodes)."""
     train_seconds: float
@@ -121,6 +123,7 @@ def train_layerwise(
     radius = norm_bound(config, classes)
 
     outputs = _solve(state, solver, Ridge(config.lam), network, [0.0] * nodes)
+    history = [outputs]
     record = state.record(0, outputs, network, started, solver.iterations_per_layer)
     on_record(record)
     sizes: list[int] = []
@@ -145,12 +148,14 @@ def train_layerwise(
         state, outputs, record = next_state, next_outputs, next_record
         iterations += iterations_used
         sizes.append(outputs.shape[2])
+        history.append(outputs)
         on_record(record)
         bar.update(1)
         bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}")
     bar.close()
     return LayerwiseResult(
         outputs=outputs,
+        history=history,
         sizes=sizes,
         train_seconds=time.perf_counter() - started,
         virtual_seconds=network.finished,
