@@ -312,3 +312,119 @@ def test_accuracy_band_comes_from_per_agent_values_when_statistics_are_missing()
     assert mean == pytest.approx([61.0, 71.0])
     assert low == pytest.approx([60.0, 70.0])
     assert high == pytest.approx([62.0, 72.0])
+
+
+def layerwise_summary(name: str, algorithm: str, agents: int = 5, **fields) -> dict:
+    """A summary as SSFN / dSSFN runs write it: SGD fields plus layer-wise ones."""
+    summary = summary_for(
+        name,
+        algorithm,
+        agents=agents,
+        dataset="vowel",
+        communication_saving=None,
+        virtual_seconds=0.0474,
+        layers=[122, 122, 122],
+        train_accuracy={"mean": 0.96969, "min": 0.96, "max": 0.98, "per_agent": [0.97] * agents},
+        train_nme=-8.1,
+        admm_iterations=120,
+        mean_degree=2.0,
+    )
+    summary.update(fields)
+    return summary
+
+
+LAYERWISE_COLUMNS = ("train acc %", "layers", "virtual s")
+
+
+@pytest.mark.parametrize("markdown", [True, False])
+def test_layerwise_columns_show_train_accuracy_layers_and_virtual_seconds(markdown):
+    summaries = [
+        layerwise_summary("sync", "dssfn"),
+        layerwise_summary("grow", "dssfn-async", layers=[122, 172, 222], virtual_seconds=12.345),
+        layerwise_summary("central", "ssfn", agents=1, virtual_seconds=1234.5, mean_degree=0.0),
+        summary_for("sgd", "detsgrad"),
+    ]
+    table = format_table(summaries, markdown=markdown)
+    rows = {row["name"]: row for row in (markdown_rows if markdown else plain_rows)(table)}
+
+    assert rows["sync"]["train acc %"] == "96.97"
+    assert rows["sync"]["layers"] == "3 x 122"
+    assert rows["sync"]["virtual s"] == "0.0474"
+    assert rows["sync"]["wall s"] == "12.3"
+    assert rows["grow"]["layers"] == "122,172,222"
+    assert rows["grow"]["virtual s"] == "12.3"
+    assert rows["central"]["virtual s"] == "1234.5"
+    for column in LAYERWISE_COLUMNS:  # an SGD run lacks them all
+        assert rows["sgd"][column] == "-", column
+    assert rows["sgd"]["acc mean %"] == "80.00"
+
+
+def test_layerwise_columns_sit_beside_their_sgd_counterparts():
+    header = markdown_rows(format_table([layerwise_summary("a", "dssfn")], markdown=True))[0]
+    names = list(header)
+    assert names.index("layers") == names.index("iterations") + 1
+    assert names.index("train acc %") == names.index("acc max %") + 1
+    assert names.index("virtual s") == names.index("wall s") + 1
+
+
+def test_sgd_only_tables_have_no_layerwise_columns():
+    summaries = [summary_for("base", "dsgd"), summary_for("event", "detsgrad", messages=50)]
+    for markdown in (True, False):
+        header = format_table(summaries, markdown=markdown).splitlines()[0]
+        for column in LAYERWISE_COLUMNS:
+            assert column not in header
+    # Null values count as absent: older or partial summaries add no empty columns.
+    nulls = summary_for("n", "dsgd", layers=None, train_accuracy=None, virtual_seconds=None)
+    header = format_table([nulls], markdown=True).splitlines()[0]
+    assert not any(column in header for column in LAYERWISE_COLUMNS)
+
+
+def test_each_layerwise_column_appears_with_its_own_field():
+    only_virtual = summary_for("later-sgd", "dsgd", virtual_seconds=3.0)
+    row = markdown_rows(format_table([only_virtual], markdown=True))[0]
+    assert row["virtual s"] == "3.00"
+    assert "layers" not in row and "train acc %" not in row
+
+
+@pytest.mark.parametrize(
+    ("layers", "text"),
+    [([50], "1 x 50"), ([10, 10.0], "2 x 10"), ([], "-"), (None, "-"), ([1, "x"], "-")],
+)
+def test_layers_cell(layers, text):
+    summaries = [layerwise_summary("a", "dssfn", layers=layers), layerwise_summary("b", "dssfn")]
+    assert markdown_rows(format_table(summaries, markdown=True))[0]["layers"] == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.0, "0.0"), (0.0188, "0.0188"), (1.29, "1.29"), (0.00002243, "2.24e-05"), (None, "-")],
+)
+def test_virtual_seconds_keep_three_significant_digits(seconds, text):
+    summaries = [
+        layerwise_summary("a", "dssfn", virtual_seconds=seconds),
+        layerwise_summary("b", "dssfn"),
+    ]
+    assert markdown_rows(format_table(summaries, markdown=True))[0]["virtual s"] == text
+
+
+def test_saving_vs_dsgd_is_dash_for_runs_with_null_communication_saving():
+    summaries = [
+        summary_for("base", "dsgd", messages=20_000),
+        layerwise_summary("sync", "dssfn", messages=5_000),
+        summary_for("event", "detsgrad", messages=5_000),
+    ]
+    rows = {row["name"]: row for row in markdown_rows(format_table(summaries, markdown=True))}
+    assert rows["sync"]["saving vs DSGD %"] == "-"
+    assert rows["sync"]["messages"] == "5000"
+    assert rows["event"]["saving vs DSGD %"] == "75.00"
+
+
+def test_report_says_which_seconds_are_virtual(tmp_path):
+    layerwise = make_run(tmp_path / "runs", layerwise_summary("sync", "dssfn"), records_for(5, 8))
+    sgd = make_run(tmp_path / "runs", summary_for("base", "dsgd"), records_for(4, 8))
+    report = write_report([layerwise, sgd], tmp_path / "mixed").read_text()
+    assert "virtual s is simulated time on the virtual clock" in report
+    rows = markdown_rows("\n".join(line for line in report.splitlines() if line.startswith("|")))
+    assert rows[0]["virtual s"] == "0.0474"
+    report = write_report([sgd], tmp_path / "sgd").read_text()
+    assert "seconds are wall-clock" in report and "virtual" not in report

@@ -7,12 +7,16 @@ time from the same runs.
 
 Fields that an algorithm does not produce (a centralized run sends no
 messages, older runs lack newer fields) may be missing or null; they are shown
-as ``-``.
+as ``-``. Layer-wise runs (SSFN, dSSFN) add fields such as ``layers``,
+``train_accuracy``, ``virtual_seconds`` and ``mean_degree``; the table and
+report gain their columns and plots only when some run has them, so tables of
+SGD runs alone look as they always did.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +34,11 @@ _PLOT_FILES = (
     ("Mean test accuracy", "accuracy.png"),
     ("Messages", "messages.png"),
     ("Events per agent", "events_per_agent.png"),
+)
+# Plots drawn only when the runs have the fields and vary along the x axis.
+_OPTIONAL_PLOT_FILES = (
+    ("Training time vs number of nodes (virtual clock)", "time_vs_nodes.png"),
+    ("Mean test accuracy vs mean degree", "accuracy_vs_degree.png"),
 )
 
 
@@ -131,6 +140,32 @@ def _seconds(value: Any) -> str:
     return MISSING if number is None else f"{number:.1f}"
 
 
+def _virtual_seconds(value: Any) -> str:
+    """Simulated seconds with three significant digits: virtual times are often tiny."""
+    number = _number(value)
+    if number is None or not math.isfinite(number):
+        return MISSING
+    if number == 0:
+        return "0.0"
+    if abs(number) < 1e-3:
+        return f"{number:.2e}"
+    decimals = max(1, 2 - math.floor(math.log10(abs(number))))
+    return f"{number:.{decimals}f}"
+
+
+def _layers(value: Any) -> str:
+    """Layer widths, compact: "3 x 122" when all are equal, else "122,172,222"."""
+    if not isinstance(value, list) or not value:
+        return MISSING
+    widths = [_number(width) for width in value]
+    if any(width is None or not math.isfinite(width) for width in widths):
+        return MISSING
+    texts = [str(round(width)) for width in widths]
+    if len(set(texts)) == 1:
+        return f"{len(texts)} x {texts[0]}"
+    return ",".join(texts)
+
+
 def human_bytes(value: Any) -> str:
     """Bytes in decimal units (1 KB = 1000 B), as network traffic is counted."""
     number = _number(value)
@@ -145,8 +180,8 @@ def human_bytes(value: Any) -> str:
     return f"{number:.2f} {unit}"
 
 
-def _accuracy(summary: dict[str, Any], statistic: str) -> Any:
-    accuracy = summary.get("accuracy")
+def _accuracy(summary: dict[str, Any], statistic: str, key: str = "accuracy") -> Any:
+    accuracy = summary.get(key)
     return accuracy.get(statistic) if isinstance(accuracy, dict) else None
 
 
@@ -164,6 +199,10 @@ def _saving(summary: dict[str, Any], dsgd_messages: float | None) -> str:
     messages = _number(summary.get("messages"))
     if dsgd_messages is None or messages is None or summary.get("agents") == 1:
         return MISSING
+    # A run that says its communication saving is not meaningful (null, as
+    # layer-wise runs write) is not an SGD variant whose messages compare with DSGD's.
+    if "communication_saving" in summary and summary["communication_saving"] is None:
+        return MISSING
     return _percent(1 - messages / dsgd_messages)
 
 
@@ -172,6 +211,11 @@ class _Column:
     header: str
     cell: Callable[[dict[str, Any]], str]
     numeric: bool
+
+
+def _has(summaries: list[dict[str, Any]], key: str) -> bool:
+    """Whether any summary has a value for key: its optional column is then shown."""
+    return any(summary.get(key) is not None for summary in summaries)
 
 
 def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column]:
@@ -183,15 +227,29 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
         _Column("agents", lambda s: _count(s.get("agents")), True),
         _Column("topology", lambda s: _text(s.get("topology")), False),
         _Column("iterations", lambda s: _count(s.get("iterations")), True),
+    ]
+    if _has(summaries, "layers"):
+        columns.append(_Column("layers", lambda s: _layers(s.get("layers")), True))
+    columns += [
         _Column("acc mean %", lambda s: _percent(_accuracy(s, "mean")), True),
         _Column("acc min %", lambda s: _percent(_accuracy(s, "min")), True),
         _Column("acc max %", lambda s: _percent(_accuracy(s, "max")), True),
+    ]
+    if _has(summaries, "train_accuracy"):
+        columns.append(
+            _Column("train acc %", lambda s: _percent(_accuracy(s, "mean", "train_accuracy")), True)
+        )
+    columns += [
         _Column("events", lambda s: _count(s.get("events")), True),
         _Column("messages", lambda s: _count(s.get("messages")), True),
         _Column("bytes", lambda s: human_bytes(s.get("bytes")), True),
         _Column("saving vs DSGD %", lambda s: _saving(s, dsgd_messages), True),
         _Column("wall s", lambda s: _seconds(s.get("wall_seconds")), True),
     ]
+    if _has(summaries, "virtual_seconds"):
+        columns.append(
+            _Column("virtual s", lambda s: _virtual_seconds(s.get("virtual_seconds")), True)
+        )
     if with_folder:
         columns.append(_Column("run folder", lambda s: _text(s.get("run_dir")), False))
     return columns
@@ -202,8 +260,14 @@ def format_table(summaries: list[dict[str, Any]], markdown: bool = False) -> str
 
     Accuracies and the saving are percentages with two decimals. "saving vs
     DSGD" is 1 - messages / messages of the (first) run whose algorithm is
-    "dsgd"; it is "-" without such a run, for a run without a messages count
-    and for single-agent runs. The plain form also shows each run's folder.
+    "dsgd"; it is "-" without such a run, for a run without a messages count,
+    for single-agent runs and for runs whose communication_saving is null
+    (layer-wise runs). The plain form also shows each run's folder.
+
+    Columns for layer-wise runs appear when any summary has their field:
+    "layers" (widths, "3 x 122" when all are equal), "train acc %" (mean
+    training accuracy over agents) and "virtual s" (simulated seconds on the
+    virtual clock, beside the real "wall s"); other runs show "-" in them.
     """
     columns = _columns(summaries, with_folder=not markdown)
     rows = [[column.cell(summary) for column in columns] for summary in summaries]
@@ -245,6 +309,11 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
 
     All runs are read before anything is written, so a bad folder leaves
     out_dir untouched. Re-running overwrites the report and plots.
+
+    Besides the accuracy, messages and events plots, time_vs_nodes.png and
+    accuracy_vs_degree.png are written (and linked) only when some algorithm
+    has runs at two or more node counts / mean degrees; otherwise a stale copy
+    from an earlier report in out_dir is removed.
     """
     if not run_dirs:
         raise UsageError("no run folders given; pass one or more folders written by `murmur run`")
@@ -260,25 +329,41 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
     plots.plot_accuracy(runs, out / "accuracy.png")
     plots.plot_messages(runs, out / "messages.png")
     plots.plot_events_per_agent(runs, out / "events_per_agent.png")
+    optional = {
+        "time_vs_nodes.png": plots.plot_time_vs_nodes(runs, out / "time_vs_nodes.png"),
+        "accuracy_vs_degree.png": plots.plot_accuracy_vs_degree(
+            runs, out / "accuracy_vs_degree.png"
+        ),
+    }
+    plot_files = [
+        *_PLOT_FILES,
+        *((title, file) for title, file in _OPTIONAL_PLOT_FILES if optional[file]),
+    ]
 
     report_path = out / "report.md"
-    report_path.write_text(_report_markdown(runs, out), encoding="utf-8")
+    report_path.write_text(_report_markdown(runs, out, plot_files), encoding="utf-8")
     return report_path
 
 
-def _report_markdown(runs: list[Run], out: Path) -> str:
+def _report_markdown(runs: list[Run], out: Path, plot_files: list[tuple[str, str]]) -> str:
+    summaries = [run.summary for run in runs]
+    seconds = (
+        "wall s is wall-clock time, virtual s is simulated time on the virtual clock."
+        if _has(summaries, "virtual_seconds")
+        else "seconds are wall-clock."
+    )
     parts = [
         "# murmur report",
         "",
         f"{len(runs)} run{'s' if len(runs) != 1 else ''}. Accuracies are test accuracies over "
-        "agents at the end of each run; seconds are wall-clock.",
+        f"agents at the end of each run; {seconds}",
         "",
         "## Results",
         "",
-        format_table([run.summary for run in runs], markdown=True),
+        format_table(summaries, markdown=True),
         "",
     ]
-    for title, file in _PLOT_FILES:
+    for title, file in plot_files:
         parts += [f"## {title}", "", f"![{title}]({file})", ""]
     parts += ["## Configurations", ""]
     parts += [_config_line(run, out) for run in runs]

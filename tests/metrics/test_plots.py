@@ -1,0 +1,212 @@
+"""Plots of layer-wise runs: time vs nodes, accuracy vs degree, and the x-axis label."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from murmur.metrics import plots
+from murmur.metrics.report import Run, read_run, write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+NEW_PLOTS = ("time_vs_nodes.png", "accuracy_vs_degree.png")
+
+
+def layer_records(agents: int, layers: int = 3) -> list[dict]:
+    """metrics.jsonl of a layer-wise run: one record per layer, iteration == layer."""
+    records = []
+    for layer in range(layers + 1):
+        accuracy = [0.3 + 0.1 * layer + 0.01 * agent for agent in range(agents)]
+        records.append(
+            {
+                "iteration": layer,
+                "layer": layer,
+                "width": 10 if layer == 0 else 122,
+                "admm_iterations": 30,
+                "test_accuracy": accuracy,
+                "accuracy_mean": sum(accuracy) / agents,
+                "accuracy_min": min(accuracy),
+                "accuracy_max": max(accuracy),
+                "train_accuracy": [0.9] * agents,
+                "train_accuracy_mean": 0.9,
+                "train_nme": -5.0,
+                "consensus_distance": 0.01,
+                "events": 30 * agents * layer,
+                "messages": 60 * agents * layer,
+                "bytes": 8000 * agents * layer,
+                "events_per_agent": [30 * layer] * agents,
+                "virtual_seconds": 0.01 * layer,
+                "wall_seconds": 0.02 * layer,
+            }
+        )
+    return records
+
+
+def sgd_records(agents: int) -> list[dict]:
+    return [
+        {
+            "iteration": iteration,
+            "test_accuracy": [0.5] * agents,
+            "accuracy_mean": 0.5,
+            "messages": 10 * iteration,
+            "events_per_agent": [iteration] * agents,
+        }
+        for iteration in (0, 25, 50)
+    ]
+
+
+def layer_summary(
+    name: str, algorithm: str, agents: int, mean_degree: float, virtual_seconds: float, **fields
+) -> dict:
+    summary = {
+        "name": name,
+        "algorithm": algorithm,
+        "dataset": "vowel",
+        "agents": agents,
+        "topology": "ring" if agents > 1 else "none",
+        "iterations": 120,
+        "accuracy": {"mean": 0.55, "min": 0.5, "max": 0.6, "per_agent": [0.55] * agents},
+        "events": 600,
+        "events_per_agent": [120] * agents,
+        "messages": 1200,
+        "bytes": 9_926_400,
+        "communication_saving": None,
+        "wall_seconds": 0.2,
+        "virtual_seconds": virtual_seconds,
+        "layers": [122, 122, 122],
+        "train_accuracy": {"mean": 0.97, "min": 0.96, "max": 0.98, "per_agent": [0.97] * agents},
+        "train_nme": -8.1,
+        "admm_iterations": 120,
+        "mean_degree": mean_degree,
+    }
+    summary.update(fields)
+    return summary
+
+
+def make_run(root: Path, summary: dict, records: list[dict]) -> Path:
+    run_dir = root / summary["name"]
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.toml").write_text(f'[run]\nname = "{summary["name"]}"\n')
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run_dir
+
+
+def sweep(root: Path) -> list[Path]:
+    """dSSFN runs at 4 and 8 nodes on degree-2 rings and a complete graph, plus SSFN and SGD."""
+    summaries = [
+        layer_summary("sync-8", "dssfn", 8, 2.0, 1.5),
+        layer_summary("sync-4", "dssfn", 4, 2.0, 1.0),
+        layer_summary("sync-8-full", "dssfn", 8, 7.0, 2.0, accuracy={"mean": 0.6}),
+        layer_summary("async-4", "dssfn-async", 4, 2.0, 0.05),
+        layer_summary("central", "ssfn", 1, 0.0, 0.02),
+    ]
+    runs = [make_run(root, s, layer_records(s["agents"])) for s in summaries]
+    sgd = {"name": "sgd", "algorithm": "detsgrad", "agents": 10, "accuracy": {"mean": 0.2}}
+    runs.append(make_run(root, sgd, sgd_records(10)))
+    return runs
+
+
+def is_png(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == PNG_MAGIC
+
+
+def fake_run(records: list[dict], **summary) -> Run:
+    return Run(path=Path("nowhere"), summary=summary, records=records)
+
+
+def test_report_writes_and_links_time_vs_nodes_and_accuracy_vs_degree(tmp_path):
+    out = tmp_path / "report"
+    report = write_report(sweep(tmp_path / "runs"), out).read_text()
+    for file in NEW_PLOTS:
+        assert is_png(out / file), file
+        assert (out / file).stat().st_size > 5_000
+        assert f"]({file})" in report
+    assert "virtual" in report.split("(time_vs_nodes.png)")[0].rsplit("##", 1)[1]
+
+
+def test_new_plots_are_not_written_with_a_single_x_value(tmp_path):
+    summaries = [
+        layer_summary("sync", "dssfn", 5, 2.0, 1.0),
+        layer_summary("sync-seed", "dssfn", 5, 2.0, 1.1),
+        layer_summary("async", "dssfn-async", 5, 2.0, 0.05),
+    ]
+    run_dirs = [make_run(tmp_path / "runs", s, layer_records(5)) for s in summaries]
+    out = tmp_path / "report"
+    out.mkdir()
+    for file in NEW_PLOTS:  # stale copies from an earlier report go
+        (out / file).write_bytes(PNG_MAGIC)
+    report = write_report(run_dirs, out).read_text()
+    for file in NEW_PLOTS:
+        assert not (out / file).exists(), file
+        assert file not in report
+    assert is_png(out / "accuracy.png")
+
+
+def test_new_plots_need_their_fields(tmp_path):
+    # SGD runs at several agent counts have no virtual seconds or mean degree.
+    runs = [
+        read_run(make_run(tmp_path, {"name": f"sgd-{n}", "algorithm": "dsgd", "agents": n}, []))
+        for n in (4, 8)
+    ]
+    assert not plots.plot_time_vs_nodes(runs, tmp_path / "time.png")
+    assert not plots.plot_accuracy_vs_degree(runs, tmp_path / "degree.png")
+    assert not (tmp_path / "time.png").exists()
+    assert not (tmp_path / "degree.png").exists()
+
+
+def test_plot_functions_report_whether_they_wrote(tmp_path):
+    runs = [read_run(run_dir) for run_dir in sweep(tmp_path / "runs")]
+    assert plots.plot_time_vs_nodes(runs, tmp_path / "time.png")
+    assert plots.plot_accuracy_vs_degree(runs, tmp_path / "degree.png")
+    assert is_png(tmp_path / "time.png") and is_png(tmp_path / "degree.png")
+
+
+def test_points_are_grouped_by_algorithm_and_lines_sorted_by_x(tmp_path):
+    runs = [read_run(run_dir) for run_dir in sweep(tmp_path / "runs")]
+    by_nodes = plots.algorithm_points(
+        runs, lambda s: s.get("agents"), lambda s: s.get("virtual_seconds")
+    )
+    assert list(by_nodes) == ["dssfn", "dssfn-async", "ssfn"]  # the SGD run has no time
+    assert plots.mean_line(by_nodes["dssfn"]) == ([4, 8], [1.0, 1.75])  # 8 nodes: mean of two
+    assert plots.mean_line(by_nodes["ssfn"]) == ([1], [0.02])
+
+
+def test_lines_are_split_by_dataset_when_runs_span_several():
+    runs = [
+        fake_run([], algorithm="dssfn", dataset="vowel", mean_degree=2.0),
+        fake_run([], algorithm="dssfn", dataset="letter", mean_degree=4.0),
+    ]
+    points = plots.algorithm_points(runs, lambda s: s["mean_degree"], lambda s: 1.0)
+    assert list(points) == ["dssfn (vowel)", "dssfn (letter)"]
+
+
+def test_x_axis_label_is_layer_only_when_every_run_is_layer_wise():
+    ssfn = fake_run(layer_records(1), algorithm="ssfn")
+    dssfn = fake_run(layer_records(5), algorithm="dssfn")
+    sgd = fake_run(sgd_records(10), algorithm="detsgrad")
+    empty = fake_run([], algorithm="dsgd")
+    assert plots.x_axis_label([ssfn, dssfn]) == "layer"
+    assert plots.x_axis_label([ssfn, empty]) == "layer"  # runs without records do not count
+    assert plots.x_axis_label([ssfn, sgd]) == "iteration"
+    assert plots.x_axis_label([sgd]) == "iteration"
+    assert plots.x_axis_label([]) == "iteration"
+
+
+@pytest.mark.parametrize("plot", [plots.plot_accuracy, plots.plot_messages])
+def test_per_run_plots_take_their_x_label_from_the_runs(plot, tmp_path, monkeypatch):
+    labels = []
+    finish = plots._finish
+
+    def recording_finish(axes, drawn, note, xlabel, *rest):
+        labels.append(xlabel)
+        finish(axes, drawn, note, xlabel, *rest)
+
+    monkeypatch.setattr(plots, "_finish", recording_finish)
+    layer_wise = fake_run(layer_records(5), algorithm="dssfn", agents=5)
+    sgd = fake_run(sgd_records(10), algorithm="detsgrad", agents=10)
+    plot([layer_wise], tmp_path / "layer.png")
+    plot([layer_wise, sgd], tmp_path / "mixed.png")
+    assert labels == ["layer", "iteration"]
