@@ -41,3 +41,20 @@ def test_simulator_throughput_quick_run_prints_the_ratio_table():
         assert len(cells) == len(header)
         ratios = [float(cell) for cell in cells[5:8]]
         assert all(ratio > 0 for ratio in ratios)
+
+
+def test_dssfn_async_speedup_quick_run_prints_one_row_per_graph():
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "dssfn_async_speedup.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["graph", "nodes"])
+    rows = [line.split() for line in lines[start + 1 :] if line.strip()]
+    assert len(rows) == 1
+    graph, nodes, degree, sync_accuracy, sync_seconds = rows[0][:5]
+    assert (graph, nodes, degree) == ("ring", "4", "2")
+    assert 0 < float(sync_accuracy) <= 100 and float(sync_seconds) > 0

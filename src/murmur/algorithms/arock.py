@@ -17,12 +17,18 @@ layer, turns the norm bound into a scalar equation), relaxes its block,
     z_{e,j} <- z_{e,j} - eta (z_{e,j} - T(z)_{e,j}),
 
 and pushes each z_{e,j} to j alone; it waits for no one: as soon as an update
-is done it starts the next one with whatever has arrived, and only when
-nothing at all has arrived since its last update does it sleep until the next
-message (an update on unchanged inputs would repeat itself). At a fixed point
-every x_i is the same minimizer of sum_m f_m, the centralized solution.
-Each node makes ``admm_iterations`` updates per layer, then starts the next
-layer on its own, whatever its neighbours are doing.
+is done it starts the next one with whatever has arrived. Only when nothing at
+all has arrived since its last update does it sleep until the next message
+(its x_i would not change), and not even then once every neighbour has made
+its quota, since those send only in answer. At a fixed point every x_i is
+the same minimizer of sum_m f_m, the centralized solution.
+
+Each node makes at least ``admm_iterations`` updates per layer (its quota).
+After that it only answers news, until every neighbour has made its quota too
+(each message carries its sender's update count); then it starts the next
+layer on its own, whatever the rest of the network is doing. A slow node thus
+gets answers from its faster neighbours for as long as it needs them, and
+nobody ever waits for a round to end.
 """
 
 from __future__ import annotations
@@ -110,19 +116,22 @@ class AsyncSolver:
         result = torch.zeros_like(crosses)
         spectra: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * nodes
 
+        quota = self.iterations_per_layer
+        # fresh[i]: node i has received something since its current update began.
+        # idle[i]: node i waits for news rather than update again on the same inputs.
         fresh = [False] * nodes
-        """Whether node i has received anything since its current update began."""
         idle = [False] * nodes
-        """Whether node i is waiting for news: it never updates twice on the same inputs."""
+        finished = [False] * nodes
 
         def deliver(receiver: int, sender: int, stamp: int, value: torch.Tensor) -> None:
-            if stamp > stamps[receiver][sender]:  # an older message never overwrites a newer one
-                stamps[receiver][sender] = stamp
-                inbox[receiver][sender] = value
-                fresh[receiver] = True
-                if idle[receiver]:
-                    idle[receiver] = False
-                    wake(receiver)
+            if finished[receiver] or stamp <= stamps[receiver][sender]:
+                return  # an older message never overwrites a newer one
+            stamps[receiver][sender] = stamp
+            inbox[receiver][sender] = value
+            fresh[receiver] = True
+            if idle[receiver]:
+                idle[receiver] = False
+                wake(receiver)
 
         def wake(i: int) -> None:
             if spectra[i] is None:
@@ -135,6 +144,7 @@ class AsyncSolver:
             rotated = (2.0 * crosses[i] - incoming) @ basis
             curvature = 2.0 * values + self.gamma * degree + 2.0 * ridge
             x = ball_constrained_solve(rotated, curvature, basis, radius)
+            result[i] = x
             seconds = compute.seconds(i, update_flops)
             for j in self.neighbors[i]:
                 block = own[i][j]
@@ -146,14 +156,17 @@ class AsyncSolver:
             if degree:
                 counters.record_event(i, degree, message_bytes)
             done[i] += 1
-            if done[i] < self.iterations_per_layer:
-                clock.at(clock.now + seconds, lambda: wake_if_news(i))
-            else:
-                result[i] = x
-                network.ready[i] = clock.now + seconds
+            clock.at(clock.now + seconds, lambda: after_update(i))
 
-        def wake_if_news(i: int) -> None:
-            if fresh[i] or not self.neighbors[i]:
+        def after_update(i: int) -> None:
+            # A message's stamp is its sender's update count, so it tells whether the
+            # sender has made its quota.
+            mine = done[i] >= quota
+            theirs = all(stamps[i][j] >= quota - 1 for j in self.neighbors[i])
+            if mine and theirs:
+                finished[i] = True
+                network.ready[i] = clock.now
+            elif fresh[i] or theirs:
                 wake(i)
             else:
                 idle[i] = True

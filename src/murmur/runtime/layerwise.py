@@ -33,6 +33,7 @@ from murmur.algorithms.ssfn import (
     one_hot,
     random_weights,
 )
+from murmur.errors import UsageError
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.runtime.transport import MessageCounters
@@ -249,7 +250,16 @@ def _solve(
 ) -> torch.Tensor:
     grams, crosses, flops = state.problem()
     setup = [a + b for a, b in zip(flops, extra_flops, strict=True)]
-    return solver.solve(grams, crosses, regularizer, setup, network)
+    try:
+        outputs = solver.solve(grams, crosses, regularizer, setup, network)
+    except torch.linalg.LinAlgError:
+        outputs = None
+    if outputs is None or not bool(torch.isfinite(outputs).all()):
+        raise UsageError(
+            "the layer problem diverged (non-finite output matrices); lower algorithm.mu, "
+            "or raise algorithm.gossip_rounds for dssfn"
+        )
+    return outputs
 
 
 def _next_layer(state, outputs, solver, network, nodes, layer, radius, seed):
