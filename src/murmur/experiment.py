@@ -26,7 +26,7 @@ from murmur.models import build_model
 from murmur.registry import ALGORITHMS
 from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.runtime.layerwise import Network, train_layerwise
-from murmur.runtime.simulator import Problem, simulate
+from murmur.runtime.simulator import Problem, RoundClock, simulate
 from murmur.runtime.stacked import StackedModel
 from murmur.runtime.transport import InMemoryTransport, MessageCounters
 from murmur.seeding import derive_seed
@@ -131,6 +131,15 @@ def run(
             result.write(run_dir / "summary.json")
         return result
     transport = InMemoryTransport(setup.graph, setup.initial)
+    parameters = setup.initial.shape[1]
+    clock = RoundClock(
+        compute=ComputeTimes(
+            config.timing, setup.graph.agents, derive_seed(config.run.seed, "timing")
+        ),
+        links=LinkDelays(config.timing),
+        flops_per_agent=6.0 * parameters * setup.problem.sampler.batch_size,
+        message_bytes=parameters * setup.initial.element_size(),
+    )
     try:
         trained = simulate(
             setup.problem,
@@ -141,6 +150,7 @@ def run(
             config.run.eval_every,
             writer.write,
             progress=progress,
+            clock=clock,
         )
     finally:
         writer.close()
@@ -170,6 +180,7 @@ def run(
         samples_per_second=trained.samples / max(trained.train_seconds, 1e-9),
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
         parameters=trained.params,
+        extra={"virtual_seconds": trained.virtual_seconds},
     )
     if run_dir is not None:
         result.write(run_dir / "summary.json")

@@ -110,6 +110,8 @@ class ComputeTimes:
 
     def round_seconds(self, flops: float | Sequence[float]) -> float:
         """A synchronous round: every agent computes, the slowest sets the time."""
+        if self.noise == "constant" and not isinstance(flops, Sequence):
+            return flops / (self.flops_per_second * min(self.speeds))
         per_agent = flops if isinstance(flops, Sequence) else [flops] * self.agents
         return max(self.seconds(agent, work) for agent, work in enumerate(per_agent))
 

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from murmur.algorithms.base import Algorithm
 from murmur.data.batches import BatchSampler
 from murmur.metrics.evaluation import accuracy_summary, consensus_distance
+from murmur.runtime.events import ComputeTimes, LinkDelays
 from murmur.runtime.stacked import StackedModel
 from murmur.runtime.transport import Transport
 
@@ -43,6 +44,28 @@ class Trained:
     train_seconds: float
     samples: int
     last_record: dict[str, Any]
+    virtual_seconds: float = 0.0
+    """Time the run would take on the virtual clock (see :class:`RoundClock`)."""
+
+
+@dataclass
+class RoundClock:
+    """Virtual time of synchronous mini-batch rounds.
+
+    Each iteration every agent computes its gradient (about 6 flops per
+    parameter and sample: forward and backward) and the round lasts as long as
+    the slowest agent; an iteration in which some agent sends adds one message
+    time (all messages of a round travel in parallel).
+    """
+
+    compute: ComputeTimes
+    links: LinkDelays
+    flops_per_agent: float
+    message_bytes: int
+
+    def round_seconds(self, sent: bool) -> float:
+        seconds = self.compute.round_seconds(self.flops_per_agent)
+        return seconds + (self.links.seconds(self.message_bytes) if sent else 0.0)
 
 
 def simulate(
@@ -54,10 +77,12 @@ def simulate(
     eval_every: int,
     on_record: Callable[[dict[str, Any]], None],
     progress: bool = False,
+    clock: RoundClock | None = None,
 ) -> Trained:
     """Run ``iterations`` steps of ``algorithm`` from stacked ``initial`` parameters."""
     started = time.perf_counter()
     train_seconds = 0.0
+    virtual_seconds = 0.0
     samples = 0
     state = algorithm.init(initial)
     loss_sum, loss_steps = 0.0, 0
@@ -70,8 +95,11 @@ def simulate(
         losses, grads = problem.model.loss_and_grad(
             algorithm.params(state), problem.x_train[indices], problem.y_train[indices]
         )
+        events_before = transport.counters.events if clock is not None else 0
         state = algorithm.step(state, grads, iteration, transport)
         train_seconds += time.perf_counter() - step_started
+        if clock is not None:
+            virtual_seconds += clock.round_seconds(transport.counters.events > events_before)
         samples += indices.numel()
         loss_sum += float(losses.mean())
         loss_steps += 1
@@ -86,13 +114,14 @@ def simulate(
                 loss_sum / loss_steps,
                 time.perf_counter() - started,
             )
+            record["virtual_seconds"] = virtual_seconds
             on_record(record)
             loss_sum, loss_steps = 0.0, 0
             if record["accuracy_mean"] is not None:
                 bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}", msgs=record["messages"])
         bar.update(1)
     bar.close()
-    return Trained(algorithm.params(state), train_seconds, samples, record)
+    return Trained(algorithm.params(state), train_seconds, samples, record, virtual_seconds)
 
 
 def _record(
