@@ -10,8 +10,10 @@ is created or any training starts.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -21,7 +23,7 @@ from murmur.data.batches import BatchSampler
 from murmur.data.datasets import Dataset
 from murmur.errors import UsageError
 from murmur.metrics.evaluation import accuracy_summary
-from murmur.metrics.records import MetricsWriter, RunResult
+from murmur.metrics.records import MetricsWriter, Outcome, RunResult
 from murmur.models import build_model
 from murmur.registry import ALGORITHMS
 from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
@@ -125,11 +127,47 @@ def run(
     if run_dir is not None:
         save_config(config, run_dir / "config.toml")
     writer = MetricsWriter(run_dir / "metrics.jsonl" if run_dir is not None else None)
-    if spec.kind == "layerwise":
-        result = _run_layerwise(setup, algorithm, writer, started, name, preset, run_dir, progress)
-        if run_dir is not None:
-            result.write(run_dir / "summary.json")
-        return result
+    try:
+        outcome = _RUNNERS[spec.kind](setup, algorithm, writer.write, progress)
+    finally:
+        writer.close()
+    last = outcome.last_record
+    accuracy = last.get("test_accuracy")
+    losses = last.get("test_loss") or [float("nan")]
+    result = RunResult(
+        name=name or config.algorithm.name,
+        preset=preset,
+        algorithm=config.algorithm.name,
+        dataset=config.data.dataset,
+        agents=outcome.agents,
+        topology=outcome.topology,
+        iterations=outcome.iterations,
+        seed=config.run.seed,
+        accuracy=accuracy_summary(accuracy),
+        test_loss=sum(losses) / len(losses),
+        events=sum(outcome.events_per_agent),
+        events_per_agent=outcome.events_per_agent,
+        messages=outcome.messages,
+        bytes=outcome.bytes,
+        communication_saving=outcome.communication_saving,
+        consensus_distance=last.get("consensus_distance", 0.0),
+        wall_seconds=time.perf_counter() - started,
+        train_seconds=outcome.train_seconds,
+        samples=outcome.samples,
+        samples_per_second=outcome.samples / max(outcome.train_seconds, 1e-9),
+        run_dir=str(run_dir.resolve()) if run_dir is not None else None,
+        parameters=outcome.parameters,
+        extra=outcome.extra,
+    )
+    if run_dir is not None:
+        result.write(run_dir / "summary.json")
+    return result
+
+
+def _run_sgd(setup: Setup, algorithm, on_record, progress: bool) -> Outcome:
+    """Synchronous mini-batch algorithms, stepped by the simulator."""
+    config = setup.config
+    spec = ALGORITHMS[config.algorithm.name]
     transport = InMemoryTransport(setup.graph, setup.initial)
     parameters = setup.initial.shape[1]
     clock = RoundClock(
@@ -140,63 +178,37 @@ def run(
         flops_per_agent=6.0 * parameters * setup.problem.sampler.batch_size,
         message_bytes=parameters * setup.initial.element_size(),
     )
-    try:
-        trained = simulate(
-            setup.problem,
-            algorithm,
-            transport,
-            setup.initial,
-            config.run.iterations,
-            config.run.eval_every,
-            writer.write,
-            progress=progress,
-            clock=clock,
-        )
-    finally:
-        writer.close()
-    last = trained.last_record
+    trained = simulate(
+        setup.problem,
+        algorithm,
+        transport,
+        setup.initial,
+        config.run.iterations,
+        config.run.eval_every,
+        on_record,
+        progress=progress,
+        clock=clock,
+    )
     agents = setup.graph.agents
     counters = transport.counters
-    result = RunResult(
-        name=name or config.algorithm.name,
-        preset=preset,
-        algorithm=config.algorithm.name,
-        dataset=config.data.dataset,
+    return Outcome(
         agents=agents,
         topology=setup.graph.name if spec.decentralized else "none",
         iterations=config.run.iterations,
-        seed=config.run.seed,
-        accuracy=accuracy_summary(last["test_accuracy"]),
-        test_loss=sum(last["test_loss"]) / agents,
-        events=counters.events,
+        last_record=trained.last_record,
         events_per_agent=counters.events_per_agent.tolist(),
         messages=counters.messages,
         bytes=counters.bytes,
-        communication_saving=1.0 - counters.events / (agents * config.run.iterations),
-        consensus_distance=last["consensus_distance"],
-        wall_seconds=time.perf_counter() - started,
         train_seconds=trained.train_seconds,
         samples=trained.samples,
-        samples_per_second=trained.samples / max(trained.train_seconds, 1e-9),
-        run_dir=str(run_dir.resolve()) if run_dir is not None else None,
+        communication_saving=1.0 - counters.events / (agents * config.run.iterations),
         parameters=trained.params,
         extra={"virtual_seconds": trained.virtual_seconds},
     )
-    if run_dir is not None:
-        result.write(run_dir / "summary.json")
-    return result
 
 
-def _run_layerwise(
-    setup: Setup,
-    solver,
-    writer: MetricsWriter,
-    started: float,
-    name: str,
-    preset: str,
-    run_dir: Path | None,
-    progress: bool,
-) -> RunResult:
+def _run_layerwise(setup: Setup, solver, on_record, progress: bool) -> Outcome:
+    """SSFN and its decentralized forms, layer by layer on the virtual clock."""
     config, dataset, graph = setup.config, setup.dataset, setup.graph
     network = Network(
         graph=graph,
@@ -205,61 +217,50 @@ def _run_layerwise(
         compute=ComputeTimes(config.timing, graph.agents, derive_seed(config.run.seed, "timing")),
         links=LinkDelays(config.timing),
     )
-    try:
-        trained = train_layerwise(
-            config.algorithm,
-            solver,
-            network,
-            dataset.x_train,
-            dataset.y_train,
-            dataset.x_test,
-            dataset.y_test,
-            setup.shards,
-            dataset.num_classes,
-            seed=derive_seed(config.run.seed, "ssfn"),
-            on_record=writer.write,
-            progress=progress,
-        )
-    finally:
-        writer.close()
+    trained = train_layerwise(
+        config.algorithm,
+        solver,
+        network,
+        dataset.x_train,
+        dataset.y_train,
+        dataset.x_test,
+        dataset.y_test,
+        setup.shards,
+        dataset.num_classes,
+        seed=derive_seed(config.run.seed, "ssfn"),
+        on_record=on_record,
+        progress=progress,
+    )
     last = trained.last_record
     counters = network.counters
-    agents = graph.agents
-    samples = int(sum(shard.numel() for shard in setup.shards))
     decentralized = ALGORITHMS[config.algorithm.name].decentralized
-    extra = {
-        "virtual_seconds": trained.virtual_seconds,
-        "layers": trained.sizes,
-        "train_accuracy": accuracy_summary(last["train_accuracy"]),
-        "train_nme": last["train_nme"],
-        "admm_iterations": trained.admm_iterations,
-        "mean_degree": float(graph.degrees().double().mean()) if decentralized else 0.0,
-    }
-    return RunResult(
-        name=name or config.algorithm.name,
-        preset=preset,
-        algorithm=config.algorithm.name,
-        dataset=config.data.dataset,
-        agents=agents,
+    return Outcome(
+        agents=graph.agents,
         topology=graph.name if decentralized else "none",
         iterations=trained.admm_iterations,
-        seed=config.run.seed,
-        accuracy=accuracy_summary(last["test_accuracy"]),
-        test_loss=sum(last["test_loss"]) / agents,
-        events=counters.events,
+        last_record=last,
         events_per_agent=counters.events_per_agent.tolist(),
         messages=counters.messages,
         bytes=counters.bytes,
-        communication_saving=None,
-        consensus_distance=last["consensus_distance"],
-        wall_seconds=time.perf_counter() - started,
         train_seconds=trained.train_seconds,
-        samples=samples,
-        samples_per_second=samples / max(trained.train_seconds, 1e-9),
-        run_dir=str(run_dir.resolve()) if run_dir is not None else None,
-        extra=extra,
+        samples=int(sum(shard.numel() for shard in setup.shards)),
         parameters=trained.outputs,
+        extra={
+            "virtual_seconds": trained.virtual_seconds,
+            "layers": trained.sizes,
+            "train_accuracy": accuracy_summary(last["train_accuracy"]),
+            "train_nme": last["train_nme"],
+            "admm_iterations": trained.admm_iterations,
+            "mean_degree": float(graph.degrees().double().mean()) if decentralized else 0.0,
+        },
     )
+
+
+_RUNNERS: dict[str, Callable[[Setup, Any, Callable[[dict[str, Any]], None], bool], Outcome]] = {
+    "sgd": _run_sgd,
+    "layerwise": _run_layerwise,
+}
+"""How each kind of algorithm (``AlgorithmSpec.kind``) is trained."""
 
 
 def _create_run_dir(out_dir: str | Path) -> Path:

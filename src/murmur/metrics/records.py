@@ -31,6 +31,25 @@ class MetricsWriter:
             self._file = None
 
 
+@dataclass
+class Outcome:
+    """What a runtime hands back after training; ``experiment.run`` adds the rest."""
+
+    agents: int
+    topology: str
+    iterations: int
+    last_record: dict[str, Any]
+    """The final evaluation record (``test_accuracy`` per agent, ``test_loss``, ...)."""
+    events_per_agent: list[int]
+    messages: int
+    bytes: int
+    train_seconds: float
+    samples: int
+    communication_saving: float | None = None
+    parameters: torch.Tensor | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class RunResult:
     """The outcome of one run; ``to_dict()`` is what ``summary.json`` holds."""
