@@ -83,6 +83,12 @@ def prepare(config: Config) -> Setup:
             num_samples=dataset.y_train.shape[0],
         )
         batch_size = config.data.batch_size
+    elif spec.kind in ("server", "hogwild"):
+        # W workers on one shared model, each drawing its own batches from all the data.
+        workers = config.algorithm.workers
+        graph = ring(1)
+        shards = [torch.arange(dataset.y_train.shape[0])] * workers
+        batch_size = config.data.batch_size
     else:
         # One learner on all the data, as many samples per step as all agents together.
         graph = ring(1)
@@ -102,6 +108,7 @@ def prepare(config: Config) -> Setup:
         y_test=dataset.y_test,
         sampler=BatchSampler(shards, batch_size, seed=config.run.seed),
     )
+    # One model per agent; the workers of a server or shared-memory run share one.
     initial = model.initial().expand(graph.agents, -1).contiguous()
     return Setup(config, dataset, graph, shards, problem, initial)
 

@@ -26,8 +26,10 @@ class AlgorithmSpec:
     summary: str
     decentralized: bool
     """False: one learner on all data (agents x batch_size samples per step)."""
-    kind: Literal["sgd", "layerwise"] = "sgd"
-    """``sgd``: stepped by the simulator on mini-batch gradients; ``layerwise``: SSFN."""
+    kind: Literal["sgd", "layerwise", "server", "hogwild"] = "sgd"
+    """How it is trained (``experiment._RUNNERS``): ``sgd``: synchronous rounds stepped
+    by the simulator; ``layerwise``: SSFN; ``server``: workers and a parameter server
+    on the virtual clock; ``hogwild``: real processes on one shared-memory model."""
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
