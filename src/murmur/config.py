@@ -11,7 +11,8 @@ A run is described by six sections::
 
 Presets are TOML files shipped in ``murmur/presets``. A preset may start from
 another one (``extends = "other"``) and may instead of one run name several
-presets to run one after the other and compare (``compare = ["a", "b"]``).
+presets to run one after the other and compare (``compare = ["a", "b"]``; an
+entry may also be a table ``{ preset = "a", label = "a-2", set = ["k=v"] }``).
 Every value is type-checked, unknown keys are refused with the list of valid
 ones, and the resolved config of each run is saved as ``config.toml``.
 """
@@ -427,12 +428,43 @@ def load_experiment(source: str, overrides: Sequence[str] = ()) -> Experiment:
         return Experiment(name, description, ((config.algorithm.name, config),))
     if raw:
         raise UsageError(f"preset {name} has 'compare' and also sections {sorted(raw)}; keep one")
+    if not isinstance(members, list) or not members:
+        raise UsageError(f"preset {name}: 'compare' must be a non-empty list of presets")
     runs = []
     for member in members:
-        _, member_raw = read_preset(str(member))
+        preset, label, settings = _compare_member(name, member)
+        _, member_raw = read_preset(preset)
         member_raw.pop("description", None)
-        runs.append((str(member), member_raw))
+        runs.append((label, apply_overrides(member_raw, settings)))
+    labels = [label for label, _ in runs]
+    if len(set(labels)) != len(labels):
+        raise UsageError(f"preset {name}: 'compare' labels must differ, got {labels}")
     return Experiment(name, description, tuple(_apply_to_members(runs, overrides)))
+
+
+def _compare_member(name: str, member: Any) -> tuple[str, str, list[str]]:
+    """A ``compare`` entry: a preset name, or ``{preset, label, set = ["k=v", ...]}``."""
+    if isinstance(member, str):
+        return member, member, []
+    if not isinstance(member, Mapping) or "preset" not in member:
+        raise UsageError(
+            f"preset {name}: each 'compare' entry is a preset name or a table "
+            f"{{ preset = ..., label = ..., set = [...] }}, not {member!r}"
+        )
+    unknown = sorted(set(member) - {"preset", "label", "set"})
+    if unknown:
+        raise UsageError(
+            f"preset {name}: unknown key '{unknown[0]}' in a 'compare' entry; "
+            "valid keys: preset, label, set"
+        )
+    settings = member.get("set", [])
+    if not isinstance(settings, list) or not all(isinstance(item, str) for item in settings):
+        raise UsageError(f"preset {name}: 'set' in a 'compare' entry must be a list of strings")
+    preset = str(member["preset"])
+    label = str(member.get("label", preset))
+    if not label or "/" in label or label.startswith("."):
+        raise UsageError(f"preset {name}: compare label {label!r} cannot name a folder")
+    return preset, label, settings
 
 
 def _apply_to_members(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,199 @@ def test_per_run_plots_take_their_x_label_from_the_runs(plot, tmp_path, monkeypa
     plot([layer_wise], tmp_path / "layer.png")
     plot([layer_wise, sgd], tmp_path / "mixed.png")
     assert labels == ["layer", "iteration"]
+
+
+# Worker-based runs: speedup vs workers and the staleness histogram.
+
+WORKER_PLOTS = ("speedup_vs_workers.png", "staleness.png")
+
+
+def worker_summary(
+    name: str,
+    workers: int,
+    iterations_to_target: int | None,
+    virtual_seconds_to_target: float | None,
+    algorithm: str = "asysg-con",
+    **fields,
+) -> dict:
+    summary = {
+        "name": name,
+        "algorithm": algorithm,
+        "dataset": "mnist5k",
+        "agents": workers,
+        "topology": "parameter server",
+        "iterations": iterations_to_target or 1500,
+        "accuracy": {"mean": 0.9, "min": 0.9, "max": 0.9, "per_agent": [0.9]},
+        "events": 1000,
+        "events_per_agent": [1000 // workers] * workers,
+        "messages": 2000,
+        "communication_saving": None,
+        "virtual_seconds": virtual_seconds_to_target or 0.4,
+        "workers": workers,
+        "group": 1,
+        "staleness": {
+            "mean": workers - 1.0,
+            "max": workers - 1,
+            "histogram": [1] * (workers - 1) + [100],
+        },
+        "train_loss": 0.24,
+        "target_loss": 0.25,
+        "iterations_to_target": iterations_to_target,
+        "virtual_seconds_to_target": virtual_seconds_to_target,
+        "server_messages": 1000,
+    }
+    summary.update(fields)
+    return summary
+
+
+def worker_records(workers: int) -> list[dict]:
+    return [
+        {
+            "iteration": iteration,
+            "virtual_seconds": 0.01 * iteration,
+            "train_loss": 2.0 / (1 + iteration),
+            "staleness_mean": workers - 1.0,
+            "test_accuracy": [0.5],
+            "accuracy_mean": 0.5,
+            "messages": 2 * iteration,
+            "events_per_agent": [iteration // workers] * workers,
+        }
+        for iteration in (0, 20, 40)
+    ]
+
+
+def worker_runs(root: Path, summaries: list[dict]) -> list[Path]:
+    return [make_run(root, s, worker_records(s["workers"])) for s in summaries]
+
+
+def speedup_sweep() -> list[dict]:
+    """W = 1, 2, 4 reach the target, W = 8 does not."""
+    return [
+        worker_summary("w1", 1, 1000, 8.0),
+        worker_summary("w2", 2, 1000, 4.0),
+        worker_summary("w4", 4, 800, 2.5),
+        worker_summary("w8", 8, None, None),
+    ]
+
+
+def drawn_figures(monkeypatch) -> list:
+    """Figures the plots save, collected while still saving them."""
+    figures = []
+    save = plots._save
+
+    def recording_save(figure, path):
+        figures.append(figure)
+        save(figure, path)
+
+    monkeypatch.setattr(plots, "_save", recording_save)
+    return figures
+
+
+def test_report_writes_and_links_speedup_and_staleness_plots(tmp_path):
+    out = tmp_path / "report"
+    report = write_report(worker_runs(tmp_path / "runs", speedup_sweep()), out).read_text()
+    for file in WORKER_PLOTS:
+        assert is_png(out / file), file
+        assert (out / file).stat().st_size > 5_000
+        assert f"]({file})" in report
+    write_report([make_run(tmp_path / "sgd", {"name": "sgd", "algorithm": "dsgd"}, [])], out)
+    for file in WORKER_PLOTS:  # a later report without worker runs removes them
+        assert not (out / file).exists(), file
+
+
+def test_speedup_plot_draws_both_speedups_the_linear_line_and_names_left_out_runs(
+    tmp_path, monkeypatch
+):
+    figures = drawn_figures(monkeypatch)
+    runs = [read_run(d) for d in worker_runs(tmp_path, speedup_sweep())]
+    assert plots.plot_speedup_vs_workers(runs, tmp_path / "speedup.png")
+    (axes,) = figures[0].axes
+    lines = {line.get_label(): line for line in axes.get_lines()}
+    iterations, time = lines["asysg-con: iterations"], lines["asysg-con: virtual time"]
+    assert list(iterations.get_xdata()) == [1, 2, 4]  # W = 8 did not reach the target
+    assert list(iterations.get_ydata()) == pytest.approx([1.0, 2.0, 5.0])
+    assert list(time.get_xdata()) == [1, 2, 4]
+    assert list(time.get_ydata()) == pytest.approx([1.0, 2.0, 3.2])
+    linear = lines["linear (W)"]
+    assert list(linear.get_xdata()) == list(linear.get_ydata()) == [1, 8]
+    assert "asysg-con: not reached, left out: W = 8" in lines
+    assert axes.get_xscale() == "log"
+
+
+def test_speedup_lines_group_by_algorithm_and_keep_runs_that_missed_the_target():
+    runs = [
+        fake_run([], **summary)
+        for summary in [
+            *speedup_sweep(),
+            worker_summary("ps-1", 1, 1200, 10.0, algorithm="sync-ps"),
+            worker_summary("ps-2", 2, 1200, 6.0, algorithm="sync-ps"),
+            worker_summary("ac", 8, None, None, target_loss=0.0),  # no target: not a point
+        ]
+    ]
+    lines = plots.speedup_lines(runs)
+    assert list(lines) == ["asysg-con", "sync-ps"]
+    points, not_reached = lines["asysg-con"]
+    assert [w for w, _, _ in points] == [1, 2, 4]
+    assert not_reached == [8]
+    assert lines["sync-ps"][0] == [(1, 1.0, 1.0), (2, 2.0, pytest.approx(10.0 / 6.0))]
+
+
+@pytest.mark.parametrize(
+    "summaries",
+    [
+        # The W = 1 run did not reach the target.
+        [worker_summary("w1", 1, None, None), worker_summary("w2", 2, 1000, 4.0)],
+        # Only the W = 1 run reached it.
+        [worker_summary("w1", 1, 1000, 8.0), worker_summary("w2", 2, None, None)],
+        # No W = 1 run of that algorithm.
+        [worker_summary("w2", 2, 1000, 4.0), worker_summary("w4", 4, 900, 2.0)],
+        [
+            worker_summary("w1", 1, 1000, 8.0, algorithm="sync-ps"),
+            worker_summary("w2", 2, 1000, 4.0),
+        ],
+        # No target (target_loss 0): staleness only.
+        [
+            worker_summary("w1", 1, None, None, target_loss=0.0),
+            worker_summary("w2", 2, None, None, target_loss=0.0),
+        ],
+    ],
+)
+def test_speedup_plot_needs_a_reached_w1_run_and_another_w(tmp_path, summaries):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "speedup_vs_workers.png").write_bytes(PNG_MAGIC)  # a stale copy goes
+    report = write_report(worker_runs(tmp_path / "runs", summaries), out).read_text()
+    assert not (out / "speedup_vs_workers.png").exists()
+    assert "speedup_vs_workers.png" not in report
+    assert is_png(out / "staleness.png")  # every one of these runs has a staleness histogram
+    assert "](staleness.png)" in report
+
+
+def test_staleness_plot_draws_one_share_line_per_run_with_a_histogram(tmp_path, monkeypatch):
+    figures = drawn_figures(monkeypatch)
+    runs = [
+        fake_run([], name="sgd", algorithm="dsgd"),
+        fake_run([], **worker_summary("w1", 1, 1000, 8.0)),
+        fake_run([], **worker_summary("w4", 4, 800, 2.5, staleness={"histogram": [0, 1, 3]})),
+    ]
+    assert plots.plot_staleness(runs, tmp_path / "staleness.png")
+    assert is_png(tmp_path / "staleness.png")
+    (axes,) = figures[0].axes
+    lines = {line.get_label(): line for line in axes.get_lines()}
+    assert list(lines) == ["w1", "w4"]
+    assert list(lines["w1"].get_ydata()) == [100.0]
+    shares = list(lines["w4"].get_ydata())
+    assert math.isnan(shares[0])  # no gradient with staleness 0: a gap on the log axis
+    assert shares[1:] == pytest.approx([25.0, 75.0])
+    assert lines["w4"].get_color() == "C2"  # runs keep their colour by position
+
+
+@pytest.mark.parametrize(
+    "staleness", [None, {"mean": 1.0, "max": 2}, {"histogram": []}, {"histogram": [0, "x"]}]
+)
+def test_staleness_plot_is_not_written_without_a_histogram(tmp_path, staleness):
+    stale = tmp_path / "staleness.png"
+    stale.write_bytes(PNG_MAGIC)
+    runs = [fake_run([], name="a", algorithm="dsgd", staleness=staleness)]
+    assert not plots.plot_staleness(runs, stale)
+    assert not stale.exists()

@@ -11,7 +11,14 @@ import pytest
 
 from murmur.errors import UsageError
 from murmur.metrics import plots
-from murmur.metrics.report import format_table, human_bytes, read_run, write_report
+from murmur.metrics.report import (
+    format_table,
+    has_target,
+    human_bytes,
+    read_run,
+    speedups,
+    write_report,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -428,3 +435,196 @@ def test_report_says_which_seconds_are_virtual(tmp_path):
     assert rows[0]["virtual s"] == "0.0474"
     report = write_report([sgd], tmp_path / "sgd").read_text()
     assert "seconds are wall-clock" in report and "virtual" not in report
+
+
+# Worker-based runs (AsySG-con, sync-ps, AsySG-incon): W, staleness, time to target, speedups.
+
+SGD_HEADER = [
+    "name",
+    "algorithm",
+    "dataset",
+    "agents",
+    "topology",
+    "iterations",
+    "acc mean %",
+    "acc min %",
+    "acc max %",
+    "events",
+    "messages",
+    "bytes",
+    "saving vs DSGD %",
+    "wall s",
+]
+WORKER_COLUMNS = ("W", "staleness mean/max")
+TARGET_COLUMNS = ("its to target", "virtual s to target", "iteration speedup", "time speedup")
+
+
+def worker_summary(
+    name: str,
+    workers: int,
+    iterations_to_target: int | None,
+    virtual_seconds_to_target: float | None,
+    algorithm: str = "asysg-con",
+    **fields,
+) -> dict:
+    """A summary as worker-based runs write it, training to a target loss of 0.25."""
+    summary = summary_for(
+        name,
+        algorithm,
+        agents=workers,
+        topology="parameter server",
+        communication_saving=None,
+        virtual_seconds=virtual_seconds_to_target or 1.0,
+        workers=workers,
+        group=1,
+        staleness={
+            "mean": workers - 1.0,
+            "max": workers - 1,
+            "histogram": [1] * (workers - 1) + [100],
+        },
+        train_loss=0.24 if iterations_to_target else 1.7,
+        target_loss=0.25,
+        iterations_to_target=iterations_to_target,
+        virtual_seconds_to_target=virtual_seconds_to_target,
+        server_messages=99,
+    )
+    summary.update(fields)
+    return summary
+
+
+def speedup_summaries() -> list[dict]:
+    """W = 1, 2, 4 reach the target, W = 8 does not; the W = 1 run is not listed first."""
+    return [
+        worker_summary("w2", 2, 1000, 4.0),
+        worker_summary("w1", 1, 1000, 8.0),
+        worker_summary("w4", 4, 800, 2.5),
+        worker_summary("w8", 8, None, None),
+    ]
+
+
+@pytest.mark.parametrize("markdown", [True, False])
+def test_target_columns_show_workers_staleness_time_to_target_and_speedups(markdown):
+    table = format_table(speedup_summaries(), markdown=markdown)
+    rows = {row["name"]: row for row in (markdown_rows if markdown else plain_rows)(table)}
+    expected = {
+        # name: W, staleness, its, virtual s, iteration speedup, time speedup
+        "w1": ("1", "0.0 / 0", "1000", "8.00", "1.00", "1.00"),
+        "w2": ("2", "1.0 / 1", "1000", "4.00", "2.00", "2.00"),
+        # 4 * 1000 / 800 = 5 (iterations), 8.0 / 2.5 = 3.2 (virtual time)
+        "w4": ("4", "3.0 / 3", "800", "2.50", "5.00", "3.20"),
+        "w8": ("8", "7.0 / 7", "-", "-", "-", "-"),
+    }
+    for name, cells in expected.items():
+        assert tuple(rows[name][column] for column in WORKER_COLUMNS + TARGET_COLUMNS) == cells
+    assert rows["w4"]["acc mean %"] == "80.00"
+    assert rows["w4"]["virtual s"] == "2.50"
+
+
+def test_worker_columns_come_last_in_order_and_keep_the_others():
+    header = markdown_rows(format_table(speedup_summaries(), markdown=True))[0]
+    assert list(header) == [*SGD_HEADER, "virtual s", *WORKER_COLUMNS, *TARGET_COLUMNS]
+    plain_header = list(plain_rows(format_table(speedup_summaries()))[0])
+    assert plain_header[-1] == "run folder"
+    assert plain_header[-7:-1] == [*WORKER_COLUMNS, *TARGET_COLUMNS]
+
+
+def test_staleness_cell_rounds_the_mean_and_shows_the_largest():
+    summary = worker_summary("w", 10, 500, 1.0, staleness={"mean": 7.04, "max": 9})
+    row = markdown_rows(format_table([summary], markdown=True))[0]
+    assert row["staleness mean/max"] == "7.0 / 9"
+
+
+def test_speedups_follow_lians_definition():
+    result = speedups(speedup_summaries())
+    assert result[0] == pytest.approx((2.0, 2.0))
+    assert result[1] == pytest.approx((1.0, 1.0))
+    assert result[2] == pytest.approx((4 * 1000 / 800, 8.0 / 2.5))
+    assert result[3] == (None, None)
+
+
+def test_speedups_are_missing_without_a_reached_w1_run_of_the_same_algorithm_and_dataset():
+    summaries = [
+        worker_summary("con-1", 1, 1000, 8.0),
+        worker_summary("con-2", 2, 600, 3.0),
+        # No W = 1 run of sync-ps among the summaries.
+        worker_summary("ps-2", 2, 700, 5.0, algorithm="sync-ps"),
+        # A W = 1 run of asysg-con on another dataset does not count.
+        worker_summary("cifar-2", 2, 500, 2.0, dataset="cifar10"),
+        # The W = 1 run of asysg-incon did not reach the target.
+        worker_summary("incon-1", 1, None, None, algorithm="asysg-incon"),
+        worker_summary("incon-4", 4, 900, 2.0, algorithm="asysg-incon"),
+    ]
+    rows = {row["name"]: row for row in markdown_rows(format_table(summaries, markdown=True))}
+    assert (rows["con-2"]["iteration speedup"], rows["con-2"]["time speedup"]) == ("3.33", "2.67")
+    for name in ("ps-2", "cifar-2", "incon-1", "incon-4"):
+        assert rows[name]["iteration speedup"] == "-", name
+        assert rows[name]["time speedup"] == "-", name
+    assert rows["ps-2"]["its to target"] == "700"
+    assert rows["incon-4"]["virtual s to target"] == "2.00"
+    assert rows["incon-1"]["its to target"] == "-"
+
+
+def test_only_the_iteration_speedup_needs_iterations_and_only_time_needs_seconds():
+    summaries = [
+        worker_summary("w1", 1, 1000, 8.0),
+        worker_summary("w2", 2, 1000, None),
+    ]
+    row = markdown_rows(format_table(summaries, markdown=True))[1]
+    assert (row["iteration speedup"], row["time speedup"]) == ("2.00", "-")
+
+
+def test_runs_with_staleness_but_no_target_show_workers_and_staleness_only():
+    # target_loss 0 is "no target": the field iterations_to_target is there, null.
+    untargeted = worker_summary("ac", 8, None, None, target_loss=0.0)
+    sgd = summary_for("sgd", "dsgd")
+    assert not has_target(untargeted)
+    for markdown in (True, False):
+        table = format_table([untargeted, sgd], markdown=markdown)
+        rows = (markdown_rows if markdown else plain_rows)(table)
+        assert (rows[0]["W"], rows[0]["staleness mean/max"]) == ("8", "7.0 / 7")
+        assert (rows[1]["W"], rows[1]["staleness mean/max"]) == ("-", "-")
+        for column in TARGET_COLUMNS:
+            assert column not in rows[0], column
+
+
+def test_sgd_rows_show_dashes_in_worker_columns_beside_target_runs():
+    rows = markdown_rows(
+        format_table([summary_for("sgd", "dsgd"), *speedup_summaries()], markdown=True)
+    )
+    for column in WORKER_COLUMNS + TARGET_COLUMNS:
+        assert rows[0][column] == "-", column
+    assert rows[0]["saving vs DSGD %"] == "0.00"
+    assert rows[2]["iteration speedup"] == "1.00"  # w1 is still the baseline
+
+
+def test_sgd_only_tables_look_as_before():
+    summaries = [summary_for("base", "dsgd"), summary_for("event", "detsgrad", messages=50)]
+    header = markdown_rows(format_table(summaries, markdown=True))[0]
+    assert list(header) == SGD_HEADER
+    assert list(plain_rows(format_table(summaries))[0]) == [*SGD_HEADER, "run folder"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"iterations_to_target": 100, "target_loss": 0.3}, True),
+        ({"iterations_to_target": None, "target_loss": 0.3}, True),
+        ({"iterations_to_target": None}, True),
+        ({"iterations_to_target": None, "target_loss": 0.0}, False),
+        ({"iterations_to_target": None, "target_loss": None}, False),
+        ({"target_loss": 0.3}, False),
+        ({}, False),
+    ],
+)
+def test_has_target(fields, expected):
+    assert has_target(fields) is expected
+
+
+def test_report_explains_speedups_only_with_a_target(tmp_path):
+    targets = [make_run(tmp_path / "runs", s) for s in speedup_summaries()]
+    report = write_report(targets, tmp_path / "targets").read_text()
+    assert "iteration speedup = W * its(1) / its(W)" in report
+    assert "target (0.25)" in report
+    untargeted = make_run(tmp_path / "runs", worker_summary("ac", 8, None, None, target_loss=0))
+    report = write_report([untargeted], tmp_path / "untargeted").read_text()
+    assert "speedup" not in report

@@ -27,6 +27,10 @@ class BatchSampler:
         """Indices into the training set, (agents, batch_size)."""
         return torch.stack([self._take(agent) for agent in range(len(self.shards))])
 
+    def next_for(self, agent: int) -> torch.Tensor:
+        """The next ``batch_size`` indices of one agent's stream alone."""
+        return self._take(agent)
+
     def _take(self, agent: int) -> torch.Tensor:
         queue = self._queues[agent]
         shard = self.shards[agent]

@@ -1,5 +1,6 @@
 """PNG plots of finished runs: accuracy, messages and events per agent; for
-layer-wise runs also training time vs nodes and accuracy vs mean degree.
+layer-wise runs also training time vs nodes and accuracy vs mean degree; for
+worker-based runs also speedup vs workers and the staleness histogram.
 
 Figures are drawn on the Agg canvas directly, without pyplot, so plotting
 never opens a window, never changes the caller's matplotlib backend and
@@ -10,7 +11,7 @@ no run to show still writes its file, with a note saying why it is empty.
 The per-algorithm plots (time vs nodes, accuracy vs degree) draw one line per
 algorithm across runs and are written only when there is something to compare:
 some algorithm with runs at two or more x values. They return whether they
-wrote their file.
+wrote their file, as do the speedup and staleness plots.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from murmur.metrics.report import Run, run_label
+from murmur.metrics.report import Run, has_target, run_label, speedups
 
 __all__ = [
     "plot_accuracy",
@@ -34,6 +35,9 @@ __all__ = [
     "plot_events_per_agent",
     "plot_time_vs_nodes",
     "plot_accuracy_vs_degree",
+    "plot_speedup_vs_workers",
+    "plot_staleness",
+    "speedup_lines",
     "x_axis_label",
 ]
 
@@ -178,6 +182,170 @@ def plot_accuracy_vs_degree(runs: Sequence[Run], path: str | Path) -> bool:
         title="Mean test accuracy vs mean degree",
         integer_x=False,
     )
+
+
+def speedup_lines(
+    runs: Sequence[Run],
+) -> dict[str, tuple[list[tuple[float, float, float | None]], list[float]]]:
+    """Speedup points of runs with a target, one line per algorithm (and dataset, target).
+
+    Each line holds (W, iteration speedup, time speedup) of every run with a
+    speedup, and the W of its runs that did not reach the target (left out of
+    the points; runs that reached it but lack a W = 1 run that did are in
+    neither). Speedups are ``report.speedups``: over the W = 1 run of the
+    same algorithm, dataset and target loss. A line is named after the
+    algorithm, with the dataset / target added when the runs span several.
+    """
+    summaries = [run.summary for run in runs]
+    entries = []
+    for summary, (iteration, time) in zip(summaries, speedups(summaries), strict=True):
+        workers = _finite(summary.get("workers"))
+        if not has_target(summary) or workers is None:
+            continue
+        algorithm = str(summary.get("algorithm") or run_label(summary))
+        target = _finite(summary.get("target_loss"))
+        reached = _finite(summary.get("iterations_to_target")) is not None
+        entries.append(
+            (algorithm, summary.get("dataset"), target, workers, reached, iteration, time)
+        )
+    several_datasets = len({entry[1] for entry in entries}) > 1
+    several_targets = len({entry[2] for entry in entries}) > 1
+    lines: dict[str, tuple[list[tuple[float, float, float | None]], list[float]]] = {}
+    for algorithm, dataset, target, workers, reached, iteration, time in entries:
+        name = algorithm
+        if several_datasets:
+            name += f" ({dataset or '?'})"
+        if several_targets:
+            name += f" (target {'?' if target is None else f'{target:g}'})"
+        points, not_reached = lines.setdefault(name, ([], []))
+        if not reached:
+            not_reached.append(workers)
+        elif iteration is not None:  # reached, and its W = 1 run did too
+            points.append((workers, iteration, time))
+    return lines
+
+
+def plot_speedup_vs_workers(runs: Sequence[Run], path: str | Path) -> bool:
+    """Iteration and time speedup to the target loss vs workers W, with linear speedup y = W.
+
+    One colour per algorithm: iteration speedup W * its_1 / its_W solid, time
+    speedup (virtual seconds) dashed; both axes log2. Runs that did not reach
+    the target are left out, as the legend says. Written, and True returned,
+    only when some algorithm has a W = 1 run that reached its target and
+    another W that did; otherwise nothing is written, a stale path is removed
+    and False is returned.
+    """
+    lines = speedup_lines(runs)
+    if not any(len({w for w, _, _ in points}) >= 2 for points, _ in lines.values()):
+        Path(path).unlink(missing_ok=True)
+        return False
+    figure, axes = _new_figure()
+    all_workers: set[float] = set()
+    for index, (name, (points, not_reached)) in enumerate(lines.items()):
+        if not points:
+            continue
+        colour = _colour(index)
+        workers, iteration = mean_line([(w, s) for w, s, _ in points])
+        # Hollow circles around the time line's squares: the two often coincide.
+        axes.plot(
+            workers,
+            iteration,
+            color=colour,
+            marker="o",
+            markersize=9,
+            markerfacecolor="none",
+            label=f"{name}: iterations",
+        )
+        timed = [(w, t) for w, _, t in points if t is not None]
+        if timed:
+            time_workers, time = mean_line(timed)
+            axes.plot(
+                time_workers,
+                time,
+                color=colour,
+                marker="s",
+                markersize=4,
+                linestyle="--",
+                label=f"{name}: virtual time",
+            )
+        all_workers.update(workers)
+        all_workers.update(not_reached)
+        if not_reached:
+            left_out = ", ".join(f"{w:g}" for w in sorted(set(not_reached)))
+            axes.plot([], [], " ", label=f"{name}: not reached, left out: W = {left_out}")
+    ticks = sorted(all_workers)
+    axes.plot(
+        [ticks[0], ticks[-1]], [ticks[0], ticks[-1]], color="0.4", linestyle=":", label="linear (W)"
+    )
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log", base=2)
+    axes.set_xticks(ticks)
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    _finish(
+        axes,
+        True,
+        "",
+        "workers W",
+        "speedup over W = 1",
+        "Speedup to the target loss (runs that did not reach it left out)",
+    )
+    _save(figure, path)
+    return True
+
+
+def plot_staleness(runs: Sequence[Run], path: str | Path) -> bool:
+    """Staleness histogram of each run with one: share of applied gradients (%) per staleness.
+
+    One line per run (its name as label), log y axis so that rare staleness
+    values show; staleness values no gradient had are gaps. Written, and True
+    returned, only when some run has a ``staleness`` histogram with counts;
+    otherwise nothing is written, a stale path is removed and False is returned.
+    """
+    histograms = []
+    for index, run in enumerate(runs):
+        counts = _staleness_histogram(run.summary)
+        if counts:
+            histograms.append((index, run, counts))
+    if not histograms:
+        Path(path).unlink(missing_ok=True)
+        return False
+    figure, axes = _new_figure()
+    for index, run, counts in histograms:
+        total = sum(counts)
+        shares = [100 * count / total if count > 0 else math.nan for count in counts]
+        axes.plot(
+            range(len(counts)),
+            shares,
+            color=_colour(index),
+            marker=".",
+            label=run_label(run.summary),
+        )
+    axes.set_yscale("log")
+    axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _finish(
+        axes,
+        True,
+        "",
+        "staleness (server updates between read and apply)",
+        "applied gradients (%)",
+        "Staleness of applied gradients",
+    )
+    _save(figure, path)
+    return True
+
+
+def _staleness_histogram(summary: dict[str, Any]) -> list[float]:
+    """A run's staleness counts (index = staleness); empty when absent, malformed or all 0."""
+    staleness = summary.get("staleness")
+    histogram = staleness.get("histogram") if isinstance(staleness, dict) else None
+    if not isinstance(histogram, list):
+        return []
+    counts = [_finite(count) for count in histogram]
+    if any(count is None or count < 0 for count in counts) or not sum(counts):
+        return []
+    return counts
 
 
 def x_axis_label(runs: Sequence[Run]) -> str:

@@ -11,6 +11,13 @@ as ``-``. Layer-wise runs (SSFN, dSSFN) add fields such as ``layers``,
 ``train_accuracy``, ``virtual_seconds`` and ``mean_degree``; the table and
 report gain their columns and plots only when some run has them, so tables of
 SGD runs alone look as they always did.
+
+Worker-based runs (a parameter server or shared memory: AsySG-con, sync-ps,
+AsySG-incon) add ``workers``, ``staleness`` and, when they train to a target
+training loss, ``iterations_to_target`` and ``virtual_seconds_to_target``.
+Their columns (W, staleness, time to target and the speedups over the W = 1
+run, see ``speedups``) and plots likewise appear only when some run has the
+fields; nothing here looks at algorithm names.
 """
 
 from __future__ import annotations
@@ -26,7 +33,15 @@ from typing import Any
 
 from murmur.errors import UsageError
 
-__all__ = ["Run", "read_run", "format_table", "write_report", "run_label"]
+__all__ = [
+    "Run",
+    "read_run",
+    "format_table",
+    "write_report",
+    "run_label",
+    "has_target",
+    "speedups",
+]
 
 MISSING = "-"
 _BYTE_UNITS = ("KB", "MB", "GB", "TB", "PB")
@@ -39,6 +54,8 @@ _PLOT_FILES = (
 _OPTIONAL_PLOT_FILES = (
     ("Training time vs number of nodes (virtual clock)", "time_vs_nodes.png"),
     ("Mean test accuracy vs mean degree", "accuracy_vs_degree.png"),
+    ("Speedup vs number of workers (to the target training loss)", "speedup_vs_workers.png"),
+    ("Staleness of applied gradients", "staleness.png"),
 )
 
 
@@ -206,6 +223,91 @@ def _saving(summary: dict[str, Any], dsgd_messages: float | None) -> str:
     return _percent(1 - messages / dsgd_messages)
 
 
+def _staleness(value: Any) -> str:
+    """Mean and largest staleness of the applied gradients, "2.9 / 3"."""
+    if not isinstance(value, dict):
+        return MISSING
+    mean, largest = _number(value.get("mean")), _number(value.get("max"))
+    if mean is None and largest is None:
+        return MISSING
+    mean_text = MISSING if mean is None else f"{mean:.1f}"
+    return f"{mean_text} / {_count(largest)}"
+
+
+def _speedup(value: float | None) -> str:
+    return MISSING if value is None or not math.isfinite(value) else f"{value:.2f}"
+
+
+def has_target(summary: dict[str, Any]) -> bool:
+    """Whether a run trained to a target training loss (reached or not).
+
+    True when it reports reaching one, or has the ``iterations_to_target``
+    field with a positive ``target_loss`` (or none stated); a target loss of
+    0 or null means the run had no target.
+    """
+    if summary.get("iterations_to_target") is not None:
+        return True
+    if summary.get("virtual_seconds_to_target") is not None:
+        return True
+    if "iterations_to_target" not in summary:
+        return False
+    if "target_loss" not in summary:
+        return True
+    target = _number(summary["target_loss"])
+    return target is not None and target > 0
+
+
+def _positive(value: Any) -> float | None:
+    number = _number(value)
+    return number if number is not None and math.isfinite(number) and number > 0 else None
+
+
+def _speedup_group(summary: dict[str, Any]) -> tuple[str, str, str]:
+    """Runs whose speedups compare: the same algorithm, dataset and target loss."""
+    return (
+        str(summary.get("algorithm")),
+        str(summary.get("dataset")),
+        str(_number(summary.get("target_loss"))),
+    )
+
+
+def speedups(summaries: list[dict[str, Any]]) -> list[tuple[float | None, float | None]]:
+    """(iteration speedup, time speedup) of each summary, None where there is none.
+
+    Relative to the baseline: the first summary with ``workers`` == 1 of the
+    same algorithm, dataset and target loss. With ``its`` the
+    ``iterations_to_target`` and ``vs`` the ``virtual_seconds_to_target``,
+    iteration speedup = W * its_1 / its_W (Lian et al. 2015) and time speedup =
+    vs_1 / vs_W. None without a target, without a baseline, or when the run or
+    the baseline did not reach the target (its value is null).
+    """
+    baselines: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for summary in summaries:
+        if has_target(summary) and _number(summary.get("workers")) == 1:
+            baselines.setdefault(_speedup_group(summary), summary)
+    result: list[tuple[float | None, float | None]] = []
+    for summary in summaries:
+        baseline = baselines.get(_speedup_group(summary)) if has_target(summary) else None
+        if baseline is None:
+            result.append((None, None))
+            continue
+        workers = _positive(summary.get("workers"))
+        iterations = _positive(summary.get("iterations_to_target"))
+        base_iterations = _positive(baseline.get("iterations_to_target"))
+        seconds = _positive(summary.get("virtual_seconds_to_target"))
+        base_seconds = _positive(baseline.get("virtual_seconds_to_target"))
+        iteration_speedup = (
+            workers * base_iterations / iterations
+            if workers is not None and iterations is not None and base_iterations is not None
+            else None
+        )
+        time_speedup = (
+            base_seconds / seconds if seconds is not None and base_seconds is not None else None
+        )
+        result.append((iteration_speedup, time_speedup))
+    return result
+
+
 @dataclass(frozen=True)
 class _Column:
     header: str
@@ -250,9 +352,36 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
         columns.append(
             _Column("virtual s", lambda s: _virtual_seconds(s.get("virtual_seconds")), True)
         )
+    columns += _worker_columns(summaries)
     if with_folder:
         columns.append(_Column("run folder", lambda s: _text(s.get("run_dir")), False))
     return columns
+
+
+def _worker_columns(summaries: list[dict[str, Any]]) -> list[_Column]:
+    """Columns of worker-based runs: W and staleness, then time to target and speedups."""
+    targets = any(has_target(summary) for summary in summaries)
+    if not targets and not _has(summaries, "staleness"):
+        return []
+    columns = [
+        _Column("W", lambda s: _count(s.get("workers")), True),
+        _Column("staleness mean/max", lambda s: _staleness(s.get("staleness")), True),
+    ]
+    if not targets:
+        return columns
+    # Cells are looked up by the summary's identity: speedups need the whole table.
+    pairs = zip(summaries, speedups(summaries), strict=True)
+    by_run = {id(summary): speedup for summary, speedup in pairs}
+    return columns + [
+        _Column("its to target", lambda s: _count(s.get("iterations_to_target")), True),
+        _Column(
+            "virtual s to target",
+            lambda s: _virtual_seconds(s.get("virtual_seconds_to_target")),
+            True,
+        ),
+        _Column("iteration speedup", lambda s: _speedup(by_run[id(s)][0]), True),
+        _Column("time speedup", lambda s: _speedup(by_run[id(s)][1]), True),
+    ]
 
 
 def format_table(summaries: list[dict[str, Any]], markdown: bool = False) -> str:
@@ -268,6 +397,12 @@ def format_table(summaries: list[dict[str, Any]], markdown: bool = False) -> str
     "layers" (widths, "3 x 122" when all are equal), "train acc %" (mean
     training accuracy over agents) and "virtual s" (simulated seconds on the
     virtual clock, beside the real "wall s"); other runs show "-" in them.
+
+    Worker-based runs add, at the end, "W" (workers) and "staleness mean/max"
+    when any summary has ``staleness`` or a target; with a target (see
+    ``has_target``) also "its to target", "virtual s to target" ("-" when not
+    reached) and "iteration speedup" / "time speedup" over the W = 1 run of
+    the same algorithm, dataset and target loss (see ``speedups``).
     """
     columns = _columns(summaries, with_folder=not markdown)
     rows = [[column.cell(summary) for column in columns] for summary in summaries]
@@ -312,8 +447,10 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
 
     Besides the accuracy, messages and events plots, time_vs_nodes.png and
     accuracy_vs_degree.png are written (and linked) only when some algorithm
-    has runs at two or more node counts / mean degrees; otherwise a stale copy
-    from an earlier report in out_dir is removed.
+    has runs at two or more node counts / mean degrees, speedup_vs_workers.png
+    only when some algorithm has a W = 1 run and another W that reached the
+    target, and staleness.png only when some run has a staleness histogram;
+    otherwise a stale copy from an earlier report in out_dir is removed.
     """
     if not run_dirs:
         raise UsageError("no run folders given; pass one or more folders written by `murmur run`")
@@ -334,6 +471,10 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
         "accuracy_vs_degree.png": plots.plot_accuracy_vs_degree(
             runs, out / "accuracy_vs_degree.png"
         ),
+        "speedup_vs_workers.png": plots.plot_speedup_vs_workers(
+            runs, out / "speedup_vs_workers.png"
+        ),
+        "staleness.png": plots.plot_staleness(runs, out / "staleness.png"),
     }
     plot_files = [
         *_PLOT_FILES,
@@ -363,11 +504,32 @@ def _report_markdown(runs: list[Run], out: Path, plot_files: list[tuple[str, str
         format_table(summaries, markdown=True),
         "",
     ]
+    if any(has_target(summary) for summary in summaries):
+        parts += [_target_note(summaries), ""]
     for title, file in plot_files:
         parts += [f"## {title}", "", f"![{title}]({file})", ""]
     parts += ["## Configurations", ""]
     parts += [_config_line(run, out) for run in runs]
     return "\n".join(parts) + "\n"
+
+
+def _target_note(summaries: list[dict[str, Any]]) -> str:
+    targets = sorted(
+        {
+            target
+            for summary in summaries
+            if has_target(summary) and (target := _number(summary.get("target_loss"))) is not None
+        }
+    )
+    stated = f" ({', '.join(f'{target:g}' for target in targets)})" if targets else ""
+    return (
+        f"Runs with W workers train until the training loss reaches its target{stated}; "
+        "its / virtual s to target are the server iterations / simulated seconds it took "
+        '("-": not reached). Speedups are over the W = 1 run of the same algorithm, dataset '
+        "and target: iteration speedup = W * its(1) / its(W), time speedup = "
+        'virtual s(1) / virtual s(W); "-" without such a run or when either did not reach '
+        "the target."
+    )
 
 
 def _config_line(run: Run, out: Path) -> str:
