@@ -58,3 +58,31 @@ def test_dssfn_async_speedup_quick_run_prints_one_row_per_graph():
     graph, nodes, degree, sync_accuracy, sync_seconds = rows[0][:5]
     assert (graph, nodes, degree) == ("ring", "4", "2")
     assert 0 < float(sync_accuracy) <= 100 and float(sync_seconds) > 0
+
+
+def test_hogwild_scaling_quick_run_prints_both_settings_and_the_ratio():
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "hogwild_scaling.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["workers", "samples"])
+    assert lines[start].split() == [
+        "workers",
+        "samples",
+        "samples/s",
+        "noise",
+        "accuracy",
+        "test_loss",
+    ]
+    rows = [line.split() for line in lines[start + 1 : start + 3]]
+    assert [row[0] for row in rows] == ["1", "2"]
+    for row in rows:
+        assert row[1] == str(400 * 32)
+        assert float(row[2].replace(",", "")) > 0
+        assert 0 < float(row[4].rstrip("%")) <= 100
+    ratio = next(line for line in lines if line.startswith("speedup 2 processes / 1:"))
+    assert float(ratio.split(":")[1].split()[0]) > 0

@@ -27,7 +27,9 @@ from murmur.metrics.records import MetricsWriter, Outcome, RunResult
 from murmur.models import build_model
 from murmur.registry import ALGORITHMS
 from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
+from murmur.runtime.hogwild import run_hogwild
 from murmur.runtime.layerwise import Network, train_layerwise
+from murmur.runtime.server import run_server
 from murmur.runtime.simulator import Problem, RoundClock, simulate
 from murmur.runtime.stacked import StackedModel
 from murmur.runtime.transport import InMemoryTransport, MessageCounters
@@ -266,6 +268,8 @@ def _run_layerwise(setup: Setup, solver, on_record, progress: bool) -> Outcome:
 _RUNNERS: dict[str, Callable[[Setup, Any, Callable[[dict[str, Any]], None], bool], Outcome]] = {
     "sgd": _run_sgd,
     "layerwise": _run_layerwise,
+    "server": run_server,
+    "hogwild": run_hogwild,
 }
 """How each kind of algorithm (``AlgorithmSpec.kind``) is trained."""
 

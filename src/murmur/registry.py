@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from murmur.algorithms.arock import AsyncSolver, DssfnAsyncConfig
+from murmur.algorithms.asysg import AsysgConfig, AsysgInconConfig, SyncPsConfig
 from murmur.algorithms.centralized import Centralized, CentralizedConfig
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.algorithms.dsgd import Dsgd, DsgdConfig
 from murmur.algorithms.dssfn import DssfnConfig, SyncSolver
+from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
 from murmur.config import AlgorithmConfig
 from murmur.topology import Graph
@@ -50,6 +52,34 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         lambda config, graph: Centralized(config),
         "one learner on all the data",
         decentralized=False,
+    ),
+    "asysg-con": AlgorithmSpec(
+        AsysgConfig,
+        lambda config, graph: config,
+        "asynchronous SGD, parameter server applying stale gradients as they arrive",
+        decentralized=False,
+        kind="server",
+    ),
+    "sync-ps": AlgorithmSpec(
+        SyncPsConfig,
+        lambda config, graph: config,
+        "synchronous parameter server: waits for all workers every update",
+        decentralized=False,
+        kind="server",
+    ),
+    "asysg-incon": AlgorithmSpec(
+        AsysgInconConfig,
+        lambda config, graph: config,
+        "asynchronous SGD in shared memory, reads mixing recent versions",
+        decentralized=False,
+        kind="server",
+    ),
+    "hogwild": AlgorithmSpec(
+        HogwildConfig,
+        lambda config, graph: config,
+        "Hogwild!: lock-free SGD of W processes on one shared-memory model",
+        decentralized=False,
+        kind="hogwild",
     ),
     "ssfn": AlgorithmSpec(
         SsfnConfig,
