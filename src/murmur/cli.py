@@ -6,6 +6,7 @@ Bad input ends with one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -133,7 +134,7 @@ def _report(folders: list[str], out: str | None) -> int:
         if (folder / "summary.json").is_file() or not folder.is_dir():
             run_dirs.append(folder)
         else:
-            members = sorted(p.parent for p in folder.glob("*/summary.json"))
+            members = sorted((p.parent for p in folder.glob("*/summary.json")), key=_natural)
             if not members:
                 raise UsageError(f"{folder} holds no run (no summary.json in it or its subfolders)")
             run_dirs.extend(members)
@@ -142,6 +143,15 @@ def _report(folders: list[str], out: str | None) -> int:
     print(format_table([read_run(d).summary for d in run_dirs]))
     print(f"\nreport: {path}")
     return 0
+
+
+def _natural(path: Path) -> list[tuple[int, int | str]]:
+    """Sort key that puts ``workers-2`` before ``workers-16``."""
+    return [
+        (0, int(part)) if part.isdigit() else (1, part)
+        for part in re.split(r"(\d+)", path.name)
+        if part
+    ]
 
 
 if __name__ == "__main__":
