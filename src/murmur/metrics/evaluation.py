@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
+
+if TYPE_CHECKING:
+    from murmur.runtime.stacked import StackedModel
 
 
 def consensus_distance(params: torch.Tensor) -> float:
@@ -20,4 +25,19 @@ def accuracy_summary(per_agent: list[float] | None) -> dict[str, object]:
         "min": min(per_agent),
         "max": max(per_agent),
         "per_agent": per_agent,
+    }
+
+
+def test_set_metrics(
+    model: StackedModel, params: torch.Tensor, x_test: torch.Tensor, y_test: torch.Tensor
+) -> dict[str, Any]:
+    """The test-set part of an evaluation record, for stacked parameters (N, P)."""
+    accuracy, loss = model.evaluate(params, x_test, y_test)
+    summary = accuracy_summary(accuracy.tolist() if accuracy is not None else None)
+    return {
+        "test_accuracy": summary["per_agent"],
+        "test_loss": loss.tolist(),
+        "accuracy_mean": summary["mean"],
+        "accuracy_min": summary["min"],
+        "accuracy_max": summary["max"],
     }

@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from murmur.algorithms.asysg import AsysgConfig, AsysgInconConfig, SyncPsConfig, WorkersConfig
-from murmur.metrics.evaluation import accuracy_summary
+from murmur.metrics.evaluation import test_set_metrics
 from murmur.metrics.records import Outcome
 from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.runtime.transport import MessageCounters
@@ -205,20 +205,14 @@ class _ServerRun:
     def _evaluate(self) -> dict[str, Any]:
         problem = self.problem
         flat = self.x.view(1, -1)
-        accuracy, loss = problem.model.evaluate(flat, problem.x_test, problem.y_test)
         train_accuracy, train_loss = problem.model.evaluate(flat, problem.x_train, problem.y_train)
-        summary = accuracy_summary(accuracy.tolist() if accuracy is not None else None)
         applied = sum(self.staleness.values())
         record = {
             "iteration": self.version,
             "samples": self.gradients * problem.sampler.batch_size,
             "wall_seconds": time.perf_counter() - self.started,
             "virtual_seconds": self.loop.now,
-            "test_accuracy": summary["per_agent"],
-            "test_loss": loss.tolist(),
-            "accuracy_mean": summary["mean"],
-            "accuracy_min": summary["min"],
-            "accuracy_max": summary["max"],
+            **test_set_metrics(problem.model, flat, problem.x_test, problem.y_test),
             "train_loss": float(train_loss[0]),
             "train_accuracy": float(train_accuracy[0]) if train_accuracy is not None else None,
             "consensus_distance": 0.0,

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from murmur.algorithms.base import Algorithm
 from murmur.data.batches import BatchSampler
-from murmur.metrics.evaluation import accuracy_summary, consensus_distance
+from murmur.metrics.evaluation import consensus_distance, test_set_metrics
 from murmur.runtime.events import ComputeTimes, LinkDelays
 from murmur.runtime.stacked import StackedModel
 from murmur.runtime.transport import Transport
@@ -133,18 +133,12 @@ def _record(
     train_loss: float | None,
     wall_seconds: float,
 ) -> dict[str, Any]:
-    accuracy, loss = problem.model.evaluate(params, problem.x_test, problem.y_test)
-    summary = accuracy_summary(accuracy.tolist() if accuracy is not None else None)
     counters = transport.counters
     return {
         "iteration": iteration,
         "samples": samples,
         "wall_seconds": wall_seconds,
-        "test_accuracy": summary["per_agent"],
-        "test_loss": loss.tolist(),
-        "accuracy_mean": summary["mean"],
-        "accuracy_min": summary["min"],
-        "accuracy_max": summary["max"],
+        **test_set_metrics(problem.model, params, problem.x_test, problem.y_test),
         "train_loss": train_loss,
         "consensus_distance": consensus_distance(params),
         "events": counters.events,
