@@ -75,6 +75,7 @@ def test_hogwild_scaling_quick_run_prints_both_settings_and_the_ratio():
         "samples",
         "samples/s",
         "noise",
+        "cpu_share",
         "accuracy",
         "test_loss",
     ]
@@ -83,6 +84,8 @@ def test_hogwild_scaling_quick_run_prints_both_settings_and_the_ratio():
     for row in rows:
         assert row[1] == str(400 * 32)
         assert float(row[2].replace(",", "")) > 0
-        assert 0 < float(row[4].rstrip("%")) <= 100
-    ratio = next(line for line in lines if line.startswith("speedup 2 processes / 1:"))
-    assert float(ratio.split(":")[1].split()[0]) > 0
+        assert 0 < float(row[4]) <= 1.01
+        assert 0 < float(row[5].rstrip("%")) <= 100
+    for prefix in ("speedup 2 processes / 1:", "the machine: 2 independent processes"):
+        line = next(line for line in lines if line.startswith(prefix))
+        assert float(line.split(":")[-1].split()[0]) > 0

@@ -1,4 +1,4 @@
-"""The ``murmur`` command: run | presets | datasets | report.
+"""The ``murmur`` command: run | launch | presets | datasets | report.
 
 Bad input ends with one line on stderr and exit status 2, never a traceback.
 """
@@ -30,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = commands.add_parser("run", help="run a preset or a TOML config in the simulator")
+    run = commands.add_parser(
+        "run", help="run a preset or a TOML config in the simulator (or as one torchrun rank)"
+    )
     run.add_argument(
         "preset", nargs="?", default="default", help="preset name or path to a .toml file"
     )
@@ -44,6 +46,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--out", help="run folder (default: runs/PRESET-TIMESTAMP)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--runtime",
+        choices=("simulator", "distributed"),
+        default="simulator",
+        help="simulator: all agents in this process; distributed: this process is one rank "
+        "of a torchrun job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)",
+    )
+    _add_timeout(run)
+
+    launch = commands.add_parser(
+        "launch", help="run a preset as one process per agent on this machine (torchrun)"
+    )
+    launch.add_argument("--nproc", type=int, required=True, help="processes, one per agent")
+    launch.add_argument("preset", help="preset name or path to a .toml file")
+    launch.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one config value (repeatable)",
+    )
+    launch.add_argument("--out", help="run folder (default: runs/PRESET-TIMESTAMP)")
+    launch.add_argument(
+        "--port", type=int, default=29500, help="rendezvous port on 127.0.0.1 (default 29500)"
+    )
+    launch.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_timeout(launch)
 
     commands.add_parser("presets", help="list the presets shipped with murmur")
     commands.add_parser("datasets", help="list the datasets and their sizes")
@@ -57,22 +87,71 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_timeout(parser: argparse.ArgumentParser) -> None:
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+        return value
+
+    parser.add_argument(
+        "--timeout",
+        type=seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="distributed runtime: how long to wait for a peer to join, send or finish "
+        "before stopping with its rank named (default 60)",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "run":
+            if args.runtime == "distributed":
+                return _run_distributed(
+                    args.preset, args.overrides, args.out, not args.quiet, args.timeout
+                )
             return _run(args.preset, args.overrides, args.out, progress=not args.quiet)
+        if args.command == "launch":
+            from murmur.runtime.distributed import launch
+
+            return launch(
+                args.nproc,
+                args.preset,
+                args.overrides,
+                args.out,
+                port=args.port,
+                timeout=args.timeout,
+                progress=not args.quiet,
+            )
         if args.command == "presets":
             return _presets()
         if args.command == "datasets":
             return _datasets()
         return _report(args.runs, args.out)
     except UsageError as error:
-        print(f"murmur: error: {error}", file=sys.stderr)
+        _error_line(str(error))
         return 2
     except KeyboardInterrupt:
         print("murmur: interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as error:
+        from murmur.runtime.mailbox import PeerFailure
+
+        if not isinstance(error, PeerFailure):
+            raise
+        _error_line(str(error))
+        return 1
+
+
+def _error_line(message: str) -> None:
+    """One write, so the lines of ranks sharing a terminal do not interleave."""
+    sys.stderr.write(f"murmur: error: {message}\n")
+    sys.stderr.flush()
 
 
 def _run(source: str, overrides: list[str], out: str | None, progress: bool) -> int:
@@ -102,6 +181,25 @@ def _run(source: str, overrides: list[str], out: str | None, progress: bool) -> 
     if several:
         (root / "comparison.md").write_text(format_table(summaries, markdown=True) + "\n")
         print(f"\nruns in {root}; plots: murmur report {root}")
+    return 0
+
+
+def _run_distributed(
+    source: str, overrides: list[str], out: str | None, progress: bool, timeout: float
+) -> int:
+    """One rank of a torchrun job; rank 0 writes the run folder and prints the table."""
+    from murmur.config import load_experiment
+    from murmur.metrics.report import format_table
+    from murmur.runtime.distributed import default_run_dir, run_distributed, single_run
+
+    experiment = load_experiment(source, overrides)
+    label, config = single_run(experiment)
+    root = Path(out) if out else default_run_dir(experiment.name)
+    result = run_distributed(
+        config, root, name=label, preset=experiment.name, progress=progress, timeout=timeout
+    )
+    if result.run_dir is not None:
+        print(format_table([result.to_dict()]))
     return 0
 
 

@@ -123,10 +123,13 @@ def run(
     preset: str = "",
     progress: bool = False,
     setup: Setup | None = None,
+    runner: Callable[[Setup, Any, Callable[[dict[str, Any]], None], bool], Outcome] | None = None,
 ) -> RunResult:
     """Train one run in the simulator; write its folder when ``out_dir`` is given.
 
-    ``setup`` is ``prepare(config)`` when the caller has already built it.
+    ``setup`` is ``prepare(config)`` when the caller has already built it;
+    ``runner`` trains instead of the simulator's runner for the algorithm's kind
+    (the distributed runtime passes its own).
     """
     started = time.perf_counter()
     setup = setup if setup is not None else prepare(config)
@@ -137,7 +140,8 @@ def run(
         save_config(config, run_dir / "config.toml")
     writer = MetricsWriter(run_dir / "metrics.jsonl" if run_dir is not None else None)
     try:
-        outcome = _RUNNERS[spec.kind](setup, algorithm, writer.write, progress)
+        train = runner if runner is not None else _RUNNERS[spec.kind]
+        outcome = train(setup, algorithm, writer.write, progress)
     finally:
         writer.close()
     last = outcome.last_record

@@ -6,9 +6,12 @@ with one torch thread. Worker w draws its batches from its own stream (a
 :class:`BatchSampler` of its shard, seeded by ``(run.seed, "hogwild", w)``, so
 worker 0 draws the same batches whatever W is), computes the gradient with
 ``StackedModel.loss_and_grad`` on a (1, P) view of the shared vector, and
-subtracts ``alpha_k`` times it in place. Nothing in the loop takes a lock or
-talks to another process: besides the model, a worker writes only its own step
-counter, and its timings and loss once it is done.
+subtracts ``alpha_k`` times it in place (k: the worker's own step count).
+Nothing in a step takes a lock or talks to another process. The
+``run.iterations`` steps are handed out in chunks of ``STEP_CHUNK`` from one
+shared counter, the only lock, taken once per chunk: a worker that another
+process slows down makes fewer steps, and all end together. Besides the model,
+a worker writes only its own step count, and its timings and loss at the end.
 
 All workers wait at a barrier before their first step; the training time is
 from the earliest start to the latest finish, so process start-up is not
@@ -19,7 +22,7 @@ stopped and joined whatever happens.
 
 Processes are forked (``START_METHOD``): a child starts in milliseconds and
 inherits the data and the model without a copy, where a spawned child
-re-imports torch (about 1.5 s each here) and receives the data pickled. After
+re-imports torch (about 2 s here) and receives the data pickled. After
 ``torch.set_num_threads(1)`` in the child, forking is reliable with torch here
 even when the parent used several threads before. Where fork is missing the
 workers are spawned; they then rebuild the model from the pickled module.
@@ -34,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import connection
 from multiprocessing.queues import SimpleQueue
+from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Barrier
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +49,7 @@ from tqdm import tqdm
 from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.schedules import Decaying
 from murmur.data.batches import BatchSampler
-from murmur.metrics.evaluation import accuracy_summary
+from murmur.metrics.evaluation import test_set_metrics
 from murmur.metrics.records import Outcome
 from murmur.runtime.simulator import Problem
 from murmur.runtime.stacked import StackedModel
@@ -60,11 +64,14 @@ START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else 
 STALL_SECONDS = 120.0
 """A run whose workers make no step for this long (start-up included) is stopped."""
 
+STEP_CHUNK = 16
+"""Steps a worker claims at a time (a few milliseconds of work for small models)."""
+
 _POLL_SECONDS = 1.0
 _STOP_SECONDS = 5.0
 
-# Columns of the shared (W, 4) status table each worker fills in.
-_PID, _STARTED, _FINISHED, _LOSS_SUM = range(4)
+# Columns of the shared (W, 5) status table each worker fills in.
+_PID, _STARTED, _FINISHED, _CPU_SECONDS, _LOSS_SUM = range(5)
 
 
 @dataclass(frozen=True)
@@ -77,13 +84,16 @@ class SharedTraining:
     """From the first worker's first step to the last worker's last."""
     samples: int
     steps: list[int]
-    """Steps made by each worker."""
+    """Steps made by each worker; they add up to ``iterations``."""
     train_loss: float | None
     """Mean mini-batch loss over all steps of all workers."""
     pids: list[int]
     """Process id of each worker."""
     intervals: list[tuple[float, float]]
     """``time.perf_counter()`` at each worker's start and finish (one clock for all)."""
+    cpu_seconds: list[float]
+    """CPU time each worker used between its start and finish; less than the interval
+    when other processes took turns on its core."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +101,9 @@ class _Job:
     """Everything one worker needs; picklable, for spawned workers."""
 
     worker: int
-    steps: int
+    iterations: int
+    claimed: Synchronized
+    """How many of the ``iterations`` steps the workers have claimed so far."""
     module: nn.Module
     task: str
     x_train: torch.Tensor
@@ -191,15 +203,16 @@ def train_shared(
         raise ValueError(f"initial must hold one model of {problem.model.layout.total} parameters")
     context = torch_mp.get_context(start_method)
     params = initial.reshape(-1).to(torch.float32).clone().share_memory_()
-    status = torch.zeros(workers, 4, dtype=torch.float64).share_memory_()
+    status = torch.zeros(workers, 5, dtype=torch.float64).share_memory_()
     step_counts = torch.zeros(workers, dtype=torch.int64).share_memory_()
-    steps = [iterations // workers + (w < iterations % workers) for w in range(workers)]
+    claimed = context.Value("q", 0)
     barrier = context.Barrier(workers)
     errors = context.SimpleQueue()
     jobs = [
         _Job(
             worker=w,
-            steps=steps[w],
+            iterations=iterations,
+            claimed=claimed,
             module=problem.model.module,
             task=problem.model.task,
             x_train=problem.x_train,
@@ -231,14 +244,16 @@ def train_shared(
         bar.close()
         _stop(started)
     done = status.numpy()
+    total_steps = int(step_counts.sum())
     return SharedTraining(
         params=params.clone().view(1, -1),
         train_seconds=float(done[:, _FINISHED].max() - done[:, _STARTED].min()),
-        samples=int(step_counts.sum()) * problem.sampler.batch_size,
+        samples=total_steps * problem.sampler.batch_size,
         steps=step_counts.tolist(),
-        train_loss=float(done[:, _LOSS_SUM].sum()) / iterations if iterations else None,
+        train_loss=float(done[:, _LOSS_SUM].sum()) / total_steps if total_steps else None,
         pids=[int(pid) for pid in done[:, _PID]],
         intervals=[(float(row[_STARTED]), float(row[_FINISHED])) for row in done],
+        cpu_seconds=[float(seconds) for seconds in done[:, _CPU_SECONDS]],
     )
 
 
@@ -263,14 +278,28 @@ def _steps(job: _Job) -> None:
     loss_sum = 0.0
     job.barrier.wait(job.wait_seconds)
     status[_STARTED] = time.perf_counter()
-    for step in range(job.steps):
-        indices = sampler.next()
-        losses, grads = model.loss_and_grad(flat, x_train[indices], y_train[indices])
-        flat.add_(grads, alpha=-step_size(step))
-        loss_sum += losses.item()
-        step_counts[job.worker] = step + 1
+    cpu_started = time.process_time()
+    step = 0
+    while (chunk := _claim(job.claimed, job.iterations)) > 0:
+        for _ in range(chunk):
+            indices = sampler.next()
+            losses, grads = model.loss_and_grad(flat, x_train[indices], y_train[indices])
+            flat.add_(grads, alpha=-step_size(step))
+            loss_sum += losses.item()
+            step += 1
+        step_counts[job.worker] = step
     status[_FINISHED] = time.perf_counter()
+    status[_CPU_SECONDS] = time.process_time() - cpu_started
     status[_LOSS_SUM] = loss_sum
+
+
+def _claim(claimed: Synchronized, iterations: int) -> int:
+    """Claim the next at most ``STEP_CHUNK`` of the steps left; 0 when none are left."""
+    with claimed.get_lock():
+        first = claimed.value
+        chunk = min(STEP_CHUNK, iterations - first)
+        claimed.value = first + chunk
+    return chunk
 
 
 def _supervise(
@@ -329,17 +358,11 @@ def _record(
     wall_seconds: float,
 ) -> dict[str, Any]:
     """An evaluation record with the keys of the simulator's (one model, nothing sent)."""
-    accuracy, loss = problem.model.evaluate(params, problem.x_test, problem.y_test)
-    summary = accuracy_summary(accuracy.tolist() if accuracy is not None else None)
     return {
         "iteration": iteration,
         "samples": samples,
         "wall_seconds": wall_seconds,
-        "test_accuracy": summary["per_agent"],
-        "test_loss": loss.tolist(),
-        "accuracy_mean": summary["mean"],
-        "accuracy_min": summary["min"],
-        "accuracy_max": summary["max"],
+        **test_set_metrics(problem.model, params, problem.x_test, problem.y_test),
         "train_loss": train_loss,
         "consensus_distance": 0.0,
         "events": 0,

@@ -1,0 +1,383 @@
+"""The distributed runtime as real processes on loopback: same run as the simulator,
+failures named within the timeout, bad input refused in one line.
+
+The ranks of a test are forked by one driver process (torch is imported once,
+not once per rank: on two cores that is most of the cost), each running
+``murmur run ... --runtime distributed`` with its own RANK in the environment
+and its stderr in a file. Every process has a deadline; the driver kills what
+is left at its deadline and the test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from murmur.cli import main
+from murmur.config import load_experiment
+from murmur.experiment import run
+
+DRIVER = r"""
+import json, multiprocessing, os, signal, sys, time
+spec = json.loads(sys.argv[1])
+import torch
+import murmur.cli
+import murmur.runtime.distributed as distributed
+
+
+def rank_main(rank):
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(spec["world"]),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(spec["ports"][str(rank)]),
+    )
+    stderr = open(os.path.join(spec["logs"], f"rank{rank}.err"), "w")
+    os.dup2(stderr.fileno(), 2)
+    if spec["params"]:
+        run = distributed.run_distributed
+        def keep_parameters(*args, **kwargs):
+            result = run(*args, **kwargs)
+            if result.parameters is not None:
+                torch.save(result.parameters, spec["params"])
+            return result
+        distributed.run_distributed = keep_parameters
+    crash = spec["crash"]
+    if crash and rank == crash["rank"]:
+        from murmur.data.batches import BatchSampler
+        take, taken = BatchSampler.next_for, []
+        def failing(self, agent):
+            taken.append(agent)
+            if len(taken) > crash["after"]:
+                raise RuntimeError("injected failure")
+            return take(self, agent)
+        BatchSampler.next_for = failing
+    sys.exit(murmur.cli.main(spec["argv"]))
+
+
+context = multiprocessing.get_context("fork")
+ranks = {rank: context.Process(target=rank_main, args=(rank,)) for rank in spec["ranks"]}
+started = time.monotonic()
+for process in ranks.values():
+    process.start()
+deadline = started + spec["limit"]
+killed_at = None
+kill = spec["kill"]
+if kill:
+    while not os.path.exists(kill["when"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(kill["delay"])
+    os.kill(ranks[kill["rank"]].pid, kill["signal"])
+    killed_at = time.monotonic()
+ended = {}
+watched = [rank for rank in ranks if not kill or rank != kill["rank"]]
+while len(ended) < len(watched) and time.monotonic() < deadline:
+    for rank in watched:
+        if rank not in ended and ranks[rank].exitcode is not None:
+            ended[rank] = time.monotonic()
+    time.sleep(0.01)
+for rank, process in ranks.items():
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+print(json.dumps({
+    "codes": {rank: "hung" if rank in watched and rank not in ended else process.exitcode
+              for rank, process in ranks.items()},
+    "after_kill": {rank: t - killed_at for rank, t in ended.items()} if killed_at else {},
+    "after_start": {rank: t - started for rank, t in ended.items()},
+}))
+"""
+
+TOML = """
+[run]
+seed = 3
+iterations = {iterations}
+eval_every = 25
+[data]
+dataset = "blobs"
+batch_size = 8
+[model]
+name = "mlp"
+hidden = [8]
+[topology]
+graph = "ring"
+agents = {agents}
+[algorithm]
+{algorithm}
+"""
+DETSGRAD = 'name = "detsgrad"\na = 0.2\nb = 0.3\nv0 = 2.0'
+DSGD = 'name = "dsgd"\na = 0.2\nb = 0.3'
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def write_config(folder: Path, algorithm: str, iterations: int = 100, agents: int = 4) -> Path:
+    path = folder / "config.toml"
+    path.write_text(TOML.format(iterations=iterations, agents=agents, algorithm=algorithm))
+    return path
+
+
+def drive(
+    tmp_path: Path,
+    argv: list[str],
+    world: int,
+    *,
+    ranks: list[int] | None = None,
+    params: Path | None = None,
+    kill: dict | None = None,
+    crash: dict | None = None,
+    apart: bool = False,
+    limit: float = 60.0,
+) -> tuple[dict, dict[int, str]]:
+    """Fork the ranks, wait for them (at most ``limit`` s); exit codes and stderr per rank.
+
+    ``apart``: each rank gets a port of its own, so each is a job whose peers never come.
+    """
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    ranks = list(range(world)) if ranks is None else ranks
+    port = free_port()
+    spec = {
+        "world": world,
+        "ranks": ranks,
+        "ports": {rank: free_port() if apart else port for rank in ranks},
+        "argv": argv,
+        "logs": str(logs),
+        "params": str(params) if params else None,
+        "kill": kill,
+        "crash": crash,
+        "limit": limit,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=limit + 30,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    stderr = {rank: (logs / f"rank{rank}.err").read_text() for rank in spec["ranks"]}
+    return report, stderr
+
+
+def read_records(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+# ---- the same run as the simulator -------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", [DETSGRAD, DSGD], ids=["detsgrad", "dsgd"])
+def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_path, algorithm):
+    path = write_config(tmp_path, algorithm)
+    out, params = tmp_path / "distributed", tmp_path / "params.pt"
+    argv = ["run", str(path), "--runtime", "distributed", "--out", str(out), "--quiet"]
+    report, stderr = drive(tmp_path, [*argv, "--timeout", "20"], world=4, params=params)
+    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
+
+    ((_, config),) = load_experiment(str(path)).runs
+    simulated = run(config, tmp_path / "simulated")
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("events", "events_per_agent", "messages", "bytes", "samples", "iterations"):
+        assert summary[key] == getattr(simulated, key), key
+    assert summary["runtime"] == "distributed"
+    assert summary["rejected_per_agent"] == [0, 0, 0, 0]
+    assert set(simulated.to_dict()) - set(summary) == {"virtual_seconds"}
+    if "detsgrad" in algorithm:
+        assert 0 < summary["events"] < 4 * 100, "some agents must stay silent some steps"
+        assert sum(summary["control_messages_per_agent"]) == 2 * (400 - summary["events"]) + 8
+
+    records, expected = read_records(out), read_records(tmp_path / "simulated")
+    assert [r["iteration"] for r in records] == [0, 25, 50, 75, 100]
+    for got, want in zip(records, expected, strict=True):
+        assert set(want) - set(got) <= {"virtual_seconds"}
+        for key in ("iteration", "samples", "events", "messages", "bytes", "events_per_agent"):
+            assert got[key] == want[key], key
+        for key in ("test_loss", "test_accuracy", "consensus_distance"):
+            assert got[key] == pytest.approx(want[key], abs=1e-5), key
+        if want["train_loss"] is not None:
+            assert got["train_loss"] == pytest.approx(want["train_loss"], abs=1e-5)
+    torch.testing.assert_close(torch.load(params), simulated.parameters, atol=1e-5, rtol=1e-5)
+
+
+# ---- failures -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+def test_a_rank_that_stops_answering_stops_every_other_rank_naming_it(tmp_path, stop):
+    """Killed: its connections close, a send to it fails at once. Frozen: it stays
+    connected but answers nothing; its neighbours name it at the timeout and the
+    rank beyond them learns who failed from them (ABORT), not from its own deadline."""
+    timeout = 2.0
+    path = write_config(tmp_path, DSGD, iterations=100_000)
+    out = tmp_path / "run"
+    argv = ["run", str(path), "--runtime", "distributed", "--out", str(out), "--quiet"]
+    report, stderr = drive(
+        tmp_path,
+        [*argv, "--timeout", str(timeout)],
+        world=4,
+        kill={"rank": 2, "when": str(out / "config.toml"), "delay": 0.3, "signal": int(stop)},
+        limit=40.0,
+    )
+    for rank in ("0", "1", "3"):
+        assert report["codes"][rank] == 1, stderr
+        lines = stderr[int(rank)].splitlines()
+        assert len(lines) == 1, stderr[int(rank)]
+        assert lines[0].startswith(f"murmur: error: rank {rank} stopped:"), lines[0]
+        assert "rank 2" in lines[0].split("stopped:", 1)[1], lines[0]
+        assert report["after_kill"][rank] < 2 * timeout + 1.0, report
+    if stop == signal.SIGSTOP:
+        assert min(report["after_kill"].values()) >= timeout - 0.5, "named before the timeout?"
+    assert not (out / "summary.json").exists()
+
+
+def test_a_rank_that_fails_tells_its_neighbours_instead_of_leaving_them_to_time_out(tmp_path):
+    timeout = 20.0
+    path = write_config(tmp_path, DSGD, iterations=100_000)
+    argv = ["run", str(path), "--runtime", "distributed", "--out", str(tmp_path / "run")]
+    report, stderr = drive(
+        tmp_path,
+        [*argv, "--quiet", "--timeout", str(timeout)],
+        world=4,
+        crash={"rank": 2, "after": 30},
+        limit=40.0,
+    )
+    assert report["codes"]["2"] == 1 and "injected failure" in stderr[2]
+    for rank in (0, 1, 3):
+        assert report["codes"][str(rank)] == 1, stderr
+        assert stderr[rank].count("\n") == 1, stderr[rank]
+        assert "rank 2 failed" in stderr[rank], stderr[rank]
+    assert max(report["after_start"].values()) < timeout / 2, report
+
+
+def test_a_peer_that_never_arrives_is_one_line_and_exit_2(tmp_path):
+    """Rank 0 waits for rank 1 and rank 1 for rank 0, each of a job of its own."""
+    path = write_config(tmp_path, DSGD, agents=2)
+    argv = ["run", str(path), "--runtime", "distributed", "--quiet", "--timeout", "1"]
+    started = time.monotonic()
+    report, stderr = drive(tmp_path, argv, world=2, apart=True, limit=20.0)
+    assert time.monotonic() - started < 10.0
+    assert report["codes"] == {"0": 2, "1": 2}
+    for rank in (0, 1):
+        assert stderr[rank].count("\n") == 1, stderr[rank]  # no C++ log lines either
+        assert stderr[rank].startswith(f"murmur: error: rank {rank}: "), stderr[rank]
+        assert "within 1 s" in stderr[rank]
+
+
+# ---- murmur launch, and bad input -----------------------------------------------------------
+
+
+def test_launch_starts_torchrun_and_rank_0_writes_the_run_folder(tmp_path):
+    path = write_config(tmp_path, DETSGRAD, iterations=20, agents=2)
+    out = tmp_path / "run"
+    argv = ["launch", "--nproc", "2", str(path), "--out", str(out), "--quiet"]
+    command = [sys.executable, "-m", "murmur", *argv, "--port", str(free_port()), "--timeout", "20"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert "detsgrad" in done.stdout and str(out) in done.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "metrics.jsonl", "summary.json"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["agents"], summary["runtime"], summary["iterations"]) == (2, "distributed", 20)
+    assert [r["iteration"] for r in read_records(out)] == [0, 20]
+
+
+def test_launch_ends_with_the_failed_ranks_status_and_their_lines_not_a_traceback(tmp_path):
+    path = write_config(tmp_path, DSGD, iterations=20, agents=2)
+    argv = ["launch", "--nproc", "2", str(path), "--out", str(tmp_path / "run"), "--quiet"]
+    command = [sys.executable, "-m", "murmur", *argv, "--port", str(free_port())]
+    done = subprocess.run(
+        [*command, "--timeout", "0.0001"], capture_output=True, text=True, timeout=90
+    )
+    assert done.returncode == 2
+    # One line per rank that got to say it (torchrun stops the other at the first failure).
+    lines = done.stderr.splitlines()
+    assert 1 <= len(lines) <= 2, done.stderr
+    for line in lines:
+        assert line.startswith("murmur: error: rank "), done.stderr
+        assert "did not all join" in line, done.stderr
+
+
+def one_line_error(capsys, code: int) -> str:
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in out + err
+    return err
+
+
+def test_launch_refuses_fewer_than_one_process(capsys, tmp_path):
+    path = write_config(tmp_path, DSGD)
+    err = one_line_error(capsys, main(["launch", "--nproc", "0", str(path)]))
+    assert "--nproc must be at least 1" in err
+
+
+def test_launch_refuses_a_process_count_other_than_the_agents(capsys, tmp_path):
+    path = write_config(tmp_path, DSGD, agents=4)
+    err = one_line_error(capsys, main(["launch", "--nproc", "3", str(path)]))
+    assert "topology.agents is 4" in err
+
+
+def test_launch_refuses_a_port_in_use(capsys, tmp_path):
+    path = write_config(tmp_path, DSGD)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        err = one_line_error(
+            capsys, main(["launch", "--nproc", "4", str(path), "--port", str(port)])
+        )
+    assert f"port {port} on 127.0.0.1 is in use" in err
+
+
+def test_launch_refuses_a_port_that_is_no_port(capsys, tmp_path):
+    path = write_config(tmp_path, DSGD)
+    err = one_line_error(capsys, main(["launch", "--nproc", "4", str(path), "--port", "70000"]))
+    assert "--port must be a port number" in err
+
+
+def test_launch_refuses_a_comparison_preset(capsys):
+    err = one_line_error(capsys, main(["launch", "--nproc", "10", "default"]))
+    assert "compares 3 runs" in err
+
+
+def test_launch_refuses_an_algorithm_it_cannot_run_yet(capsys, tmp_path):
+    path = write_config(tmp_path, 'name = "centralized"')
+    err = one_line_error(capsys, main(["launch", "--nproc", "4", str(path)]))
+    assert "runs detsgrad, dsgd so far, not centralized" in err
+
+
+def test_run_refuses_an_unknown_runtime(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "detsgrad", "--runtime", "bogus"])
+    err = one_line_error(capsys, exit_info.value.code)
+    assert "invalid choice: 'bogus'" in err
+
+
+def test_a_distributed_run_outside_torchrun_says_how_to_start_it(capsys, monkeypatch, tmp_path):
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    path = write_config(tmp_path, DSGD)
+    err = one_line_error(capsys, main(["run", str(path), "--runtime", "distributed"]))
+    assert "murmur launch --nproc N PRESET" in err
+
+
+def test_a_world_size_other_than_the_agents_is_refused_before_joining(
+    capsys, monkeypatch, tmp_path
+):
+    environ = {"RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    path = write_config(tmp_path, DSGD, agents=4)
+    err = one_line_error(capsys, main(["run", str(path), "--runtime", "distributed"]))
+    assert "WORLD_SIZE is 3 but topology.agents is 4" in err

@@ -1,0 +1,201 @@
+"""The mailbox and the distributed transport, on gloo ranks held by threads of this process.
+
+Each test builds a few real gloo process groups over loopback (one per rank,
+all in this process), so the wire format, the receiving thread, its deadlines
+and the transport's arithmetic are checked in well under a second; the
+process-per-rank runs are in test_distributed.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
+from murmur.runtime.distributed import DistributedTransport
+from murmur.runtime.mailbox import (
+    HEADER_TAG,
+    MAGIC,
+    PAYLOAD_TAG,
+    Kind,
+    Mailbox,
+    PeerFailure,
+    PeerTimeout,
+    encode_header,
+)
+from murmur.runtime.transport import InMemoryTransport
+from murmur.topology import ring
+
+P = 6
+WAIT = timedelta(seconds=5)
+
+
+def gloo_groups(world: int) -> list:
+    """``world`` gloo ranks of one group, all in this process, on loopback."""
+    store = dist.HashStore()
+    groups: dict[int, object] = {}
+
+    def join(rank: int) -> None:
+        options = dist.ProcessGroupGloo._Options()
+        options._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+        options._timeout = timedelta(seconds=10)
+        groups[rank] = dist.ProcessGroupGloo(store, rank, world, options)
+
+    threads = [threading.Thread(target=join, args=(rank,)) for rank in range(world)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    assert len(groups) == world, "gloo ranks did not connect"
+    return [groups[rank] for rank in range(world)]
+
+
+def send(group, to: int, header: torch.Tensor, payload: torch.Tensor | None = None) -> None:
+    group.send([header], to, HEADER_TAG).wait(WAIT)
+    if payload is not None:
+        group.send([payload], to, PAYLOAD_TAG).wait(WAIT)
+
+
+def value(group, to: int, sender: int, step: int, fill: float) -> None:
+    send(group, to, encode_header(Kind.VALUE, sender, step, P), torch.full((P,), fill))
+
+
+def control(group, to: int, kind: Kind, sender: int, step: int) -> None:
+    send(group, to, encode_header(kind, sender, step, 0))
+
+
+@pytest.fixture
+def three():
+    """Rank 0's mailbox (neighbours 1 and 2, starting from -1 and -2) and all three groups."""
+    groups = gloo_groups(3)
+    mailbox = Mailbox(groups[0], 0, [1, 2], torch.tensor([[-1.0] * P, [-2.0] * P]))
+    mailbox.start()
+    return mailbox, groups
+
+
+def test_values_at_waits_for_every_neighbour_and_keeps_the_last_value_sent(three):
+    mailbox, groups = three
+    value(groups[1], 0, sender=1, step=1, fill=1.0)
+    control(groups[2], 0, Kind.NONE, sender=2, step=1)
+    value(groups[1], 0, sender=1, step=2, fill=11.0)
+    # Rank 2's step-2 message is not in yet: step 1 is, and rank 2 kept its initial value.
+    step1 = mailbox.values_at(1, timeout=5.0)
+    assert step1[:, 0].tolist() == [1.0, -2.0]
+    value(groups[2], 0, sender=2, step=2, fill=22.0)
+    assert mailbox.values_at(2, timeout=5.0)[:, 0].tolist() == [11.0, 22.0]
+    step, latest = mailbox.latest(1)
+    assert (step, latest[0].item()) == (2, 11.0)
+    control(groups[1], 0, Kind.STOP, sender=1, step=2)
+    control(groups[2], 0, Kind.STOP, sender=2, step=2)
+    mailbox.wait_stopped(timeout=5.0)
+    assert (mailbox.received, mailbox.rejected) == (6, 0)
+
+
+def test_a_silent_neighbour_is_named_at_the_deadline(three):
+    mailbox, groups = three
+    value(groups[1], 0, sender=1, step=1, fill=1.0)
+    started = time.monotonic()
+    with pytest.raises(PeerTimeout, match="rank 2 sent no step-1 message within 0.3 s") as caught:
+        mailbox.values_at(1, timeout=0.3)
+    assert 0.3 <= time.monotonic() - started < 2.0
+    assert caught.value.ranks == (2,)
+    control(groups[1], 0, Kind.STOP, sender=1, step=1)
+    control(groups[2], 0, Kind.STOP, sender=2, step=0)
+    mailbox.wait_stopped(timeout=5.0)
+
+
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [
+        (torch.tensor([MAGIC + 1, Kind.VALUE, 2, 1, P]), "bad magic"),
+        (encode_header(Kind.VALUE, 2, 1, 10**12), "VALUE of 1000000000000 floats"),
+        (encode_header(Kind.VALUE, 1, 1, P), "claims sender 1"),
+        (encode_header(Kind.NONE, 2, 5, 0), "step 5 after step 0"),
+        (encode_header(Kind.PUSH, 2, 1, 0), "unexpected message kind 3"),
+    ],
+)
+def test_a_malformed_header_is_rejected_counted_and_its_sender_named_at_once(three, header, reason):
+    mailbox, groups = three
+    send(groups[2], 0, header)  # no payload: the mailbox must not wait for one
+    value(groups[1], 0, sender=1, step=1, fill=1.0)
+    started = time.monotonic()
+    with pytest.raises(PeerFailure, match=f"rank 2: .*{reason}") as caught:
+        mailbox.values_at(1, timeout=30.0)
+    assert time.monotonic() - started < 5.0, "a known-bad sender must not be waited for"
+    assert caught.value.ranks == (2,)
+    # Rank 2 is not listened to any more (its next send would never complete); rank 1 is.
+    control(groups[1], 0, Kind.STOP, sender=1, step=1)
+    deadline = time.monotonic() + 5.0
+    while (mailbox.received, mailbox.rejected) != (2, 1) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (mailbox.received, mailbox.rejected) == (2, 1)
+
+
+def test_a_payload_shorter_than_its_header_says_is_rejected(three):
+    mailbox, groups = three
+    send(groups[2], 0, encode_header(Kind.VALUE, 2, 1, P), torch.ones(P - 1))
+    value(groups[1], 0, sender=1, step=1, fill=1.0)
+    with pytest.raises(PeerFailure, match="shorter than the 6 floats announced"):
+        mailbox.values_at(1, timeout=30.0)
+    assert mailbox.rejected == 1
+    control(groups[1], 0, Kind.STOP, sender=1, step=1)
+
+
+def test_an_abort_names_the_failed_rank(three):
+    mailbox, groups = three
+    control(groups[1], 0, Kind.ABORT, sender=1, step=2)
+    with pytest.raises(PeerFailure, match="rank 2 failed \\(rank 1 stopped") as caught:
+        mailbox.values_at(1, timeout=30.0)
+    assert caught.value.ranks == (2,)
+    control(groups[2], 0, Kind.STOP, sender=2, step=0)  # rank 1 said its last word
+
+
+def test_detsgrad_over_the_gloo_transport_equals_the_in_memory_one():
+    """Three ranks on a ring, some silent some steps (v0 > 0): same events, same models."""
+    agents, steps = 3, 25
+    graph = ring(agents)
+    config = DetsgradConfig(a=0.3, b=0.3, v0=2.5)
+    initial = torch.randn(agents, P, generator=torch.Generator().manual_seed(0))
+    grads = torch.randn(steps, agents, P, generator=torch.Generator().manual_seed(1))
+
+    reference = InMemoryTransport(graph, initial)
+    algorithm = Detsgrad(config, graph)
+    state = algorithm.init(initial)
+    for step in range(steps):
+        state = algorithm.step(state, grads[step].clone(), step, reference)
+
+    groups = gloo_groups(agents)
+    finals: dict[int, tuple[torch.Tensor, DistributedTransport]] = {}
+
+    def rank_main(rank: int) -> None:
+        transport = DistributedTransport(groups[rank], graph, rank, initial, timeout=10.0)
+        transport.start()
+        own = Detsgrad(config, graph)
+        rank_state = own.init(initial[rank : rank + 1])
+        for step in range(steps):
+            rank_state = own.step(rank_state, grads[step, rank : rank + 1].clone(), step, transport)
+        transport.finish()
+        finals[rank] = (rank_state.x, transport)
+
+    threads = [threading.Thread(target=rank_main, args=(rank,)) for rank in range(agents)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(finals) == agents, "a rank did not finish"
+    silent = 0
+    for rank, (x, transport) in finals.items():
+        torch.testing.assert_close(x[0], state.x[rank], atol=1e-5, rtol=1e-5)
+        counters = transport.counters
+        assert counters.events == int(reference.counters.events_per_agent[rank])
+        assert counters.messages == int(reference.counters.messages_per_agent[rank])
+        assert counters.bytes == int(reference.counters.bytes_per_agent[rank])
+        silent += steps - counters.events
+        assert transport.control_messages == 2 * (steps - counters.events) + 2  # NONEs, STOPs
+        assert transport.rejected == 0
+    assert silent > 0, "pick a threshold under which some agents stay silent"
