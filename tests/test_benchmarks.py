@@ -89,3 +89,36 @@ def test_hogwild_scaling_quick_run_prints_both_settings_and_the_ratio():
     for prefix in ("speedup 2 processes / 1:", "the machine: 2 independent processes"):
         line = next(line for line in lines if line.startswith(prefix))
         assert float(line.split(":")[-1].split()[0]) > 0
+
+
+def test_distributed_transport_quick_run_prints_both_tables():
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "distributed_transport.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["N", "ms/iter"])
+    assert lines[start].split() == [
+        "N",
+        "ms/iter",
+        "messages/iter",
+        "headers/iter",
+        "us/message",
+        "us/(msg+hdr)",
+        "noise",
+    ]
+    rows = [line.split() for line in lines[start + 1 : start + 3]]
+    assert [row[0] for row in rows] == ["2", "4"]
+    for row in rows:
+        assert float(row[1]) > 0
+        assert float(row[2]) + float(row[3]) > 0
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["method", "floats"])
+    methods = [line.split() for line in lines[start + 1 : start + 4]]
+    assert [row[0] for row in methods] == ["bare", "bare+header", "transport"]
+    for row in methods:
+        assert int(row[1]) > 0 and float(row[2]) > 0 and float(row[3]) > 0
+    overhead = next(line for line in lines if line.startswith("mailbox overhead"))
+    assert float(overhead.split(":")[-1]) > 0

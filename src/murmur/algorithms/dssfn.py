@@ -27,7 +27,6 @@ from murmur.algorithms.ssfn import (
     matmul_flops,
 )
 from murmur.errors import UsageError
-from murmur.runtime.transport import InMemoryTransport
 from murmur.topology import Graph, as_sparse, mixing_matrix
 
 
@@ -60,19 +59,19 @@ class SyncSolver:
         self.degrees = graph.degrees().tolist()
 
     def solve(self, grams, crosses, regularizer: Regularizer, setup_flops, network):
-        nodes, classes, width = crosses.shape
+        """``grams``, ``crosses``: the layer data of the nodes in this process (all of
+        them in the simulator, one in the distributed runtime); gossip goes through
+        ``network.transport_for``."""
+        local, classes, width = crosses.shape
+        nodes = network.graph.agents
         identity = torch.eye(width, dtype=grams.dtype)
         inverses = torch.cholesky_inverse(torch.linalg.cholesky(grams + identity / self.mu))
         factor_flops = float(width) ** 3
         network.clock.advance(
             network.compute.round_seconds([flops + factor_flops for flops in setup_flops])
         )
-        transport = InMemoryTransport(
-            network.graph,
-            torch.zeros(nodes, classes * width, dtype=grams.dtype),
-            counters=network.counters,
-        )
-        everyone = torch.ones(nodes, dtype=torch.bool)
+        transport = network.transport_for(classes * width, grams.dtype)
+        everyone = torch.ones(local, dtype=torch.bool)
         update_seconds = network.compute.round_seconds(matmul_flops(classes, width, width))
         mix_seconds = network.compute.round_seconds(
             [2.0 * (degree + 1) * classes * width for degree in self.degrees]
@@ -82,7 +81,7 @@ class SyncSolver:
         dual = torch.zeros_like(crosses)
         for _ in range(self.iterations_per_layer):
             outputs = torch.bmm(crosses + (consensus - dual) / self.mu, inverses)
-            estimate = (outputs + dual).view(nodes, -1)
+            estimate = (outputs + dual).view(local, -1)
             for _ in range(self.rounds if nodes > 1 else 0):
                 transport.broadcast(everyone, estimate)
                 estimate = torch.zeros_like(estimate)

@@ -23,6 +23,11 @@ per-rank records, counters and parameters are gathered (fixed-size tensors,
 no pickles); rank 0 writes the run folder (``experiment.run``), with real
 wall-clock times.
 
+Synchronous dSSFN runs one node per rank the same way at the library level
+(:func:`train_layerwise_rank`: the simulator's layer driver on the rank's shard,
+each gossip phase through a :class:`DistributedTransport` of float64 rows from
+:class:`DistributedNetwork`); ``murmur run`` does not offer it yet.
+
 Ranks are started by ``torchrun`` (one machine or many) or by ``murmur
 launch`` (torchrun on loopback); they read RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the
 environment. Started without torchrun, rank 0 hosts the rendezvous store
@@ -42,7 +47,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -57,6 +62,8 @@ from murmur.errors import UsageError
 from murmur.experiment import prepare, run
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.metrics.records import Outcome, RunResult
+from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
+from murmur.runtime.layerwise import LayerwiseResult, Network, train_layerwise
 from murmur.runtime.mailbox import (
     Kind,
     Mailbox,
@@ -66,6 +73,7 @@ from murmur.runtime.mailbox import (
     first_line,
 )
 from murmur.runtime.transport import MessageCounters
+from murmur.seeding import derive_seed
 from murmur.topology import Graph
 
 SUPPORTED = ("detsgrad", "dsgd")
@@ -90,23 +98,36 @@ class DistributedTransport:
     peer's mailbox always has a receive from this rank posted, so that does not
     wait for the peer's own sends, also when two neighbours send to each other
     at once.
+
+    Values are float32, or float64 when ``initial`` is: a float64 row travels as
+    twice as many float32 (the same bits), so it arrives exactly.
     """
 
     def __init__(
-        self, group: Any, graph: Graph, rank: int, initial: torch.Tensor, timeout: float
+        self,
+        group: Any,
+        graph: Graph,
+        rank: int,
+        initial: torch.Tensor,
+        timeout: float,
+        counters: MessageCounters | None = None,
     ) -> None:
-        """``initial`` (agents, P): every agent's starting values, known to all ranks."""
+        """``initial`` (agents, P): every agent's starting values, known to all ranks.
+
+        ``counters``: add to these (one agent's, e.g. shared by the layers of one run).
+        """
         if initial.shape[0] != graph.agents:
             raise ValueError(f"initial has {initial.shape[0]} rows for {graph.agents} agents")
         self.rank = rank
         self.neighbours = graph.neighbors(rank)
         self.timeout = timeout
-        self.counters = MessageCounters(1)
+        self.counters = counters if counters is not None else MessageCounters(1)
         self.control_messages = 0
-        self._sent = initial[rank : rank + 1].to(torch.float32, copy=True)
+        dtype = torch.float64 if initial.dtype == torch.float64 else torch.float32
+        self._sent = initial[rank : rank + 1].to(dtype, copy=True)
         self._message_bytes = self._sent.numel() * self._sent.element_size()
         self._mailbox = Mailbox(
-            group, rank, self.neighbours, initial[self.neighbours].to(torch.float32)
+            group, rank, self.neighbours, _wire(initial[self.neighbours].to(dtype).contiguous())
         )
         self._outbox = Outbox(group, rank, self.neighbours)
         self._step = 0
@@ -136,7 +157,7 @@ class DistributedTransport:
         self._step += 1
         if bool(senders[0]):
             self._sent.copy_(values)
-            self._send(Kind.VALUE, self._step, self.neighbours, payload=self._sent[0])
+            self._send(Kind.VALUE, self._step, self.neighbours, payload=_wire(self._sent)[0])
             self.counters.record_event(0, len(self.neighbours), self._message_bytes)
         else:
             self._send(Kind.NONE, self._step, self.neighbours)
@@ -146,6 +167,7 @@ class DistributedTransport:
         """``out += scale * operator[rank] @ V`` once every neighbour's value of this step is in."""
         own, others = self._operator_row(operator)
         received = self._patiently(partial(self._mailbox.values_at, self._step))
+        received = received.view(self._sent.dtype)
         if own != 0.0:
             out.add_(self._sent, alpha=scale * own)
         if self.neighbours:
@@ -212,9 +234,97 @@ class DistributedTransport:
                 f"operator row {self.rank} is non-zero outside the agent and its neighbours"
             )
         own = float(row[self.rank])
-        others = row[self.neighbours].to(torch.float32).unsqueeze(0)
+        others = row[self.neighbours].to(self._sent.dtype).unsqueeze(0)
         self._rows[id(operator)] = (operator, own, others)
         return own, others
+
+
+def _wire(values: torch.Tensor) -> torch.Tensor:
+    """What goes on the wire: float32 as is, float64 as twice as many float32."""
+    return values.view(torch.float32) if values.dtype == torch.float64 else values
+
+
+# ---------------------------------------------------------------- layer-wise training
+
+
+@dataclass
+class DistributedNetwork(Network):
+    """The :class:`~murmur.runtime.layerwise.Network` of one node per rank: each gossip
+    phase (``transport_for``) gets a :class:`DistributedTransport` of this rank's node,
+    the previous phase's transport finished first. ``counters`` are this node's."""
+
+    rank: int = 0
+    timeout: float = DEFAULT_TIMEOUT
+    group: Any = None
+    _transport: DistributedTransport | None = field(default=None, repr=False)
+
+    def transport_for(self, width: int, dtype: torch.dtype) -> DistributedTransport:
+        self.close()
+        transport = DistributedTransport(
+            self.group if self.group is not None else dist.group.WORLD,
+            self.graph,
+            self.rank,
+            torch.zeros(self.graph.agents, width, dtype=dtype),
+            self.timeout,
+            counters=self.counters,
+        )
+        transport.start()
+        self._transport = transport
+        return transport
+
+    def close(self) -> None:
+        """Finish the current gossip phase with the neighbours, if one is open."""
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.finish()
+
+    def abort(self, failed: Sequence[int]) -> None:
+        if self._transport is not None:
+            self._transport.abort(failed)
+
+
+def train_layerwise_rank(
+    setup: Any,
+    solver: Any,
+    rank: int,
+    timeout: float = DEFAULT_TIMEOUT,
+    on_record: Callable[[dict[str, Any]], None] = lambda record: None,
+) -> tuple[LayerwiseResult, MessageCounters]:
+    """Node ``rank`` of a layer-wise run (synchronous dSSFN) in a joined process group:
+    its shard's layers, gossip with its neighbours. Returns its result (output
+    matrices (1, Q, n); records of its own node) and its message counters."""
+    config, dataset, graph = setup.config, setup.dataset, setup.graph
+    network = DistributedNetwork(
+        graph=graph,
+        counters=MessageCounters(1),
+        clock=EventLoop(),
+        compute=ComputeTimes(config.timing, graph.agents, derive_seed(config.run.seed, "timing")),
+        links=LinkDelays(config.timing),
+        rank=rank,
+        timeout=timeout,
+    )
+    try:
+        trained = train_layerwise(
+            config.algorithm,
+            solver,
+            network,
+            dataset.x_train,
+            dataset.y_train,
+            dataset.x_test,
+            dataset.y_test,
+            [setup.shards[rank]],
+            dataset.num_classes,
+            seed=derive_seed(config.run.seed, "ssfn"),
+            on_record=on_record,
+        )
+        network.close()
+    except PeerFailure as failure:
+        network.abort(failure.ranks)
+        raise
+    except Exception:
+        network.abort([rank])
+        raise
+    return trained, network.counters
 
 
 # ---------------------------------------------------------------- the run of one rank

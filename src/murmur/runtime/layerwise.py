@@ -36,7 +36,7 @@ from murmur.algorithms.ssfn import (
 from murmur.errors import UsageError
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
-from murmur.runtime.transport import MessageCounters
+from murmur.runtime.transport import InMemoryTransport, MessageCounters, Transport
 from murmur.topology import Graph
 
 
@@ -55,6 +55,14 @@ class Network:
     def __post_init__(self) -> None:
         if not self.ready:
             self.ready = [0.0] * self.graph.agents
+
+    def transport_for(self, width: int, dtype: torch.dtype) -> Transport:
+        """A transport for one gossip phase: values of ``width`` floats, every node
+        starting from zeros, messages added to ``counters``. Here all nodes are in this
+        process; a distributed network gives the transport of its own node."""
+        return InMemoryTransport(
+            self.graph, torch.zeros(self.graph.agents, width, dtype=dtype), counters=self.counters
+        )
 
     @property
     def finished(self) -> float:

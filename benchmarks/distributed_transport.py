@@ -1,0 +1,371 @@
+"""Wall-clock cost of the distributed runtime's transport on this machine.
+
+Two measurements, each in processes forked by this script (torch is imported
+once) on loopback gloo:
+
+- iterations: for each N in ``--agents`` (default 2, 4, 8), N ranks run the
+  ``detsgrad`` preset (mnist5k, MLP 784-100-10, batch 32) on a ring of N
+  agents, one agent per rank, exactly as ``murmur run --runtime distributed``
+  steps them: batch sampling, ``StackedModel.loss_and_grad`` and
+  ``Detsgrad.step`` through a ``DistributedTransport``. After ``--warmup``
+  untimed iterations come ``--rounds`` timed rounds of ``--iterations`` each;
+  no evaluation. A round's time is the slowest rank's (the ranks run in
+  lockstep), its messages are the VALUE messages of all ranks (what the
+  simulator counts) and its headers the NONE messages ("nothing to send this
+  step") that keep the ranks in lockstep. The table gives the fastest round:
+  ms per iteration, messages and headers per iteration, and the time per
+  message (round time / messages, and / messages + headers).
+- point to point: two ranks play ping-pong with one P-float32 tensor (P: the
+  MLP's parameter count) ``--repeats`` times per round, three ways, taken in
+  turn each round: ``bare`` (``dist.send`` / ``dist.recv`` of the tensor),
+  ``bare+header`` (the same with the 5-int64 header sent first, the wire
+  traffic of one message) and ``transport`` (``Outbox.send`` of a VALUE,
+  header and payload, and ``Mailbox.values_at`` on the other side: the
+  receiving thread, the checks, the delivery and the copy into the mailbox's
+  values). One-way time = round-trip time / 2, fastest round. The ratio
+  ``transport/bare`` is the mailbox's overhead on one send.
+
+``noise`` is the largest spread between rounds (slowest / fastest - 1): re-run
+when it is large. With more ranks than cores the processes take turns on the
+cores, and the iteration times say so.
+
+Every rank and the whole job have deadlines (``--timeout`` per wait, ``--limit``
+per job); a job that fails or overruns is killed, and the script exits non-zero.
+
+    python benchmarks/distributed_transport.py             # about 15 s on 2 cores
+    python benchmarks/distributed_transport.py --agents 2 4 --iterations 200
+    python benchmarks/distributed_transport.py --quick     # smoke run, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import queue
+import socket
+import sys
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from murmur.config import Config, apply_overrides, build_config, read_preset
+from murmur.experiment import prepare
+from murmur.registry import ALGORITHMS
+from murmur.runtime.distributed import DistributedTransport, loopback_interface
+from murmur.runtime.mailbox import HEADER_FIELDS, MAGIC, Kind, Mailbox, Outbox
+
+PRESET = "detsgrad"
+LOOPBACK = "127.0.0.1"
+BARE_TAG = 11
+"""The bare sends' tag: not the mailbox's header (0) or payload (1) tag."""
+BARE_HEADER_TAG = 12
+P2P_METHODS = ("bare", "bare+header", "transport")
+
+
+def benchmark_config(agents: int) -> Config:
+    """The DETSGRAD preset on a ring of ``agents``, one torch thread per rank."""
+    _, raw = read_preset(PRESET)
+    raw.pop("description", None)
+    overrides = [f"topology.agents={agents}", "topology.graph=ring", "run.threads=1"]
+    return build_config(apply_overrides(raw, overrides))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return probe.getsockname()[1]
+
+
+def join_group(rank: int, world: int, port: int, timeout: float) -> None:
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{LOOPBACK}:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=timeout),
+    )
+
+
+def gather_rows(rows: list[list[float]]) -> torch.Tensor:
+    """Every rank's ``rows`` (same shape on all), (world, rows, columns); after the
+    transport has finished, so no collective runs beside the mailbox threads."""
+    local = torch.tensor(rows, dtype=torch.float64)
+    parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, local)
+    return torch.stack(parts)
+
+
+# ---------------------------------------------------------------- the ranks
+
+
+def iteration_rank(
+    rank: int, world: int, port: int, args: argparse.Namespace, results: Any
+) -> None:
+    """One agent of the ring: warm up, then time ``rounds`` x ``iterations`` DETSGRAD steps."""
+    config = benchmark_config(world)
+    setup = prepare(config)
+    join_group(rank, world, port, args.timeout)
+    try:
+        algorithm = ALGORITHMS[config.algorithm.name].build(config.algorithm, setup.graph)
+        transport = DistributedTransport(
+            dist.group.WORLD, setup.graph, rank, setup.initial, args.timeout
+        )
+        transport.start()
+        problem = setup.problem
+        state = algorithm.init(setup.initial[rank : rank + 1])
+        iteration = 0
+
+        def steps(count: int) -> None:
+            nonlocal state, iteration
+            for _ in range(count):
+                indices = problem.sampler.next_for(rank)
+                _, grads = problem.model.loss_and_grad(
+                    algorithm.params(state),
+                    problem.x_train[indices][None],
+                    problem.y_train[indices][None],
+                )
+                state = algorithm.step(state, grads, iteration, transport)
+                iteration += 1
+
+        steps(args.warmup)
+        rows = []
+        for _ in range(args.rounds):
+            messages, headers = transport.counters.messages, transport.control_messages
+            started = time.perf_counter()
+            steps(args.iterations)
+            seconds = time.perf_counter() - started
+            rows.append(
+                [
+                    seconds,
+                    transport.counters.messages - messages,
+                    transport.control_messages - headers,
+                ]
+            )
+        transport.finish()
+        gathered = gather_rows(rows)
+        if rank == 0:
+            results.put({"rows": gathered.tolist(), "floats": setup.initial.shape[1]})
+    finally:
+        dist.destroy_process_group()
+
+
+def p2p_rank(rank: int, world: int, port: int, args: argparse.Namespace, results: Any) -> None:
+    """Rank 0 sends a P-float tensor to rank 1, which sends it back; three ways."""
+    torch.set_num_threads(1)
+    join_group(rank, world, port, args.timeout)
+    try:
+        peer = 1 - rank
+        floats = args.floats
+        payload = torch.randn(floats, generator=torch.Generator().manual_seed(rank))
+        buffer = torch.empty(floats)
+        header = torch.tensor([MAGIC, int(Kind.VALUE), rank, 0, floats], dtype=torch.int64)
+        header_buffer = torch.empty(HEADER_FIELDS, dtype=torch.int64)
+        mailbox = Mailbox(dist.group.WORLD, rank, [peer], torch.zeros(1, floats))
+        outbox = Outbox(dist.group.WORLD, rank, [peer])
+        mailbox.start()
+        outbox.start()
+        step = 0
+
+        def bare(repeats: int) -> None:
+            for _ in range(repeats):
+                if rank == 0:
+                    dist.send(payload, peer, tag=BARE_TAG)
+                    dist.recv(buffer, peer, tag=BARE_TAG)
+                else:
+                    dist.recv(buffer, peer, tag=BARE_TAG)
+                    dist.send(payload, peer, tag=BARE_TAG)
+
+        def bare_header(repeats: int) -> None:
+            def send() -> None:
+                dist.send(header, peer, tag=BARE_HEADER_TAG)
+                dist.send(payload, peer, tag=BARE_TAG)
+
+            def receive() -> None:
+                dist.recv(header_buffer, peer, tag=BARE_HEADER_TAG)
+                dist.recv(buffer, peer, tag=BARE_TAG)
+
+            for _ in range(repeats):
+                if rank == 0:
+                    send()
+                    receive()
+                else:
+                    receive()
+                    send()
+
+        def through_transport(repeats: int) -> None:
+            nonlocal step
+            for _ in range(repeats):
+                step += 1
+                if rank == 0:
+                    outbox.send(Kind.VALUE, step, [peer], args.timeout, payload)
+                    mailbox.values_at(step, args.timeout)
+                else:
+                    mailbox.values_at(step, args.timeout)
+                    outbox.send(Kind.VALUE, step, [peer], args.timeout, payload)
+
+        methods: dict[str, Callable[[int], None]] = {
+            "bare": bare,
+            "bare+header": bare_header,
+            "transport": through_transport,
+        }
+        for method in methods.values():
+            method(max(1, args.repeats // 3))  # warm-up
+        rows = []
+        for _ in range(args.rounds):
+            row = []
+            for method in methods.values():
+                started = time.perf_counter()
+                method(args.repeats)
+                row.append((time.perf_counter() - started) / (2 * args.repeats))
+            rows.append(row)
+        outbox.send(Kind.STOP, step, [peer], args.timeout)
+        mailbox.wait_stopped(args.timeout)
+        outbox.close()
+        if rank == 0:  # rank 0's clock spans each whole round trip
+            results.put({"rows": rows})
+    finally:
+        dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- running a job
+
+
+def run_job(target: Callable[..., None], world: int, args: argparse.Namespace) -> dict:
+    """Fork ``world`` ranks of ``target``; rank 0's result, or SystemExit once a rank
+    fails or ``args.limit`` seconds pass. Every rank is gone when this returns."""
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    port = free_port()
+    ranks = [
+        context.Process(target=target, args=(rank, world, port, args, results), daemon=True)
+        for rank in range(world)
+    ]
+    deadline = time.monotonic() + args.limit
+    result = None
+    problem = None
+    try:
+        for process in ranks:
+            process.start()
+        while problem is None:
+            if result is None:
+                try:
+                    result = results.get(timeout=0.2)
+                except queue.Empty:
+                    pass
+            codes = [process.exitcode for process in ranks]
+            failed = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
+            if failed:
+                problem = f"rank {failed[0]} exited with status {codes[failed[0]]}"
+            elif result is not None and all(code == 0 for code in codes):
+                return result
+            elif time.monotonic() > deadline:
+                problem = f"did not finish within {args.limit:g} s"
+            elif result is not None:
+                time.sleep(0.05)
+    finally:
+        for process in ranks:
+            if process.exitcode is None:
+                process.kill()
+            process.join()
+        results.close()
+    raise SystemExit(f"{target.__name__} with {world} ranks: {problem}")
+
+
+# ---------------------------------------------------------------- the tables
+
+
+def spread(values: list[float]) -> float:
+    return max(values) / min(values) - 1.0
+
+
+def print_iteration_table(rows: dict[int, list], iterations: int) -> None:
+    print(
+        f"{'N':>3} {'ms/iter':>9} {'messages/iter':>14} {'headers/iter':>13} "
+        f"{'us/message':>11} {'us/(msg+hdr)':>13} {'noise':>7}"
+    )
+    for agents, gathered in rows.items():
+        rounds = torch.tensor(gathered, dtype=torch.float64)  # (world, rounds, 3)
+        seconds = rounds[:, :, 0].max(dim=0).values  # the slowest rank, per round
+        messages = rounds[:, :, 1].sum(dim=0)
+        headers = rounds[:, :, 2].sum(dim=0)
+        best = int(seconds.argmin())
+        time_, sent, control = float(seconds[best]), float(messages[best]), float(headers[best])
+        per_message = 1e6 * time_ / sent if sent else float("nan")
+        print(
+            f"{agents:>3} {1e3 * time_ / iterations:>9.2f} {sent / iterations:>14.2f} "
+            f"{control / iterations:>13.2f} {per_message:>11.1f} "
+            f"{1e6 * time_ / (sent + control):>13.1f} {spread(seconds.tolist()):>7.1%}"
+        )
+
+
+def print_p2p_table(floats: int, rows: list[list[float]]) -> None:
+    print(f"{'method':<12} {'floats':>7} {'us one-way':>11} {'x bare':>7} {'noise':>7}")
+    columns = list(zip(*rows, strict=True))
+    bare = min(columns[0])
+    for name, times in zip(P2P_METHODS, columns, strict=True):
+        best = min(times)
+        print(
+            f"{name:<12} {floats:>7} {1e6 * best:>11.1f} {best / bare:>7.2f} "
+            f"{spread(list(times)):>7.1%}"
+        )
+    print(f"mailbox overhead (transport/bare): {min(columns[2]) / bare:.2f}")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--warmup", type=int, default=20, help="untimed iterations")
+    parser.add_argument("--iterations", type=int, default=80, help="timed iterations per round")
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds of each measurement")
+    parser.add_argument("--repeats", type=int, default=300, help="ping-pongs per round")
+    parser.add_argument("--floats", type=int, default=0, help="P (default: the MLP's size)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per wait in a rank")
+    parser.add_argument("--limit", type=float, default=300.0, help="seconds per job")
+    parser.add_argument("--quick", action="store_true", help="smoke run: N = 2, 4; seconds")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.agents, args.warmup, args.iterations = [2, 4], 3, 10
+        args.rounds, args.repeats, args.limit = 2, 20, 60.0
+    if min(args.agents) < 2 or min(args.iterations, args.rounds, args.repeats) < 1:
+        parser.error("--agents must be at least 2; --iterations, --rounds, --repeats positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    interface = loopback_interface()
+    if interface is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+    print(
+        f"DETSGRAD ({PRESET} preset) on a ring, one rank per agent, gloo on loopback; "
+        f"{os.cpu_count()} cores; {args.warmup} warm-up + {args.rounds} x {args.iterations} "
+        "iterations",
+        flush=True,
+    )
+    iteration_rows = {}
+    floats = args.floats
+    for agents in args.agents:
+        result = run_job(iteration_rank, agents, args)
+        iteration_rows[agents] = result["rows"]
+        floats = floats or result["floats"]
+    print()
+    print_iteration_table(iteration_rows, args.iterations)
+    args.floats = floats
+    print()
+    print(
+        f"one send of {args.floats} float32 between 2 ranks (ping-pong, {args.rounds} x "
+        f"{args.repeats} round trips per method)",
+        flush=True,
+    )
+    result = run_job(p2p_rank, 2, args)
+    print_p2p_table(args.floats, result["rows"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
