@@ -210,6 +210,51 @@ def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_p
     torch.testing.assert_close(torch.load(params), simulated.parameters, atol=1e-5, rtol=1e-5)
 
 
+SMALL_DSSFN = [
+    "--set=topology.agents=4",
+    "--set=algorithm.layers=2",
+    "--set=algorithm.nodes=20",
+    "--set=algorithm.admm_iterations=5",
+    "--set=algorithm.gossip_rounds=2",
+]
+
+
+def test_sync_dssfn_through_murmur_run_gives_the_simulators_run(tmp_path):
+    out, params = tmp_path / "distributed", tmp_path / "params.pt"
+    argv = ["run", "dssfn-vowel", *SMALL_DSSFN, "--runtime", "distributed", "--out", str(out)]
+    report, stderr = drive(tmp_path, [*argv, "--quiet", "--timeout", "20"], world=4, params=params)
+    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
+
+    ((_, config),) = load_experiment("dssfn-vowel", [item[6:] for item in SMALL_DSSFN]).runs
+    simulated = run(config, tmp_path / "simulated")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["runtime"] == "distributed"
+    assert summary["rejected_per_agent"] == [0, 0, 0, 0]
+    assert set(simulated.to_dict()) - set(summary) == {"virtual_seconds"}
+    for key in ("events", "events_per_agent", "messages", "bytes", "samples", "iterations"):
+        assert summary[key] == getattr(simulated, key), key
+    assert simulated.messages > 0
+    expected = simulated.to_dict()
+    for key in ("layers", "admm_iterations", "mean_degree", "topology", "agents"):
+        assert summary[key] == expected[key], key
+    assert summary["accuracy"] == expected["accuracy"]
+    assert summary["train_accuracy"] == expected["train_accuracy"]
+    assert summary["train_nme"] == pytest.approx(expected["train_nme"], abs=1e-9)
+    assert summary["test_loss"] == pytest.approx(expected["test_loss"], abs=1e-9)
+
+    records, wanted = read_records(out), read_records(tmp_path / "simulated")
+    assert [r["layer"] for r in records] == [0, 1, 2]
+    for got, want in zip(records, wanted, strict=True):
+        assert set(want) - set(got) == {"virtual_seconds"}  # rank-local: left out
+        for key in ("layer", "width", "admm_iterations", "test_accuracy", "train_accuracy"):
+            assert got[key] == want[key], key
+        for key in ("events", "messages", "bytes", "events_per_agent"):
+            assert got[key] == want[key], key
+        for key in ("test_loss", "train_nme", "consensus_distance"):
+            assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), key
+    torch.testing.assert_close(torch.load(params), simulated.parameters, rtol=1e-9, atol=1e-12)
+
+
 # ---- failures -------------------------------------------------------------------------------
 
 
@@ -351,10 +396,11 @@ def test_launch_refuses_a_comparison_preset(capsys):
     assert "compares 3 runs" in err
 
 
-def test_launch_refuses_an_algorithm_it_cannot_run_yet(capsys, tmp_path):
-    path = write_config(tmp_path, 'name = "centralized"')
+@pytest.mark.parametrize("algorithm", ["dssfn-async", "ssfn", "centralized"])
+def test_launch_refuses_an_algorithm_it_cannot_run_yet(capsys, tmp_path, algorithm):
+    path = write_config(tmp_path, f'name = "{algorithm}"')
     err = one_line_error(capsys, main(["launch", "--nproc", "4", str(path)]))
-    assert "runs detsgrad, dsgd so far, not centralized" in err
+    assert f"so far, not {algorithm}; run it with --runtime simulator" in err
 
 
 def test_run_refuses_an_unknown_runtime(capsys):

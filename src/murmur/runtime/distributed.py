@@ -26,7 +26,10 @@ wall-clock times.
 Synchronous dSSFN runs one node per rank the same way at the library level
 (:func:`train_layerwise_rank`: the simulator's layer driver on the rank's shard,
 each gossip phase through a :class:`DistributedTransport` of float64 rows from
-:class:`DistributedNetwork`); ``murmur run`` does not offer it yet.
+:class:`DistributedNetwork`), and ``murmur run --runtime distributed`` runs it
+too: each layer's record is gathered across the ranks (fixed-size tensors) and
+rank 0 writes it. The virtual clock is rank-local there, so the distributed
+records and summary leave ``virtual_seconds`` out.
 
 Ranks are started by ``torchrun`` (one machine or many) or by ``murmur
 launch`` (torchrun on loopback); they read RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the
@@ -57,11 +60,13 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from murmur.algorithms.ssfn import nme_db
 from murmur.config import Config, load_experiment
 from murmur.errors import UsageError
 from murmur.experiment import prepare, run
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.metrics.records import Outcome, RunResult
+from murmur.registry import ALGORITHMS
 from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.runtime.layerwise import LayerwiseResult, Network, train_layerwise
 from murmur.runtime.mailbox import (
@@ -76,7 +81,7 @@ from murmur.runtime.transport import MessageCounters
 from murmur.seeding import derive_seed
 from murmur.topology import Graph
 
-SUPPORTED = ("detsgrad", "dsgd")
+SUPPORTED = ("detsgrad", "dsgd", "dssfn")
 """Algorithms the distributed runtime runs so far."""
 DEFAULT_TIMEOUT = 60.0
 """Seconds to wait for a peer: to join, for each step's messages, to finish."""
@@ -256,6 +261,10 @@ class DistributedNetwork(Network):
     rank: int = 0
     timeout: float = DEFAULT_TIMEOUT
     group: Any = None
+    control_messages: int = 0
+    """NONE/STOP/PING headers this node sent, all gossip phases together."""
+    rejected: int = 0
+    """Malformed messages this node refused, all gossip phases together."""
     _transport: DistributedTransport | None = field(default=None, repr=False)
 
     def transport_for(self, width: int, dtype: torch.dtype) -> DistributedTransport:
@@ -277,6 +286,8 @@ class DistributedNetwork(Network):
         transport, self._transport = self._transport, None
         if transport is not None:
             transport.finish()
+            self.control_messages += transport.control_messages
+            self.rejected += transport.rejected
 
     def abort(self, failed: Sequence[int]) -> None:
         if self._transport is not None:
@@ -289,10 +300,13 @@ def train_layerwise_rank(
     rank: int,
     timeout: float = DEFAULT_TIMEOUT,
     on_record: Callable[[dict[str, Any]], None] = lambda record: None,
+    network_out: list[DistributedNetwork] | None = None,
 ) -> tuple[LayerwiseResult, MessageCounters]:
     """Node ``rank`` of a layer-wise run (synchronous dSSFN) in a joined process group:
     its shard's layers, gossip with its neighbours. Returns its result (output
-    matrices (1, Q, n); records of its own node) and its message counters."""
+    matrices (1, Q, n); records of its own node) and its message counters.
+    ``network_out``: the rank's :class:`DistributedNetwork` is appended to it (for
+    its control-message and rejection counts)."""
     config, dataset, graph = setup.config, setup.dataset, setup.graph
     network = DistributedNetwork(
         graph=graph,
@@ -303,6 +317,8 @@ def train_layerwise_rank(
         rank=rank,
         timeout=timeout,
     )
+    if network_out is not None:
+        network_out.append(network)
     try:
         trained = train_layerwise(
             config.algorithm,
@@ -410,7 +426,12 @@ def run_distributed(
         raise UsageError(f"{run_dir} already exists and is not empty; choose another --out")
     _init_group(env, timeout)
     try:
-        runner = partial(_train_rank, rank=env.rank, timeout=timeout)
+        train = (
+            _train_layerwise
+            if ALGORITHMS[config.algorithm.name].kind == "layerwise"
+            else _train_rank
+        )
+        runner = partial(train, rank=env.rank, timeout=timeout)
         return run(
             config,
             run_dir,
@@ -609,6 +630,163 @@ def _gather(
         communication_saving=1.0 - sum(per_agent["events"]) / (world * iterations),
         parameters=torch.stack(gathered) if gathered is not None else None,
         extra={
+            "runtime": "distributed",
+            "world_size": world,
+            "messages_per_agent": per_agent["messages"],
+            "bytes_per_agent": per_agent["bytes"],
+            "control_messages_per_agent": per_agent["control"],
+            "rejected_per_agent": per_agent["rejected"],
+        },
+    )
+
+
+# ---------------------------------------------------------------- layer-wise runs of one rank
+
+_LAYER_COLUMNS = (
+    "layer",
+    "width",
+    "admm_iterations",
+    "test_accuracy",
+    "test_loss",
+    "train_accuracy",
+    "train_residual",
+    "train_target",
+    "events",
+    "messages",
+    "bytes",
+    "wall",
+)
+_LAYER_TOTALS = ("events", "messages", "bytes", "control", "rejected", "train_seconds")
+
+
+def _train_layerwise(
+    setup: Any,
+    solver: Any,
+    on_record: Callable[[dict[str, Any]], None],
+    progress: bool,
+    *,
+    rank: int,
+    timeout: float,
+) -> Outcome:
+    """Node ``rank`` of a synchronous dSSFN run; every layer's record gathered across
+    the ranks and handed to ``on_record`` (rank 0 writes them). Without
+    ``virtual_seconds``: each rank's virtual clock sees only its own node."""
+    rows: list[list[float]] = []
+    shard_size = float(setup.shards[rank].numel())
+
+    def keep(record: dict[str, Any]) -> None:
+        # One-hot targets: ||T_m||^2 is the shard's size, and the node's squared
+        # residual comes back from its NME (dB) to within rounding.
+        residual = shard_size * 10.0 ** (record["train_nme"] / 10.0)
+        rows.append(
+            [
+                record["layer"],
+                record["width"],
+                record["admm_iterations"],
+                record["test_accuracy"][0],
+                record["test_loss"][0],
+                record["train_accuracy"][0],
+                residual,
+                shard_size,
+                record["events"],
+                record["messages"],
+                record["bytes"],
+                record["wall_seconds"],
+            ]
+        )
+
+    networks: list[DistributedNetwork] = []
+    trained, counters = train_layerwise_rank(
+        setup, solver, rank, timeout=timeout, on_record=keep, network_out=networks
+    )
+    try:
+        return _gather_layerwise(setup, rows, trained, counters, networks[0], on_record)
+    except RuntimeError as error:
+        raise PeerFailure([], f"gathering the results failed: {first_line(error)}") from None
+
+
+def _gather_layerwise(
+    setup: Any,
+    rows: list[list[float]],
+    trained: LayerwiseResult,
+    counters: MessageCounters,
+    network: DistributedNetwork,
+    on_record: Callable[[dict[str, Any]], None],
+) -> Outcome:
+    world = dist.get_world_size()
+    gathered_rows = _all_gather(torch.tensor(rows, dtype=torch.float64))  # (world, layers, cols)
+    totals = _all_gather(
+        torch.tensor(
+            [
+                counters.events,
+                counters.messages,
+                counters.bytes,
+                network.control_messages,
+                network.rejected,
+                trained.train_seconds,
+            ],
+            dtype=torch.float64,
+        )
+    )  # (world, totals)
+    # Every kept layer's output matrices of every node (layers differ in width), for
+    # the consensus distance.
+    outputs = [_all_gather(layer[0].contiguous()) for layer in trained.history]  # (world, Q, n)
+    column = {name: i for i, name in enumerate(_LAYER_COLUMNS)}
+    records = []
+    for e in range(gathered_rows.shape[1]):
+        at = gathered_rows[:, e]
+        layer_outputs = outputs[e]
+        mean = layer_outputs.mean(dim=0, keepdim=True)
+        test = accuracy_summary(at[:, column["test_accuracy"]].tolist())
+        train = accuracy_summary(at[:, column["train_accuracy"]].tolist())
+        events = at[:, column["events"]].to(torch.int64)
+        record = {
+            "iteration": int(at[0, column["layer"]]),
+            "layer": int(at[0, column["layer"]]),
+            "width": int(at[0, column["width"]]),
+            "admm_iterations": int(at[0, column["admm_iterations"]]),
+            "test_accuracy": test["per_agent"],
+            "test_loss": at[:, column["test_loss"]].tolist(),
+            "accuracy_mean": test["mean"],
+            "accuracy_min": test["min"],
+            "accuracy_max": test["max"],
+            "train_accuracy": train["per_agent"],
+            "train_accuracy_mean": train["mean"],
+            "train_nme": nme_db(
+                float(at[:, column["train_residual"]].sum()),
+                float(at[:, column["train_target"]].sum()),
+            ),
+            "consensus_distance": float((layer_outputs - mean).square().sum() / world),
+            "events": int(events.sum()),
+            "messages": int(at[:, column["messages"]].sum()),
+            "bytes": int(at[:, column["bytes"]].sum()),
+            "events_per_agent": events.tolist(),
+            "wall_seconds": float(at[:, column["wall"]].max()),
+        }
+        on_record(record)
+        records.append(record)
+
+    total = {name: totals[:, i] for i, name in enumerate(_LAYER_TOTALS)}
+    per_agent = {name: values.to(torch.int64).tolist() for name, values in total.items()}
+    last = records[-1]
+    graph = setup.graph
+    return Outcome(
+        agents=world,
+        topology=graph.name,
+        iterations=trained.admm_iterations,
+        last_record=last,
+        events_per_agent=per_agent["events"],
+        messages=sum(per_agent["messages"]),
+        bytes=sum(per_agent["bytes"]),
+        train_seconds=float(total["train_seconds"].max()),
+        samples=int(sum(shard.numel() for shard in setup.shards)),
+        parameters=outputs[-1] if dist.get_rank() == 0 else None,
+        extra={
+            "layers": trained.sizes,
+            "train_accuracy": accuracy_summary(last["train_accuracy"]),
+            "train_nme": last["train_nme"],
+            "admm_iterations": trained.admm_iterations,
+            "mean_degree": float(graph.degrees().double().mean()),
             "runtime": "distributed",
             "world_size": world,
             "messages_per_agent": per_agent["messages"],
