@@ -9,15 +9,20 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def test_simulator_throughput_quick_run_prints_the_ratio_table():
+def _quick_run(script: str) -> list[str]:
+    """The output lines of ``benchmarks/SCRIPT --quick``, which must succeed."""
     completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "simulator_throughput.py"), "--quick"],
+        [sys.executable, str(BENCHMARKS / script), "--quick"],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert completed.returncode == 0, completed.stderr
-    lines = completed.stdout.splitlines()
+    return completed.stdout.splitlines()
+
+
+def test_simulator_throughput_quick_run_prints_the_ratio_table():
+    lines = _quick_run("simulator_throughput.py")
     start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["N", "murmur"])
     header = lines[start].split()
     assert header == [
@@ -44,14 +49,7 @@ def test_simulator_throughput_quick_run_prints_the_ratio_table():
 
 
 def test_dssfn_async_speedup_quick_run_prints_one_row_per_graph():
-    completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "dssfn_async_speedup.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stderr
-    lines = completed.stdout.splitlines()
+    lines = _quick_run("dssfn_async_speedup.py")
     start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["graph", "nodes"])
     rows = [line.split() for line in lines[start + 1 :] if line.strip()]
     assert len(rows) == 1
@@ -61,14 +59,7 @@ def test_dssfn_async_speedup_quick_run_prints_one_row_per_graph():
 
 
 def test_hogwild_scaling_quick_run_prints_both_settings_and_the_ratio():
-    completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "hogwild_scaling.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stderr
-    lines = completed.stdout.splitlines()
+    lines = _quick_run("hogwild_scaling.py")
     start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["workers", "samples"])
     assert lines[start].split() == [
         "workers",
@@ -92,14 +83,7 @@ def test_hogwild_scaling_quick_run_prints_both_settings_and_the_ratio():
 
 
 def test_distributed_transport_quick_run_prints_both_tables():
-    completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "distributed_transport.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stderr
-    lines = completed.stdout.splitlines()
+    lines = _quick_run("distributed_transport.py")
     start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["N", "ms/iter"])
     assert lines[start].split() == [
         "N",
