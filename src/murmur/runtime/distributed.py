@@ -31,6 +31,9 @@ too: each layer's record is gathered across the ranks (fixed-size tensors) and
 rank 0 writes it. The virtual clock is rank-local there, so the distributed
 records and summary leave ``virtual_seconds`` out.
 
+AsySG-con runs as a parameter server on rank 0 and one worker per other rank
+(WORLD_SIZE = algorithm.workers + 1): :mod:`murmur.runtime.distributed_server`.
+
 Ranks are started by ``torchrun`` (one machine or many) or by ``murmur
 launch`` (torchrun on loopback); they read RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the
 environment. Started without torchrun, rank 0 hosts the rendezvous store
@@ -81,7 +84,7 @@ from murmur.runtime.transport import MessageCounters
 from murmur.seeding import derive_seed
 from murmur.topology import Graph
 
-SUPPORTED = ("detsgrad", "dsgd", "dssfn")
+SUPPORTED = ("detsgrad", "dsgd", "dssfn", "asysg-con")
 """Algorithms the distributed runtime runs so far."""
 DEFAULT_TIMEOUT = 60.0
 """Seconds to wait for a peer: to join, for each step's messages, to finish."""
@@ -410,6 +413,19 @@ def run_distributed(
         raise UsageError(f"the timeout must be positive, not {timeout:g}")
     check_supported(config)
     env = RankEnvironment.from_environ(environ)
+    if ALGORITHMS[config.algorithm.name].kind == "server":  # a parameter server on rank 0
+        from murmur.runtime.distributed_server import run_server_distributed
+
+        return run_server_distributed(
+            config,
+            out_dir,
+            env,
+            name=name,
+            preset=preset,
+            progress=progress,
+            timeout=timeout,
+            init_group=_init_group,
+        )
     if env.world != config.topology.agents:
         raise UsageError(
             f"WORLD_SIZE is {env.world} but topology.agents is {config.topology.agents}; "
@@ -926,7 +942,14 @@ def launch(
     experiment = load_experiment(source, overrides)
     _, config = single_run(experiment)
     check_supported(config)
-    if config.topology.agents != nproc:
+    if ALGORITHMS[config.algorithm.name].kind == "server":
+        from murmur.runtime.distributed_server import check_world
+
+        try:
+            check_world(config, nproc)
+        except UsageError as error:
+            raise UsageError(str(error).replace("WORLD_SIZE", "--nproc")) from None
+    elif config.topology.agents != nproc:
         raise UsageError(
             f"--nproc {nproc} but topology.agents is {config.topology.agents}; the "
             f"distributed runtime runs one agent per process (--nproc {config.topology.agents} "

@@ -1,0 +1,477 @@
+"""AsySG-con in the distributed runtime: a parameter server on rank 0, workers on 1..W.
+
+Workers loop: receive the model (MODEL, header ``step`` = the server's version)
+from rank 0, compute a mini-batch gradient on their own batch stream (worker
+``w`` on rank ``w + 1`` draws ``sampler.next_for(w)``), push it (PUSH, header
+``step`` = the version read). The server has one receiving thread per worker
+(a pending gloo receive cannot be polled) feeding one queue; it applies the
+mean of every M gradients with the step schedule as they arrive, counts each
+one's staleness (server version at apply - version read) and answers each push
+with its current model. It stops after ``run.iterations`` updates or once the
+training loss (evaluated every ``run.eval_every`` updates) reaches
+``algorithm.target_loss``, then sends STOP to the workers still there.
+
+Every wait has a deadline (``timeout``). A worker whose connection closes, that
+sends something malformed, or that sends nothing for ``timeout`` seconds after
+it was sent the model is dropped and listed in ``failed_workers``; the server
+carries on with the others, and fails (PeerFailure) only when none is left. A
+worker whose server stops answering fails on its own deadline. Rank 0 writes
+the run folder; the records carry real wall-clock times only.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from murmur.config import Config
+from murmur.errors import UsageError
+from murmur.experiment import prepare, run
+from murmur.metrics.evaluation import test_set_metrics
+from murmur.metrics.records import Outcome, RunResult
+from murmur.runtime.mailbox import (
+    FOREVER,
+    HEADER_FIELDS,
+    HEADER_TAG,
+    MAGIC,
+    PAYLOAD_TAG,
+    Kind,
+    Outbox,
+    PeerFailure,
+    PeerTimeout,
+    first_line,
+)
+
+SERVER = 0
+_MARKER = 0x7FA5A5A5
+"""As in the mailbox: still in a payload's last slot, the payload was short."""
+
+
+def check_world(config: Config, world: int) -> None:
+    """UsageError unless ``world`` is the workers plus the server."""
+    workers = config.algorithm.workers
+    if world != workers + 1:
+        raise UsageError(
+            f"WORLD_SIZE is {world} but {config.algorithm.name} with algorithm.workers = "
+            f"{workers} needs {workers + 1} ranks (the server on rank 0 and one per worker)"
+        )
+
+
+def run_server_distributed(
+    config: Config,
+    out_dir: str | Path | None,
+    env: Any,
+    *,
+    name: str = "",
+    preset: str = "",
+    progress: bool = False,
+    timeout: float,
+    init_group: Callable[[Any, float], None],
+) -> RunResult:
+    """This rank's part of an AsySG-con run; rank 0 (the server) writes ``out_dir``."""
+    if config.algorithm.name != "asysg-con":
+        raise UsageError(
+            f"the distributed runtime runs asysg-con among the server algorithms, not "
+            f"{config.algorithm.name}; run it with --runtime simulator"
+        )
+    check_world(config, env.world)
+    setup = prepare(config)
+    run_dir = Path(out_dir) if out_dir is not None and env.rank == SERVER else None
+    if (
+        run_dir is not None
+        and run_dir.exists()
+        and (not run_dir.is_dir() or any(run_dir.iterdir()))
+    ):
+        raise UsageError(f"{run_dir} already exists and is not empty; choose another --out")
+    init_group(env, timeout)
+    try:
+        if env.rank == SERVER:
+            runner = partial(_serve, timeout=timeout)
+        else:
+            runner = partial(_work, rank=env.rank, timeout=timeout)
+        return run(
+            config,
+            run_dir,
+            name=name,
+            preset=preset,
+            progress=progress and env.rank == SERVER,
+            setup=setup,
+            runner=runner,
+        )
+    except PeerFailure as failure:
+        raise PeerFailure(failure.ranks, f"rank {env.rank} stopped: {failure}") from None
+    finally:
+        dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- receiving
+
+
+def _receive(
+    group: Any,
+    source: int,
+    kinds: dict[int, int],
+    into: queue.Queue,
+    stop: threading.Event,
+) -> None:
+    """Put ``(source, kind, step, payload)`` for every message from ``source`` into ``into``;
+    ``(source, None, reason, None)`` once its connection fails or it sends garbage.
+    ``kinds``: accepted kind -> payload length (0: none)."""
+    header = torch.empty(HEADER_FIELDS, dtype=torch.int64)
+    while not stop.is_set():
+        try:
+            group.recv([header], source, HEADER_TAG).wait(FOREVER)
+        except RuntimeError as error:
+            into.put((source, None, f"lost the connection ({first_line(error)})", None))
+            return
+        magic, kind, sender, step, length = header.tolist()
+        problem = None
+        if magic != MAGIC:
+            problem = f"bad magic number {magic:#x}"
+        elif sender != source:
+            problem = f"header claims sender {sender}"
+        elif kind not in kinds:
+            problem = f"unexpected message kind {kind}"
+        elif length != kinds[kind]:
+            problem = f"{Kind(kind).name} of {length} floats, expected {kinds[kind]}"
+        payload = None
+        if problem is None and length > 0:
+            payload = torch.empty(length, dtype=torch.float32)
+            payload[-1:].view(torch.int32).fill_(_MARKER)
+            try:
+                group.recv([payload], source, PAYLOAD_TAG).wait(FOREVER)
+            except RuntimeError as error:
+                into.put((source, None, f"lost the connection ({first_line(error)})", None))
+                return
+            if int(payload[-1:].view(torch.int32)) == _MARKER:
+                problem = f"payload shorter than the {length} floats announced"
+        if problem is not None:
+            into.put((source, None, f"sent a malformed message ({problem})", None))
+            return
+        into.put((source, kind, step, payload))
+        if kind == Kind.STOP:
+            return
+
+
+def _listen(
+    group: Any, rank: int, sources: list[int], kinds: dict[int, int]
+) -> tuple[queue.Queue, list[threading.Thread]]:
+    arrivals: queue.Queue = queue.Queue()
+    stop = threading.Event()
+    threads = [
+        threading.Thread(
+            target=_receive,
+            args=(group, source, kinds, arrivals, stop),
+            name=f"murmur-ps-{rank}-from-{source}",
+            daemon=True,
+        )
+        for source in sources
+    ]
+    for thread in threads:
+        thread.start()
+    return arrivals, threads
+
+
+def _close(outbox: Outbox, threads: list[threading.Thread], timeout: float) -> None:
+    """End the outbox and wait (at most ``timeout`` s) for the threads that are ending:
+    a process that exits while one of them is still inside gloo aborts."""
+    outbox.close()
+    deadline = time.monotonic() + timeout
+    for thread in [*outbox._threads, *threads]:
+        thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+
+
+# ---------------------------------------------------------------- a worker
+
+
+def _work(
+    setup: Any, algorithm: Any, on_record: Callable, progress: bool, *, rank: int, timeout: float
+) -> Outcome:
+    """Worker ``rank - 1``: pull, compute, push until the server says STOP."""
+    problem = setup.problem
+    worker = rank - 1
+    group = dist.group.WORLD
+    length = setup.initial.shape[1]
+    arrivals, threads = _listen(group, rank, [SERVER], {Kind.MODEL: length, Kind.STOP: 0})
+    outbox = Outbox(group, rank, [SERVER])
+    outbox.start()
+    started = time.perf_counter()
+    pushes, computing = 0, 0.0
+    message_bytes = length * 4
+    try:
+        while True:
+            try:
+                _, kind, step, payload = arrivals.get(timeout=timeout)
+            except queue.Empty:
+                raise PeerTimeout(
+                    [SERVER], f"the server (rank 0) sent nothing within {timeout:g} s"
+                ) from None
+            if kind is None:
+                raise PeerFailure([SERVER], f"the server (rank 0) {step}")
+            if kind == Kind.STOP:
+                outbox.send(Kind.STOP, step, [SERVER], timeout)  # done: nothing more comes
+                break
+            began = time.perf_counter()
+            indices = problem.sampler.next_for(worker)
+            _, grads = problem.model.loss_and_grad(
+                payload.view(1, -1), problem.x_train[indices][None], problem.y_train[indices][None]
+            )
+            gradient = grads[0].to(torch.float32).contiguous()
+            computing += time.perf_counter() - began
+            outbox.send(Kind.PUSH, step, [SERVER], timeout, gradient)
+            pushes += 1
+    finally:
+        _close(outbox, threads, timeout)
+    return Outcome(
+        agents=1,
+        topology="parameter server",
+        iterations=pushes,
+        last_record={},
+        events_per_agent=[pushes],
+        messages=pushes,
+        bytes=pushes * message_bytes,
+        train_seconds=computing or (time.perf_counter() - started),
+        samples=pushes * problem.sampler.batch_size,
+        extra={"runtime": "distributed", "worker": worker},
+    )
+
+
+# ---------------------------------------------------------------- the server
+
+
+def _serve(
+    setup: Any, config: Any, on_record: Callable, progress: bool, *, timeout: float
+) -> Outcome:
+    return _Server(setup, config, on_record, progress, timeout).train()
+
+
+class _Server:
+    def __init__(
+        self, setup: Any, config: Any, on_record: Callable, progress: bool, timeout: float
+    ) -> None:
+        run_config = setup.config.run
+        self.setup, self.config, self.on_record = setup, config, on_record
+        self.problem = setup.problem
+        self.timeout = timeout
+        self.workers = config.workers
+        self.ranks = list(range(1, self.workers + 1))
+        self.group = config.group
+        self.iterations = run_config.iterations
+        self.eval_every = run_config.eval_every
+        self.step = config.gradient_step()
+        self.x = setup.initial[0].to(torch.float32).clone()
+        self.message_bytes = self.x.numel() * 4
+        self.version = 0
+        self.pending: list[tuple[torch.Tensor, int]] = []
+        self.staleness: Counter[int] = Counter()
+        self.gradients = 0
+        self.pushes = [0] * self.workers
+        self.server_messages = 0
+        """MODEL messages sent."""
+        self.control_messages = 0
+        """STOP messages sent (headers only, not in ``messages`` or ``bytes``)."""
+        self.failed: dict[int, str] = {}
+        self.waiting_since: dict[int, float] = {}
+        self.reached: dict[str, Any] | None = None
+        self.last_record: dict[str, Any] = {}
+        self.bar = tqdm(
+            total=self.iterations, disable=not progress, unit="it", leave=False, dynamic_ncols=True
+        )
+        self.started = time.perf_counter()
+        self.outbox = Outbox(dist.group.WORLD, SERVER, self.ranks)
+        self.arrivals, self.threads = _listen(
+            dist.group.WORLD, SERVER, self.ranks, {Kind.PUSH: self.x.numel(), Kind.STOP: 0}
+        )
+
+    def train(self) -> Outcome:
+        self.outbox.start()
+        self._evaluate()
+        try:
+            for rank in self.ranks:
+                self._send_model(rank)
+            done = self.iterations <= 0
+            while not done:
+                self._require_workers()
+                rank, kind, step, payload = self._next()
+                if rank is None or rank in self.failed:
+                    continue
+                if kind != Kind.PUSH:
+                    self._fail(rank, step if kind is None else "stopped before it was told to")
+                    continue
+                done = self._arrive(rank, payload, step)
+                if not done:
+                    self._send_model(rank)
+            self.bar.close()
+            if self.last_record.get("iteration") != self.version:
+                self._evaluate()
+            self._stop_workers()
+        finally:
+            live = [self.threads[rank - 1] for rank in self.ranks if rank not in self.failed]
+            _close(self.outbox, live, self.timeout)
+        return self._outcome()
+
+    def _require_workers(self) -> None:
+        if len(self.failed) == self.workers:
+            reasons = "; ".join(f"rank {rank}: {why}" for rank, why in sorted(self.failed.items()))
+            raise PeerFailure(sorted(self.failed), f"every worker failed ({reasons})")
+
+    def _next(self) -> tuple[Any, Any, Any, Any]:
+        """The next arrival, or (None, ...) once a silent worker has been dropped: one
+        that sent nothing for ``timeout`` s after it was sent the model, checked at every
+        arrival (the others may keep the queue busy) and at the earliest deadline."""
+        now = time.monotonic()
+        silent = [r for r, since in self.waiting_since.items() if now - since >= self.timeout]
+        for rank in silent:
+            self._fail(rank, f"sent no gradient within {self.timeout:g} s")
+        if silent:
+            return None, None, None, None
+        deadline = min(self.waiting_since.values(), default=now) + self.timeout
+        try:
+            return self.arrivals.get(timeout=max(deadline - now, 0.0))
+        except queue.Empty:
+            return None, None, None, None
+
+    def _fail(self, rank: int, why: str) -> None:
+        self.failed[rank] = why
+        self.waiting_since.pop(rank, None)
+
+    def _send_model(self, rank: int) -> None:
+        try:
+            self.outbox.send(Kind.MODEL, self.version, [rank], self.timeout, self.x)
+        except PeerFailure as failure:
+            self._fail(rank, f"did not take the model ({failure})")
+            return
+        self.server_messages += 1
+        self.waiting_since[rank] = time.monotonic()
+
+    def _arrive(self, rank: int, gradient: torch.Tensor, read_version: int) -> bool:
+        """Take worker ``rank``'s gradient; True when the run is over."""
+        self.waiting_since.pop(rank, None)
+        if not 0 <= read_version <= self.version:
+            self._fail(rank, f"pushed a gradient of version {read_version} of {self.version}")
+            return False
+        self.pushes[rank - 1] += 1
+        self.gradients += 1
+        self.pending.append((gradient, read_version))
+        if len(self.pending) < self.group:
+            return False
+        alpha = self.step(self.version)
+        total = torch.stack([g for g, _ in self.pending]).mean(dim=0)
+        self.x.add_(total.to(self.x.dtype), alpha=-alpha)
+        for _, read in self.pending:
+            self.staleness[self.version - read] += 1
+        self.pending = []
+        self.version += 1
+        self.bar.update(1)
+        if self.version % self.eval_every == 0 or self.version >= self.iterations:
+            record = self._evaluate()
+            target = self.config.target_loss
+            if self.reached is None and target > 0 and record["train_loss"] <= target:
+                self.reached = record
+                return True
+        return self.version >= self.iterations
+
+    def _stop_workers(self) -> None:
+        """STOP to the workers still there, and wait (with the deadline) for theirs: a
+        worker computing when it is told sends that gradient first (taken, not applied).
+        One that does not take STOP or does not answer is listed as failed."""
+        live = [rank for rank in self.ranks if rank not in self.failed]
+        if not live:
+            return
+        try:
+            self.outbox.send(Kind.STOP, self.version, live, self.timeout)
+        except PeerFailure as failure:
+            for rank in failure.ranks:
+                self.failed.setdefault(rank, f"did not take STOP ({failure})")
+        self.control_messages += len(live)
+        waiting = {rank for rank in live if rank not in self.failed}
+        deadline = time.monotonic() + self.timeout
+        while waiting:
+            try:
+                rank, kind, step, _ = self.arrivals.get(
+                    timeout=max(deadline - time.monotonic(), 0.0)
+                )
+            except queue.Empty:
+                for rank in sorted(waiting):
+                    self.failed[rank] = f"did not finish within {self.timeout:g} s"
+                return
+            if rank not in waiting:
+                continue
+            if kind == Kind.STOP:
+                waiting.discard(rank)
+            elif kind is None:
+                waiting.discard(rank)
+                self.failed[rank] = f"{step} before it finished"
+
+    def _staleness_mean(self) -> float:
+        applied = sum(self.staleness.values())
+        total = sum(tau * count for tau, count in self.staleness.items())
+        return total / applied if applied else 0.0
+
+    def _evaluate(self) -> dict[str, Any]:
+        problem = self.problem
+        flat = self.x.view(1, -1)
+        train_accuracy, train_loss = problem.model.evaluate(flat, problem.x_train, problem.y_train)
+        record = {
+            "iteration": self.version,
+            "samples": self.gradients * problem.sampler.batch_size,
+            "wall_seconds": time.perf_counter() - self.started,
+            **test_set_metrics(problem.model, flat, problem.x_test, problem.y_test),
+            "train_loss": float(train_loss[0]),
+            "train_accuracy": float(train_accuracy[0]) if train_accuracy is not None else None,
+            "consensus_distance": 0.0,
+            "events": self.gradients,
+            "messages": self.gradients + self.server_messages,
+            "bytes": (self.gradients + self.server_messages) * self.message_bytes,
+            "events_per_agent": list(self.pushes),
+            "staleness_mean": self._staleness_mean(),
+        }
+        self.on_record(record)
+        self.last_record = record
+        return record
+
+    def _outcome(self) -> Outcome:
+        largest = max(self.staleness, default=0)
+        histogram = [self.staleness.get(tau, 0) for tau in range(largest + 1)]
+        extra = {
+            "runtime": "distributed",
+            "world_size": self.workers + 1,
+            "workers": self.workers,
+            "group": self.group,
+            "staleness": {
+                "mean": self._staleness_mean(),
+                "max": largest,
+                "histogram": histogram,
+            },
+            "train_loss": self.last_record["train_loss"],
+            "target_loss": self.config.target_loss,
+            "iterations_to_target": self.reached["iteration"] if self.reached else None,
+            "wall_seconds_to_target": self.reached["wall_seconds"] if self.reached else None,
+            "server_messages": self.server_messages,
+            "control_messages": self.control_messages,
+            "failed_workers": sorted(self.failed),
+            "failures": {str(rank): why for rank, why in sorted(self.failed.items())},
+        }
+        return Outcome(
+            agents=self.workers,
+            topology="parameter server",
+            iterations=self.version,
+            last_record=self.last_record,
+            events_per_agent=list(self.pushes),
+            messages=self.gradients + self.server_messages,
+            bytes=(self.gradients + self.server_messages) * self.message_bytes,
+            train_seconds=time.perf_counter() - self.started,
+            samples=self.gradients * self.problem.sampler.batch_size,
+            parameters=self.x.view(1, -1).clone(),
+            extra=extra,
+        )

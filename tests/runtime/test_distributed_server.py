@@ -1,0 +1,270 @@
+"""AsySG-con in the distributed runtime: a parameter server on rank 0 and three workers,
+as real processes on loopback (forked by one driver, as in test_distributed.py).
+
+A worker is slowed (it sleeps before each gradient) or killed (SIGKILL to itself
+after some gradients) by patching its batch sampler in the driver; the server
+carries on with the others and reports the one it lost.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from signal import SIGKILL, SIGSTOP
+
+import pytest
+
+from murmur.cli import main
+
+DRIVER = r"""
+import json, multiprocessing, os, signal, sys, time
+spec = json.loads(sys.argv[1])
+import torch
+import murmur.cli
+
+
+def rank_main(rank):
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(spec["world"]),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(spec["port"]),
+    )
+    stderr = open(os.path.join(spec["logs"], f"rank{rank}.err"), "w")
+    os.dup2(stderr.fileno(), 2)
+    slow, die = spec["slow"], spec["die"]
+    if (slow and rank == slow["rank"]) or (die and rank in die["ranks"]):
+        from murmur.data.batches import BatchSampler
+        take, taken = BatchSampler.next_for, []
+        def patched(self, agent):
+            taken.append(agent)
+            if die and len(taken) > die["after"]:
+                os.kill(os.getpid(), die["signal"])
+            if slow:
+                time.sleep(slow["seconds"])
+            return take(self, agent)
+        BatchSampler.next_for = patched
+    sys.exit(murmur.cli.main(spec["argv"]))
+
+
+context = multiprocessing.get_context("fork")
+ranks = {rank: context.Process(target=rank_main, args=(rank,)) for rank in range(spec["world"])}
+started = time.monotonic()
+for process in ranks.values():
+    process.start()
+deadline = started + spec["limit"]
+ended = {}
+die = spec["die"]
+frozen = die["ranks"] if die and die["signal"] == signal.SIGSTOP else []
+watched = [rank for rank in ranks if rank not in frozen]
+while len(ended) < len(watched) and time.monotonic() < deadline:
+    for rank in watched:
+        process = ranks[rank]
+        if rank not in ended and process.exitcode is not None:
+            ended[rank] = time.monotonic()
+    time.sleep(0.01)
+for rank, process in ranks.items():
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+print(json.dumps({
+    "codes": {rank: "hung" if rank in watched and rank not in ended else process.exitcode
+              for rank, process in ranks.items()},
+    "after_start": {rank: t - started for rank, t in ended.items()},
+}))
+"""
+
+TOML = """
+[run]
+seed = 3
+iterations = {iterations}
+eval_every = 10
+[data]
+dataset = "blobs"
+batch_size = 8
+[model]
+name = "mlp"
+hidden = [8]
+[algorithm]
+name = "asysg-con"
+a = 0.2
+workers = 3
+group = 1
+target_loss = {target}
+"""
+TARGET = 0.05
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def drive(
+    tmp_path: Path,
+    *,
+    iterations: int = 2000,
+    target: float = TARGET,
+    slow: dict | None = None,
+    die: dict | None = None,
+    timeout: float = 10.0,
+    limit: float = 60.0,
+) -> tuple[dict, dict[int, str], dict, list[dict]]:
+    """Run server + 3 workers; exit codes, stderr per rank, summary and records."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    config = tmp_path / "config.toml"
+    config.write_text(TOML.format(iterations=iterations, target=target))
+    logs, out = tmp_path / "logs", tmp_path / "run"
+    logs.mkdir()
+    argv = ["run", str(config), "--runtime", "distributed", "--out", str(out), "--quiet"]
+    spec = {
+        "world": 4,
+        "port": free_port(),
+        "argv": [*argv, "--timeout", str(timeout)],
+        "logs": str(logs),
+        "slow": slow,
+        "die": die,
+        "limit": limit,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=limit + 30,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    stderr = {rank: (logs / f"rank{rank}.err").read_text() for rank in range(4)}
+    if not (out / "summary.json").exists():
+        return report, stderr, {}, []
+    summary = json.loads((out / "summary.json").read_text())
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return report, stderr, summary, records
+
+
+def test_three_workers_and_a_server_reach_the_target_loss(tmp_path):
+    report, stderr, summary, records = drive(tmp_path)
+    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
+    assert all(text == "" for text in stderr.values()), stderr
+    assert summary["runtime"] == "distributed"
+    assert summary["algorithm"] == "asysg-con"
+    assert (summary["agents"], summary["workers"], summary["world_size"]) == (3, 3, 4)
+    assert "virtual_seconds" not in summary
+    assert summary["failed_workers"] == []
+    assert summary["train_loss"] <= TARGET
+    assert summary["iterations_to_target"] == summary["iterations"] < 2000
+    assert records[-1]["train_loss"] <= TARGET
+    assert [r["iteration"] for r in records[:2]] == [0, 10]
+    assert all("virtual_seconds" not in r for r in records)
+    staleness = summary["staleness"]
+    assert sum(staleness["histogram"]) == summary["iterations"]  # M = 1
+    assert staleness["max"] == len(staleness["histogram"]) - 1
+    assert sum(summary["events_per_agent"]) == summary["iterations"]
+    assert min(summary["events_per_agent"]) > 0, "every worker contributes"
+    # A model to each worker at the start, then one answer per push but the last.
+    assert summary["server_messages"] == 3 + summary["iterations"] - 1
+    assert summary["messages"] == summary["iterations"] + summary["server_messages"]
+    assert summary["control_messages"] == 3  # STOP
+
+
+def test_launch_runs_the_server_and_the_workers(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(TOML.format(iterations=50, target=0.0))
+    out = tmp_path / "run"
+    argv = ["launch", "--nproc", "4", str(config), "--out", str(out), "--quiet"]
+    command = [sys.executable, "-m", "murmur", *argv, "--port", str(free_port()), "--timeout", "20"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert "asysg-con" in done.stdout and str(out) in done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["runtime"], summary["iterations"], summary["failed_workers"]) == (
+        "distributed",
+        50,
+        [],
+    )
+
+
+def test_a_slow_worker_raises_the_staleness_and_the_run_still_finishes(tmp_path):
+    fast = drive(tmp_path / "fast", iterations=300, target=0.0)
+    slow = drive(tmp_path / "slow", iterations=300, target=0.0, slow={"rank": 2, "seconds": 0.1})
+    for report, stderr, summary, _ in (fast, slow):
+        assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
+        assert summary["iterations"] == 300 and summary["failed_workers"] == []
+    fast_summary, slow_summary = fast[2], slow[2]
+    assert slow_summary["staleness"]["max"] > fast_summary["staleness"]["max"]
+    pushes = slow_summary["events_per_agent"]
+    assert pushes[1] < min(pushes[0], pushes[2]), pushes  # worker 1 is rank 2
+
+
+def test_a_killed_worker_is_reported_and_the_others_finish_the_run(tmp_path):
+    report, stderr, summary, records = drive(
+        tmp_path, iterations=400, target=0.0, die={"ranks": [2], "after": 20, "signal": SIGKILL}
+    )
+    assert report["codes"]["2"] == -9
+    assert report["codes"]["1"] == 0 and report["codes"]["3"] == 0, stderr
+    assert summary["iterations"] == 400
+    assert summary["failed_workers"] == [2]
+    assert "connection" in summary["failures"]["2"], summary["failures"]
+    assert summary["events_per_agent"][1] <= 20
+    assert records[-1]["iteration"] == 400
+    assert max(report["after_start"].values()) < 30
+
+
+def test_a_frozen_worker_is_dropped_at_the_timeout_and_the_others_finish_the_run(tmp_path):
+    """SIGSTOP: its connection stays open but it sends nothing; the server names it
+    after ``timeout`` seconds and carries on."""
+    timeout = 2.0
+    report, stderr, summary, records = drive(
+        tmp_path,
+        iterations=1500,
+        target=0.0,
+        die={"ranks": [3], "after": 20, "signal": SIGSTOP},
+        timeout=timeout,
+    )
+    assert report["codes"]["1"] == 0 and report["codes"]["2"] == 0, stderr
+    assert summary["iterations"] == 1500
+    assert summary["failed_workers"] == [3]
+    assert f"sent no gradient within {timeout:g} s" in summary["failures"]["3"]
+    assert summary["events_per_agent"][2] <= 20
+    assert records[-1]["iteration"] == 1500
+    assert max(report["after_start"].values()) < 30
+
+
+def test_when_every_worker_is_lost_the_server_stops_with_one_line(tmp_path):
+    report, stderr, summary, _ = drive(
+        tmp_path,
+        iterations=100_000,
+        target=0.0,
+        die={"ranks": [1, 2, 3], "after": 5, "signal": SIGKILL},
+    )
+    assert report["codes"] == {"0": 1, "1": -9, "2": -9, "3": -9}, stderr
+    lines = stderr[0].splitlines()
+    assert len(lines) == 1, stderr[0]
+    assert lines[0].startswith("murmur: error: rank 0 stopped: every worker failed"), lines[0]
+    assert summary == {}
+    assert report["after_start"]["0"] < 20
+
+
+@pytest.mark.parametrize("world", ["3", "5"])
+def test_a_world_size_other_than_workers_plus_one_is_one_line(capsys, monkeypatch, tmp_path, world):
+    environ = {"RANK": "0", "WORLD_SIZE": world, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    config = tmp_path / "config.toml"
+    config.write_text(TOML.format(iterations=10, target=0.0))
+    code = main(["run", str(config), "--runtime", "distributed"])
+    out, err = capsys.readouterr()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"WORLD_SIZE is {world} but asysg-con with algorithm.workers = 3 needs 4 ranks" in err
+
+
+def test_launch_refuses_a_process_count_other_than_workers_plus_one(capsys, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(TOML.format(iterations=10, target=0.0))
+    code = main(["launch", "--nproc", "3", str(config)])
+    _, err = capsys.readouterr()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "--nproc is 3 but asysg-con" in err
