@@ -628,3 +628,19 @@ def test_report_explains_speedups_only_with_a_target(tmp_path):
     untargeted = make_run(tmp_path / "runs", worker_summary("ac", 8, None, None, target_loss=0))
     report = write_report([untargeted], tmp_path / "untargeted").read_text()
     assert "speedup" not in report
+
+
+def test_parallel_runs_show_their_speed_against_one_process():
+    hogwild = {
+        **summary_for("hogwild", "hogwild"),
+        "samples_per_second": 140223.4,
+        "single_process": {"samples_per_second": 70031.2, "accuracy": 0.94},
+        "speedup": 2.0023,
+    }
+    row = markdown_rows(format_table([hogwild], markdown=True))[0]
+    assert row["samples/s"] == "140223"
+    assert row["1-process samples/s"] == "70031"
+    assert row["1-process acc %"] == "94.00"
+    assert row["speedup"] == "2.00"
+    header = format_table([summary_for("d", "dsgd")]).splitlines()[0].split()
+    assert "speedup" not in header and "samples/s" not in header

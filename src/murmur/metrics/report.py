@@ -353,6 +353,22 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
             _Column("virtual s", lambda s: _virtual_seconds(s.get("virtual_seconds")), True)
         )
     columns += _worker_columns(summaries)
+    if _has(summaries, "single_process"):
+        # Real parallel runs (hogwild) also train with one process for comparison.
+        columns += [
+            _Column("samples/s", lambda s: _count(s.get("samples_per_second")), True),
+            _Column(
+                "1-process samples/s",
+                lambda s: _count((s.get("single_process") or {}).get("samples_per_second")),
+                True,
+            ),
+            _Column(
+                "1-process acc %",
+                lambda s: _percent((s.get("single_process") or {}).get("accuracy")),
+                True,
+            ),
+            _Column("speedup", lambda s: _speedup(_number(s.get("speedup"))), True),
+        ]
     if with_folder:
         columns.append(_Column("run folder", lambda s: _text(s.get("run_dir")), False))
     return columns
