@@ -156,7 +156,7 @@ def _error_line(message: str) -> None:
 
 def _run(source: str, overrides: list[str], out: str | None, progress: bool) -> int:
     from murmur.config import load_experiment
-    from murmur.experiment import prepare, run
+    from murmur.experiment import check_run_dir, prepare, run
     from murmur.metrics.report import format_table
 
     experiment = load_experiment(source, overrides)
@@ -164,8 +164,7 @@ def _run(source: str, overrides: list[str], out: str | None, progress: bool) -> 
     root = (
         Path(out) if out else Path("runs") / f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise UsageError(f"{root} already exists and is not empty; choose another --out")
+    check_run_dir(root)
     several = len(experiment.runs) > 1
     summaries = []
     for (label, config), setup in zip(experiment.runs, setups, strict=True):

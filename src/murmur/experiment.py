@@ -278,10 +278,15 @@ _RUNNERS: dict[str, Callable[[Setup, Any, Callable[[dict[str, Any]], None], bool
 """How each kind of algorithm (``AlgorithmSpec.kind``) is trained."""
 
 
-def _create_run_dir(out_dir: str | Path) -> Path:
-    path = Path(out_dir)
+def check_run_dir(path: Path) -> None:
+    """Refuse a run folder that already holds something: a run never overwrites another."""
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise UsageError(f"{path} already exists and is not empty; choose another --out")
+
+
+def _create_run_dir(out_dir: str | Path) -> Path:
+    path = Path(out_dir)
+    check_run_dir(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -66,7 +66,7 @@ from tqdm import tqdm
 from murmur.algorithms.ssfn import nme_db
 from murmur.config import Config, load_experiment
 from murmur.errors import UsageError
-from murmur.experiment import prepare, run
+from murmur.experiment import check_run_dir, prepare, run
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.metrics.records import Outcome, RunResult
 from murmur.registry import ALGORITHMS
@@ -434,12 +434,8 @@ def run_distributed(
         )
     setup = prepare(config)
     run_dir = Path(out_dir) if out_dir is not None and env.rank == 0 else None
-    if (
-        run_dir is not None
-        and run_dir.exists()
-        and (not run_dir.is_dir() or any(run_dir.iterdir()))
-    ):
-        raise UsageError(f"{run_dir} already exists and is not empty; choose another --out")
+    if run_dir is not None:
+        check_run_dir(run_dir)
     _init_group(env, timeout)
     try:
         train = (
@@ -956,8 +952,7 @@ def launch(
             f"or --set topology.agents={nproc})"
         )
     root = Path(out) if out else default_run_dir(experiment.name)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise UsageError(f"{root} already exists and is not empty; choose another --out")
+    check_run_dir(root)
     check_port_free(LOOPBACK, port)
     torchrun_argv = [
         "--nnodes=1",

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from murmur.config import Config
 from murmur.errors import UsageError
-from murmur.experiment import prepare, run
+from murmur.experiment import check_run_dir, prepare, run
 from murmur.metrics.evaluation import test_set_metrics
 from murmur.metrics.records import Outcome, RunResult
 from murmur.runtime.mailbox import (
@@ -87,12 +87,8 @@ def run_server_distributed(
     check_world(config, env.world)
     setup = prepare(config)
     run_dir = Path(out_dir) if out_dir is not None and env.rank == SERVER else None
-    if (
-        run_dir is not None
-        and run_dir.exists()
-        and (not run_dir.is_dir() or any(run_dir.iterdir()))
-    ):
-        raise UsageError(f"{run_dir} already exists and is not empty; choose another --out")
+    if run_dir is not None:
+        check_run_dir(run_dir)
     init_group(env, timeout)
     try:
         if env.rank == SERVER:
