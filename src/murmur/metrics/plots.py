@@ -62,9 +62,7 @@ def plot_accuracy(runs: Sequence[Run], path: str | Path) -> None:
                 iterations, low, high, where=band, color=colour, alpha=0.2, linewidth=0
             )
         drawn.append(run)
-    xlabel = x_axis_label(drawn)
-    if xlabel == "layer":
-        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    xlabel = _progress_axis(axes, drawn)
     _finish(
         axes,
         bool(drawn),
@@ -74,6 +72,14 @@ def plot_accuracy(runs: Sequence[Run], path: str | Path) -> None:
         "Mean test accuracy (band: min to max over agents)",
     )
     _save(figure, path)
+
+
+def _progress_axis(axes, runs: Sequence[Run]) -> str:
+    """The x label for ``runs`` (layer or iteration); layers get whole-number ticks."""
+    xlabel = x_axis_label(runs)
+    if xlabel == "layer":
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return xlabel
 
 
 def plot_messages(runs: Sequence[Run], path: str | Path) -> None:
@@ -90,9 +96,7 @@ def plot_messages(runs: Sequence[Run], path: str | Path) -> None:
             iterations, messages, color=_colour(index), marker=".", label=run_label(run.summary)
         )
         drawn.append(run)
-    xlabel = x_axis_label(drawn)
-    if xlabel == "layer":
-        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    xlabel = _progress_axis(axes, drawn)
     _finish(
         axes,
         bool(drawn),
