@@ -56,7 +56,8 @@ import torch.distributed as dist
 from murmur.config import Config, apply_overrides, build_config, read_preset
 from murmur.experiment import prepare
 from murmur.registry import ALGORITHMS
-from murmur.runtime.distributed import DistributedTransport, loopback_interface
+from murmur.runtime.distributed import loopback_interface
+from murmur.runtime.distributed_transport import DistributedTransport
 from murmur.runtime.mailbox import HEADER_FIELDS, MAGIC, Kind, Mailbox, Outbox
 
 PRESET = "detsgrad"

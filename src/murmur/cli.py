@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             return _run(args.preset, args.overrides, args.out, progress=not args.quiet)
         if args.command == "launch":
-            from murmur.runtime.distributed import launch
+            from murmur.runtime.launch import launch
 
             return launch(
                 args.nproc,
@@ -189,7 +189,8 @@ def _run_distributed(
     """One rank of a torchrun job; rank 0 writes the run folder and prints the table."""
     from murmur.config import load_experiment
     from murmur.metrics.report import format_table
-    from murmur.runtime.distributed import default_run_dir, run_distributed, single_run
+    from murmur.runtime.distributed import run_distributed
+    from murmur.runtime.launch import default_run_dir, single_run
 
     experiment = load_experiment(source, overrides)
     label, config = single_run(experiment)

@@ -28,7 +28,8 @@ import torch.distributed as dist
 from murmur.config import load_experiment
 from murmur.experiment import prepare
 from murmur.registry import ALGORITHMS
-from murmur.runtime.distributed import loopback_interface, train_layerwise_rank
+from murmur.runtime.distributed import loopback_interface
+from murmur.runtime.distributed_layerwise import train_layerwise_rank
 
 
 def rank_main(rank):

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
-from murmur.runtime.distributed import DistributedTransport
+from murmur.runtime.distributed_transport import DistributedTransport
 from murmur.runtime.mailbox import (
     HEADER_TAG,
     MAGIC,

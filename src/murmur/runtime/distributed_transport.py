@@ -1,0 +1,203 @@
+"""The transport of the distributed runtime: one agent per rank, messages through
+its :class:`~murmur.runtime.mailbox.Mailbox` and :class:`~murmur.runtime.mailbox.Outbox`.
+
+Synchronous algorithms stay in lockstep without barriers: before mixing, a
+rank waits (with a deadline) for each neighbour's message of the same
+broadcast number, a VALUE or a NONE ("nothing to send this step"), so a run
+gives the simulator's events, messages and parameters. A neighbour whose
+connection closes is named at once; one that sends nothing, or takes nothing,
+for ``timeout`` seconds is named then. The rank tells its other neighbours
+(ABORT), so ranks farther away name the same failed rank: a rank whose
+neighbours are silent asks them (PING) whether they are still there and, if
+they are, waits one more timeout for their report. Every rank stops within
+twice the timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from murmur.runtime.mailbox import (
+    Kind,
+    Mailbox,
+    Outbox,
+    PeerFailure,
+    PeerTimeout,
+)
+from murmur.runtime.transport import MessageCounters
+from murmur.topology import Graph
+
+DEFAULT_TIMEOUT = 60.0
+"""Seconds to wait for a peer: to join, for each step's messages, to finish."""
+
+
+class DistributedTransport:
+    """The :class:`~murmur.runtime.transport.Transport` of one agent per rank.
+
+    State is one row, (1, P). ``broadcast`` sends a VALUE to every neighbour
+    when the agent sends, else a NONE header (control traffic, counted in
+    ``control_messages``, not in ``counters``). ``mix(operator, out, scale)``
+    uses row ``rank`` of the operator: ``out += scale * sum_j operator[rank, j]
+    * v_j``, with ``v_rank`` the agent's own last broadcast and ``v_j`` what
+    neighbour ``j`` had broadcast by the same broadcast number.
+
+    ``broadcast`` returns once every neighbour has taken the message: each
+    peer's mailbox always has a receive from this rank posted, so that does not
+    wait for the peer's own sends, also when two neighbours send to each other
+    at once.
+
+    Values are float32, or float64 when ``initial`` is: a float64 row travels as
+    twice as many float32 (the same bits), so it arrives exactly.
+    """
+
+    def __init__(
+        self,
+        group: Any,
+        graph: Graph,
+        rank: int,
+        initial: torch.Tensor,
+        timeout: float,
+        counters: MessageCounters | None = None,
+    ) -> None:
+        """``initial`` (agents, P): every agent's starting values, known to all ranks.
+
+        ``counters``: add to these (one agent's, e.g. shared by the layers of one run).
+        """
+        if initial.shape[0] != graph.agents:
+            raise ValueError(f"initial has {initial.shape[0]} rows for {graph.agents} agents")
+        self.rank = rank
+        self.neighbours = graph.neighbors(rank)
+        self.timeout = timeout
+        self.counters = counters if counters is not None else MessageCounters(1)
+        self.control_messages = 0
+        dtype = torch.float64 if initial.dtype == torch.float64 else torch.float32
+        self._sent = initial[rank : rank + 1].to(dtype, copy=True)
+        self._message_bytes = self._sent.numel() * self._sent.element_size()
+        self._mailbox = Mailbox(
+            group, rank, self.neighbours, _wire(initial[self.neighbours].to(dtype).contiguous())
+        )
+        self._outbox = Outbox(group, rank, self.neighbours)
+        self._step = 0
+        self._rows: dict[int, tuple[torch.Tensor, float, torch.Tensor]] = {}
+
+    @property
+    def rejected(self) -> int:
+        """Messages from peers refused as malformed."""
+        return self._mailbox.rejected
+
+    @property
+    def last_sent(self) -> torch.Tensor:
+        """This agent's own last broadcast, (1, P)."""
+        return self._sent
+
+    def start(self) -> None:
+        self._mailbox.start()
+        self._outbox.start()
+
+    def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
+        """Send ``values`` (1, P) to every neighbour if ``senders[0]``, else say so (NONE)."""
+        if senders.shape != (1,) or values.shape != self._sent.shape:
+            raise ValueError(
+                f"one agent per rank: senders (1,) and values {tuple(self._sent.shape)}, "
+                f"got {tuple(senders.shape)} and {tuple(values.shape)}"
+            )
+        self._step += 1
+        if bool(senders[0]):
+            self._sent.copy_(values)
+            self._send(Kind.VALUE, self._step, self.neighbours, payload=_wire(self._sent)[0])
+            self.counters.record_event(0, len(self.neighbours), self._message_bytes)
+        else:
+            self._send(Kind.NONE, self._step, self.neighbours)
+            self.control_messages += len(self.neighbours)
+
+    def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
+        """``out += scale * operator[rank] @ V`` once every neighbour's value of this step is in."""
+        own, others = self._operator_row(operator)
+        received = self._patiently(partial(self._mailbox.values_at, self._step))
+        received = received.view(self._sent.dtype)
+        if own != 0.0:
+            out.add_(self._sent, alpha=scale * own)
+        if self.neighbours:
+            out.addmm_(others, received, alpha=scale)
+
+    def finish(self) -> None:
+        """Tell the neighbours this agent is done, and wait until they are too."""
+        self._send(Kind.STOP, self._step, self.neighbours)
+        self.control_messages += len(self.neighbours)
+        self._patiently(self._mailbox.wait_stopped)
+        self._outbox.close()
+
+    def _patiently(self, wait: Callable[[float], Any]) -> Any:
+        """``wait(timeout)``; if some neighbours are silent that long, find out whether they
+        are gone (a send to them fails: they are named at once) or alive and stalled
+        behind another rank, which their ABORT will name: wait once more for it."""
+        try:
+            return wait(self.timeout)
+        except PeerTimeout as silent:
+            self._send(Kind.PING, self._step, silent.ranks, timeout=min(self.timeout, 1.0))
+            self.control_messages += len(silent.ranks)
+            return wait(self.timeout)
+
+    def abort(self, failed: Sequence[int]) -> None:
+        """Best effort: tell the neighbours still alive that rank ``failed[0]`` failed."""
+        targets = [n for n in self.neighbours if n not in failed]
+        if not failed or not targets:
+            return
+        try:
+            self._send(Kind.ABORT, failed[0], targets, timeout=min(self.timeout, 2.0))
+        except PeerFailure:
+            pass  # they are going down too; nothing more to tell
+
+    def _send(
+        self,
+        kind: Kind,
+        step: int,
+        targets: Sequence[int],
+        payload: torch.Tensor | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        try:
+            self._outbox.send(kind, step, targets, timeout or self.timeout, payload)
+        except PeerFailure:
+            self._mailbox.raise_if_aborted()  # the root cause, if a neighbour reported one
+            raise
+
+    def _operator_row(self, operator: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """Row ``rank`` of ``operator``: the own coefficient and the neighbours' (1, d)."""
+        cached = self._rows.get(id(operator))
+        if cached is not None and cached[0] is operator:
+            return cached[1], cached[2]
+        if operator.layout == torch.sparse_csr:
+            rows, columns = operator.crow_indices(), operator.col_indices()
+            start, end = int(rows[self.rank]), int(rows[self.rank + 1])
+            row = torch.zeros(operator.shape[1], dtype=operator.dtype)
+            row[columns[start:end]] = operator.values()[start:end]
+        else:
+            row = operator.to_dense()[self.rank]
+        outside = row.clone()
+        outside[[self.rank, *self.neighbours]] = 0
+        if bool(outside.ne(0).any()):
+            raise ValueError(
+                f"operator row {self.rank} is non-zero outside the agent and its neighbours"
+            )
+        own = float(row[self.rank])
+        others = row[self.neighbours].to(self._sent.dtype).unsqueeze(0)
+        self._rows[id(operator)] = (operator, own, others)
+        return own, others
+
+
+def _wire(values: torch.Tensor) -> torch.Tensor:
+    """What goes on the wire: float32 as is, float64 as twice as many float32."""
+    return values.view(torch.float32) if values.dtype == torch.float64 else values
+
+
+def all_gather(local: torch.Tensor) -> torch.Tensor:
+    """Every rank's ``local`` (same shape on all), stacked: (world, *shape)."""
+    parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, local)
+    return torch.stack(parts)

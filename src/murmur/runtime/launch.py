@@ -1,0 +1,141 @@
+"""``murmur launch``: torchrun on this machine, bound to loopback, every input checked first."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from murmur.config import Config, load_experiment
+from murmur.errors import UsageError
+from murmur.experiment import check_run_dir
+from murmur.registry import ALGORITHMS
+from murmur.runtime.distributed import check_supported, loopback_interface
+from murmur.runtime.distributed_transport import DEFAULT_TIMEOUT
+from murmur.runtime.mailbox import (
+    first_line,
+)
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_PORT = 29500
+
+
+def launch(
+    nproc: int,
+    source: str,
+    overrides: Sequence[str],
+    out: str | None,
+    *,
+    port: int = DEFAULT_PORT,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: bool = True,
+) -> int:
+    """Start ``nproc`` ranks of ``source`` on this machine with torchrun, bound to loopback.
+
+    Everything that can be wrong with the input is checked first; returns 0,
+    or the exit status of the first rank that failed.
+    """
+    if nproc < 1:
+        raise UsageError(f"--nproc must be at least 1, not {nproc}")
+    if timeout <= 0:
+        raise UsageError(f"--timeout must be positive, not {timeout:g}")
+    if not 0 < port < 65536:
+        raise UsageError(f"--port must be a port number (1..65535), not {port}")
+    experiment = load_experiment(source, overrides)
+    _, config = single_run(experiment)
+    check_supported(config)
+    if ALGORITHMS[config.algorithm.name].kind == "server":
+        from murmur.runtime.distributed_server import check_world
+
+        try:
+            check_world(config, nproc)
+        except UsageError as error:
+            raise UsageError(str(error).replace("WORLD_SIZE", "--nproc")) from None
+    elif config.topology.agents != nproc:
+        raise UsageError(
+            f"--nproc {nproc} but topology.agents is {config.topology.agents}; the "
+            f"distributed runtime runs one agent per process (--nproc {config.topology.agents} "
+            f"or --set topology.agents={nproc})"
+        )
+    root = Path(out) if out else default_run_dir(experiment.name)
+    check_run_dir(root)
+    check_port_free(LOOPBACK, port)
+    torchrun_argv = [
+        "--nnodes=1",
+        f"--nproc-per-node={nproc}",
+        f"--master-addr={LOOPBACK}",
+        f"--master-port={port}",
+        "--max-restarts=0",
+        "-m",
+        "murmur",
+        "run",
+        source,
+        "--runtime=distributed",
+        f"--out={root}",
+        f"--timeout={timeout:g}",
+        *(f"--set={item}" for item in overrides),
+        *(() if progress else ("--quiet",)),
+    ]
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    interface = loopback_interface()
+    if interface is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+    return _torchrun(torchrun_argv)
+
+
+def _torchrun(argv: list[str]) -> int:
+    """``torchrun ARGV`` in this process; a failed rank's exit status instead of a traceback.
+
+    The ranks print their own one-line errors; torchrun's agent would add its
+    log lines and a traceback of its own, so its loggers are quietened.
+    """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser
+    from torch.distributed.run import run as torchrun
+
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.distributed"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        torchrun(get_args_parser().parse_args(argv))
+    except ChildFailedError as failure:
+        _, first = failure.get_first_failure()
+        return first.exitcode if first.exitcode > 0 else 1
+    except SignalException as stopped:
+        return 128 + int(stopped.sigval)
+    except RuntimeError as error:  # its rendezvous store could not start
+        raise UsageError(f"torchrun could not start the ranks: {first_line(error)}") from None
+    return 0
+
+
+def single_run(experiment: Any) -> tuple[str, Config]:
+    """The one run of ``experiment``; the distributed runtime runs no comparisons yet."""
+    if len(experiment.runs) != 1:
+        raise UsageError(
+            f"preset {experiment.name} compares {len(experiment.runs)} runs; the distributed "
+            "runtime runs one at a time: launch each member preset on its own"
+        )
+    return experiment.runs[0]
+
+
+def default_run_dir(name: str) -> Path:
+    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def check_port_free(address: str, port: int) -> None:
+    """UsageError if ``address:port`` cannot be listened on."""
+    try:
+        with socket.create_server((address, port)):
+            pass
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise UsageError(
+                f"port {port} on {address} is in use; choose another with --port"
+            ) from None
+        raise UsageError(f"cannot listen on {address}:{port}: {error.strerror or error}") from None
