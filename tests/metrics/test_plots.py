@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from summaries import worker_summary
 
 from murmur.metrics import plots
 from murmur.metrics.report import Run, read_run, write_report
@@ -216,44 +217,6 @@ def test_per_run_plots_take_their_x_label_from_the_runs(plot, tmp_path, monkeypa
 # Worker-based runs: speedup vs workers and the staleness histogram.
 
 WORKER_PLOTS = ("speedup_vs_workers.png", "staleness.png")
-
-
-def worker_summary(
-    name: str,
-    workers: int,
-    iterations_to_target: int | None,
-    virtual_seconds_to_target: float | None,
-    algorithm: str = "asysg-con",
-    **fields,
-) -> dict:
-    summary = {
-        "name": name,
-        "algorithm": algorithm,
-        "dataset": "mnist5k",
-        "agents": workers,
-        "topology": "parameter server",
-        "iterations": iterations_to_target or 1500,
-        "accuracy": {"mean": 0.9, "min": 0.9, "max": 0.9, "per_agent": [0.9]},
-        "events": 1000,
-        "events_per_agent": [1000 // workers] * workers,
-        "messages": 2000,
-        "communication_saving": None,
-        "virtual_seconds": virtual_seconds_to_target or 0.4,
-        "workers": workers,
-        "group": 1,
-        "staleness": {
-            "mean": workers - 1.0,
-            "max": workers - 1,
-            "histogram": [1] * (workers - 1) + [100],
-        },
-        "train_loss": 0.24,
-        "target_loss": 0.25,
-        "iterations_to_target": iterations_to_target,
-        "virtual_seconds_to_target": virtual_seconds_to_target,
-        "server_messages": 1000,
-    }
-    summary.update(fields)
-    return summary
 
 
 def worker_records(workers: int) -> list[dict]:

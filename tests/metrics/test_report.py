@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from summaries import summary_for, worker_summary
 
 from murmur.errors import UsageError
 from murmur.metrics import plots
@@ -21,33 +22,6 @@ from murmur.metrics.report import (
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def summary_for(name: str, algorithm: str, agents: int = 4, **fields) -> dict:
-    summary = {
-        "name": name,
-        "preset": "default",
-        "algorithm": algorithm,
-        "dataset": "mnist5k",
-        "agents": agents,
-        "topology": "ring",
-        "iterations": 300,
-        "seed": 0,
-        "accuracy": {"mean": 0.8, "min": 0.75, "max": 0.85, "per_agent": [0.8] * agents},
-        "events": 100,
-        "events_per_agent": [25] * agents,
-        "messages": 200,
-        "bytes": 2_000_000,
-        "communication_saving": 0.5,
-        "consensus_distance": 0.01,
-        "wall_seconds": 12.34,
-        "train_seconds": 10.0,
-        "samples": 9600,
-        "samples_per_second": 960.0,
-        "run_dir": "/elsewhere/" + name,
-    }
-    summary.update(fields)
-    return summary
 
 
 def records_for(agents: int, messages_per_step: int, evaluations: int = 3) -> list[dict]:
@@ -457,39 +431,6 @@ SGD_HEADER = [
 ]
 WORKER_COLUMNS = ("W", "staleness mean/max")
 TARGET_COLUMNS = ("its to target", "virtual s to target", "iteration speedup", "time speedup")
-
-
-def worker_summary(
-    name: str,
-    workers: int,
-    iterations_to_target: int | None,
-    virtual_seconds_to_target: float | None,
-    algorithm: str = "asysg-con",
-    **fields,
-) -> dict:
-    """A summary as worker-based runs write it, training to a target loss of 0.25."""
-    summary = summary_for(
-        name,
-        algorithm,
-        agents=workers,
-        topology="parameter server",
-        communication_saving=None,
-        virtual_seconds=virtual_seconds_to_target or 1.0,
-        workers=workers,
-        group=1,
-        staleness={
-            "mean": workers - 1.0,
-            "max": workers - 1,
-            "histogram": [1] * (workers - 1) + [100],
-        },
-        train_loss=0.24 if iterations_to_target else 1.7,
-        target_loss=0.25,
-        iterations_to_target=iterations_to_target,
-        virtual_seconds_to_target=virtual_seconds_to_target,
-        server_messages=99,
-    )
-    summary.update(fields)
-    return summary
 
 
 def speedup_summaries() -> list[dict]:

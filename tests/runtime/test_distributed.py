@@ -1,11 +1,8 @@
 """The distributed runtime as real processes on loopback: same run as the simulator,
 failures named within the timeout, bad input refused in one line.
 
-The ranks of a test are forked by one driver process (torch is imported once,
-not once per rank: on two cores that is most of the cost), each running
-``murmur run ... --runtime distributed`` with its own RANK in the environment
-and its stderr in a file. Every process has a deadline; the driver kills what
-is left at its deadline and the test fails.
+The ranks of a test are forked by one driver process (see ranks.py), each
+running ``murmur run ... --runtime distributed``.
 """
 
 from __future__ import annotations
@@ -20,79 +17,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from ranks import Fault, Kill, drive, free_port, read_records
 
 from murmur.cli import main
 from murmur.config import load_experiment
 from murmur.experiment import run
-
-DRIVER = r"""
-import json, multiprocessing, os, signal, sys, time
-spec = json.loads(sys.argv[1])
-import torch
-import murmur.cli
-import murmur.runtime.distributed as distributed
-
-
-def rank_main(rank):
-    os.environ.update(
-        RANK=str(rank), WORLD_SIZE=str(spec["world"]),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(spec["ports"][str(rank)]),
-    )
-    stderr = open(os.path.join(spec["logs"], f"rank{rank}.err"), "w")
-    os.dup2(stderr.fileno(), 2)
-    if spec["params"]:
-        run = distributed.run_distributed
-        def keep_parameters(*args, **kwargs):
-            result = run(*args, **kwargs)
-            if result.parameters is not None:
-                torch.save(result.parameters, spec["params"])
-            return result
-        distributed.run_distributed = keep_parameters
-    crash = spec["crash"]
-    if crash and rank == crash["rank"]:
-        from murmur.data.batches import BatchSampler
-        take, taken = BatchSampler.next_for, []
-        def failing(self, agent):
-            taken.append(agent)
-            if len(taken) > crash["after"]:
-                raise RuntimeError("injected failure")
-            return take(self, agent)
-        BatchSampler.next_for = failing
-    sys.exit(murmur.cli.main(spec["argv"]))
-
-
-context = multiprocessing.get_context("fork")
-ranks = {rank: context.Process(target=rank_main, args=(rank,)) for rank in spec["ranks"]}
-started = time.monotonic()
-for process in ranks.values():
-    process.start()
-deadline = started + spec["limit"]
-killed_at = None
-kill = spec["kill"]
-if kill:
-    while not os.path.exists(kill["when"]) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(kill["delay"])
-    os.kill(ranks[kill["rank"]].pid, kill["signal"])
-    killed_at = time.monotonic()
-ended = {}
-watched = [rank for rank in ranks if not kill or rank != kill["rank"]]
-while len(ended) < len(watched) and time.monotonic() < deadline:
-    for rank in watched:
-        if rank not in ended and ranks[rank].exitcode is not None:
-            ended[rank] = time.monotonic()
-    time.sleep(0.01)
-for rank, process in ranks.items():
-    if process.exitcode is None:
-        process.kill()
-        process.join()
-print(json.dumps({
-    "codes": {rank: "hung" if rank in watched and rank not in ended else process.exitcode
-              for rank, process in ranks.items()},
-    "after_kill": {rank: t - killed_at for rank, t in ended.items()} if killed_at else {},
-    "after_start": {rank: t - started for rank, t in ended.items()},
-}))
-"""
 
 TOML = """
 [run]
@@ -115,63 +44,10 @@ DETSGRAD = 'name = "detsgrad"\na = 0.2\nb = 0.3\nv0 = 2.0'
 DSGD = 'name = "dsgd"\na = 0.2\nb = 0.3'
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def write_config(folder: Path, algorithm: str, iterations: int = 100, agents: int = 4) -> Path:
     path = folder / "config.toml"
     path.write_text(TOML.format(iterations=iterations, agents=agents, algorithm=algorithm))
     return path
-
-
-def drive(
-    tmp_path: Path,
-    argv: list[str],
-    world: int,
-    *,
-    ranks: list[int] | None = None,
-    params: Path | None = None,
-    kill: dict | None = None,
-    crash: dict | None = None,
-    apart: bool = False,
-    limit: float = 60.0,
-) -> tuple[dict, dict[int, str]]:
-    """Fork the ranks, wait for them (at most ``limit`` s); exit codes and stderr per rank.
-
-    ``apart``: each rank gets a port of its own, so each is a job whose peers never come.
-    """
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    ranks = list(range(world)) if ranks is None else ranks
-    port = free_port()
-    spec = {
-        "world": world,
-        "ranks": ranks,
-        "ports": {rank: free_port() if apart else port for rank in ranks},
-        "argv": argv,
-        "logs": str(logs),
-        "params": str(params) if params else None,
-        "kill": kill,
-        "crash": crash,
-        "limit": limit,
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=limit + 30,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.splitlines()[-1])
-    stderr = {rank: (logs / f"rank{rank}.err").read_text() for rank in spec["ranks"]}
-    return report, stderr
-
-
-def read_records(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
 # ---- the same run as the simulator -------------------------------------------------------
@@ -210,51 +86,6 @@ def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_p
     torch.testing.assert_close(torch.load(params), simulated.parameters, atol=1e-5, rtol=1e-5)
 
 
-SMALL_DSSFN = [
-    "--set=topology.agents=4",
-    "--set=algorithm.layers=2",
-    "--set=algorithm.nodes=20",
-    "--set=algorithm.admm_iterations=5",
-    "--set=algorithm.gossip_rounds=2",
-]
-
-
-def test_sync_dssfn_through_murmur_run_gives_the_simulators_run(tmp_path):
-    out, params = tmp_path / "distributed", tmp_path / "params.pt"
-    argv = ["run", "dssfn-vowel", *SMALL_DSSFN, "--runtime", "distributed", "--out", str(out)]
-    report, stderr = drive(tmp_path, [*argv, "--quiet", "--timeout", "20"], world=4, params=params)
-    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
-
-    ((_, config),) = load_experiment("dssfn-vowel", [item[6:] for item in SMALL_DSSFN]).runs
-    simulated = run(config, tmp_path / "simulated")
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["runtime"] == "distributed"
-    assert summary["rejected_per_agent"] == [0, 0, 0, 0]
-    assert set(simulated.to_dict()) - set(summary) == {"virtual_seconds"}
-    for key in ("events", "events_per_agent", "messages", "bytes", "samples", "iterations"):
-        assert summary[key] == getattr(simulated, key), key
-    assert simulated.messages > 0
-    expected = simulated.to_dict()
-    for key in ("layers", "admm_iterations", "mean_degree", "topology", "agents"):
-        assert summary[key] == expected[key], key
-    assert summary["accuracy"] == expected["accuracy"]
-    assert summary["train_accuracy"] == expected["train_accuracy"]
-    assert summary["train_nme"] == pytest.approx(expected["train_nme"], abs=1e-9)
-    assert summary["test_loss"] == pytest.approx(expected["test_loss"], abs=1e-9)
-
-    records, wanted = read_records(out), read_records(tmp_path / "simulated")
-    assert [r["layer"] for r in records] == [0, 1, 2]
-    for got, want in zip(records, wanted, strict=True):
-        assert set(want) - set(got) == {"virtual_seconds"}  # rank-local: left out
-        for key in ("layer", "width", "admm_iterations", "test_accuracy", "train_accuracy"):
-            assert got[key] == want[key], key
-        for key in ("events", "messages", "bytes", "events_per_agent"):
-            assert got[key] == want[key], key
-        for key in ("test_loss", "train_nme", "consensus_distance"):
-            assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), key
-    torch.testing.assert_close(torch.load(params), simulated.parameters, rtol=1e-9, atol=1e-12)
-
-
 # ---- failures -------------------------------------------------------------------------------
 
 
@@ -271,7 +102,7 @@ def test_a_rank_that_stops_answering_stops_every_other_rank_naming_it(tmp_path, 
         tmp_path,
         [*argv, "--timeout", str(timeout)],
         world=4,
-        kill={"rank": 2, "when": str(out / "config.toml"), "delay": 0.3, "signal": int(stop)},
+        kill=Kill(rank=2, when=str(out / "config.toml"), delay=0.3, signal=int(stop)),
         limit=40.0,
     )
     for rank in ("0", "1", "3"):
@@ -294,7 +125,7 @@ def test_a_rank_that_fails_tells_its_neighbours_instead_of_leaving_them_to_time_
         tmp_path,
         [*argv, "--quiet", "--timeout", str(timeout)],
         world=4,
-        crash={"rank": 2, "after": 30},
+        faults=(Fault(ranks=(2,), after=30, fail="raise"),),
         limit=40.0,
     )
     assert report["codes"]["2"] == 1 and "injected failure" in stderr[2]
@@ -396,7 +227,7 @@ def test_launch_refuses_a_comparison_preset(capsys):
     assert "compares 3 runs" in err
 
 
-@pytest.mark.parametrize("algorithm", ["dssfn-async", "ssfn", "centralized"])
+@pytest.mark.parametrize("algorithm", ["sync-ps", "ssfn", "centralized"])
 def test_launch_refuses_an_algorithm_it_cannot_run_yet(capsys, tmp_path, algorithm):
     path = write_config(tmp_path, f'name = "{algorithm}"')
     err = one_line_error(capsys, main(["launch", "--nproc", "4", str(path)]))

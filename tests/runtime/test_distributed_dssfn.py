@@ -1,20 +1,24 @@
 """Synchronous dSSFN in the distributed runtime: one node per rank on loopback gloo,
 its gossip through a DistributedTransport, gives the simulator's output matrices
-and messages.
+and messages; a rank killed, frozen or failing mid-run is named by the others;
+``murmur launch`` writes the simulator's results.
 
-The ranks are forked by one driver process (torch imported once); the driver
-and every rank have deadlines, and the driver kills what is left at its own.
+The first test calls ``train_layerwise_rank`` directly, from a driver of its own
+(torch imported once); the others run ``murmur run`` in ranks forked by the
+shared driver of ranks.py, or ``murmur launch``. Every process has a deadline.
 """
 
 from __future__ import annotations
 
 import json
-import socket
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
+from ranks import Fault, Kill, drive, free_port, read_records
 
 from murmur.config import load_experiment
 from murmur.experiment import run
@@ -87,12 +91,6 @@ gossip_rounds = 3
 """
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_sync_dssfn_on_four_ranks_gives_the_simulators_outputs_and_messages(tmp_path: Path):
     config_path = tmp_path / "config.toml"
     config_path.write_text(TOML)
@@ -126,3 +124,135 @@ def test_sync_dssfn_on_four_ranks_gives_the_simulators_outputs_and_messages(tmp_
     assert sum(rank["messages"] for rank in ranks) == simulated.messages
     assert sum(rank["bytes"] for rank in ranks) == simulated.bytes
     assert [rank["events"] for rank in ranks] == simulated.events_per_agent
+
+
+# ---- through murmur run and murmur launch: failures, and the run folder -----------------------
+
+SMALL_DSSFN = [
+    "--set=topology.agents=4",
+    "--set=algorithm.layers=2",
+    "--set=algorithm.nodes=20",
+    "--set=algorithm.admm_iterations=5",
+    "--set=algorithm.gossip_rounds=2",
+]
+LONG_DSSFN = [
+    "--set=topology.agents=4",
+    "--set=algorithm.layers=3",
+    "--set=algorithm.nodes=20",
+    "--set=algorithm.admm_iterations=5000",
+    "--set=algorithm.gossip_rounds=2",
+]
+
+
+def test_sync_dssfn_through_murmur_run_gives_the_simulators_run(tmp_path):
+    out, params = tmp_path / "distributed", tmp_path / "params.pt"
+    argv = ["run", "dssfn-vowel", *SMALL_DSSFN, "--runtime", "distributed", "--out", str(out)]
+    report, stderr = drive(tmp_path, [*argv, "--quiet", "--timeout", "20"], world=4, params=params)
+    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
+
+    ((_, config),) = load_experiment("dssfn-vowel", [item[6:] for item in SMALL_DSSFN]).runs
+    simulated = run(config, tmp_path / "simulated")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["runtime"] == "distributed"
+    assert summary["rejected_per_agent"] == [0, 0, 0, 0]
+    assert set(simulated.to_dict()) - set(summary) == {"virtual_seconds"}
+    for key in ("events", "events_per_agent", "messages", "bytes", "samples", "iterations"):
+        assert summary[key] == getattr(simulated, key), key
+    assert simulated.messages > 0
+    expected = simulated.to_dict()
+    for key in ("layers", "admm_iterations", "mean_degree", "topology", "agents"):
+        assert summary[key] == expected[key], key
+    assert summary["accuracy"] == expected["accuracy"]
+    assert summary["train_accuracy"] == expected["train_accuracy"]
+    assert summary["train_nme"] == pytest.approx(expected["train_nme"], abs=1e-9)
+    assert summary["test_loss"] == pytest.approx(expected["test_loss"], abs=1e-9)
+
+    records, wanted = read_records(out), read_records(tmp_path / "simulated")
+    assert [r["layer"] for r in records] == [0, 1, 2]
+    for got, want in zip(records, wanted, strict=True):
+        assert set(want) - set(got) == {"virtual_seconds"}  # rank-local: left out
+        for key in ("layer", "width", "admm_iterations", "test_accuracy", "train_accuracy"):
+            assert got[key] == want[key], key
+        for key in ("events", "messages", "bytes", "events_per_agent"):
+            assert got[key] == want[key], key
+        for key in ("test_loss", "train_nme", "consensus_distance"):
+            assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), key
+    torch.testing.assert_close(torch.load(params), simulated.parameters, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+def test_a_dssfn_rank_that_stops_answering_stops_every_other_rank_naming_it(tmp_path, stop):
+    """Killed or frozen in the middle of a layer's ADMM iterations: the other ranks
+    each end with one line naming rank 2, within two timeouts of the kill."""
+    timeout = 2.0
+    out = tmp_path / "run"
+    argv = ["run", "dssfn-vowel", *LONG_DSSFN, "--runtime", "distributed", "--out", str(out)]
+    report, stderr = drive(
+        tmp_path,
+        [*argv, "--quiet", "--timeout", str(timeout)],
+        world=4,
+        kill=Kill(rank=2, when=str(out / "config.toml"), delay=0.5, signal=int(stop)),
+        limit=30.0,
+    )
+    for rank in ("0", "1", "3"):
+        assert report["codes"][rank] == 1, (report, stderr)
+        lines = stderr[int(rank)].splitlines()
+        assert len(lines) == 1, stderr[int(rank)]
+        assert lines[0].startswith(f"murmur: error: rank {rank} stopped:"), lines[0]
+        assert "rank 2" in lines[0].split("stopped:", 1)[1], lines[0]
+        assert report["after_kill"][rank] < 2 * timeout + 1.0, report
+    if stop == signal.SIGSTOP:
+        assert min(report["after_kill"].values()) >= timeout - 0.5, "named before the timeout?"
+    assert not (out / "summary.json").exists()
+
+
+def test_a_dssfn_rank_that_fails_tells_the_others_instead_of_leaving_them_to_time_out(tmp_path):
+    timeout = 20.0
+    out = tmp_path / "run"
+    argv = ["run", "dssfn-vowel", *LONG_DSSFN, "--runtime", "distributed", "--out", str(out)]
+    mid_layer = Fault(
+        ranks=(2,), target="murmur.algorithms.dssfn:consensus_prox", after=50, fail="raise"
+    )
+    report, stderr = drive(
+        tmp_path,
+        [*argv, "--quiet", "--timeout", str(timeout)],
+        world=4,
+        faults=(mid_layer,),
+        limit=30.0,
+    )
+    assert report["codes"]["2"] == 1 and "injected failure" in stderr[2], stderr[2]
+    for rank in (0, 1, 3):
+        assert report["codes"][str(rank)] == 1, (report, stderr)
+        assert stderr[rank].count("\n") == 1, stderr[rank]
+        assert "rank 2 failed" in stderr[rank], stderr[rank]
+    assert max(report["after_start"].values()) < timeout / 2, report
+    assert not (out / "summary.json").exists()
+
+
+def test_launch_runs_sync_dssfn_and_rank_0_writes_the_simulators_results(tmp_path):
+    out = tmp_path / "run"
+    argv = ["launch", "--nproc", "4", "dssfn-vowel", *SMALL_DSSFN, "--out", str(out), "--quiet"]
+    command = [sys.executable, "-m", "murmur", *argv, "--port", str(free_port()), "--timeout", "20"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert "dssfn" in done.stdout and str(out) in done.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "metrics.jsonl", "summary.json"]
+
+    ((_, config),) = load_experiment("dssfn-vowel", [item[6:] for item in SMALL_DSSFN]).runs
+    simulated = run(config, None).to_dict()
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["runtime"], summary["algorithm"], summary["agents"]) == (
+        "distributed",
+        "dssfn",
+        4,
+    )
+    assert summary["layers"] == simulated["layers"] and len(summary["layers"]) == 2
+    assert len(summary["accuracy"]["per_agent"]) == 4
+    assert summary["accuracy"]["per_agent"] == simulated["accuracy"]["per_agent"]
+    assert summary["messages"] == simulated["messages"] > 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["layer"] for r in records] == [0, 1, 2]
+    assert [r["width"] for r in records[1:]] == summary["layers"]
+    assert all(len(r["test_accuracy"]) == 4 for r in records)
+    assert load_experiment(str(out / "config.toml")).runs[0][1].algorithm == config.algorithm

@@ -1,5 +1,5 @@
 """AsySG-con in the distributed runtime: a parameter server on rank 0 and three workers,
-as real processes on loopback (forked by one driver, as in test_distributed.py).
+as real processes on loopback (forked by one driver, see ranks.py).
 
 A worker is slowed (it sleeps before each gradient) or killed (SIGKILL to itself
 after some gradients) by patching its batch sampler in the driver; the server
@@ -9,71 +9,16 @@ carries on with the others and reports the one it lost.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from signal import SIGKILL, SIGSTOP
 
 import pytest
+from ranks import Fault, free_port
+from ranks import drive as drive_ranks
 
 from murmur.cli import main
-
-DRIVER = r"""
-import json, multiprocessing, os, signal, sys, time
-spec = json.loads(sys.argv[1])
-import torch
-import murmur.cli
-
-
-def rank_main(rank):
-    os.environ.update(
-        RANK=str(rank), WORLD_SIZE=str(spec["world"]),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(spec["port"]),
-    )
-    stderr = open(os.path.join(spec["logs"], f"rank{rank}.err"), "w")
-    os.dup2(stderr.fileno(), 2)
-    slow, die = spec["slow"], spec["die"]
-    if (slow and rank == slow["rank"]) or (die and rank in die["ranks"]):
-        from murmur.data.batches import BatchSampler
-        take, taken = BatchSampler.next_for, []
-        def patched(self, agent):
-            taken.append(agent)
-            if die and len(taken) > die["after"]:
-                os.kill(os.getpid(), die["signal"])
-            if slow:
-                time.sleep(slow["seconds"])
-            return take(self, agent)
-        BatchSampler.next_for = patched
-    sys.exit(murmur.cli.main(spec["argv"]))
-
-
-context = multiprocessing.get_context("fork")
-ranks = {rank: context.Process(target=rank_main, args=(rank,)) for rank in range(spec["world"])}
-started = time.monotonic()
-for process in ranks.values():
-    process.start()
-deadline = started + spec["limit"]
-ended = {}
-die = spec["die"]
-frozen = die["ranks"] if die and die["signal"] == signal.SIGSTOP else []
-watched = [rank for rank in ranks if rank not in frozen]
-while len(ended) < len(watched) and time.monotonic() < deadline:
-    for rank in watched:
-        process = ranks[rank]
-        if rank not in ended and process.exitcode is not None:
-            ended[rank] = time.monotonic()
-    time.sleep(0.01)
-for rank, process in ranks.items():
-    if process.exitcode is None:
-        process.kill()
-        process.join()
-print(json.dumps({
-    "codes": {rank: "hung" if rank in watched and rank not in ended else process.exitcode
-              for rank, process in ranks.items()},
-    "after_start": {rank: t - started for rank, t in ended.items()},
-}))
-"""
 
 TOML = """
 [run]
@@ -96,19 +41,12 @@ target_loss = {target}
 TARGET = 0.05
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def drive(
     tmp_path: Path,
     *,
     iterations: int = 2000,
     target: float = TARGET,
-    slow: dict | None = None,
-    die: dict | None = None,
+    faults: tuple[Fault, ...] = (),
     timeout: float = 10.0,
     limit: float = 60.0,
 ) -> tuple[dict, dict[int, str], dict, list[dict]]:
@@ -116,27 +54,11 @@ def drive(
     tmp_path.mkdir(parents=True, exist_ok=True)
     config = tmp_path / "config.toml"
     config.write_text(TOML.format(iterations=iterations, target=target))
-    logs, out = tmp_path / "logs", tmp_path / "run"
-    logs.mkdir()
+    out = tmp_path / "run"
     argv = ["run", str(config), "--runtime", "distributed", "--out", str(out), "--quiet"]
-    spec = {
-        "world": 4,
-        "port": free_port(),
-        "argv": [*argv, "--timeout", str(timeout)],
-        "logs": str(logs),
-        "slow": slow,
-        "die": die,
-        "limit": limit,
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=limit + 30,
+    report, stderr = drive_ranks(
+        tmp_path, [*argv, "--timeout", str(timeout)], world=4, faults=faults, limit=limit
     )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.splitlines()[-1])
-    stderr = {rank: (logs / f"rank{rank}.err").read_text() for rank in range(4)}
     if not (out / "summary.json").exists():
         return report, stderr, {}, []
     summary = json.loads((out / "summary.json").read_text())
@@ -189,7 +111,9 @@ def test_launch_runs_the_server_and_the_workers(tmp_path):
 
 def test_a_slow_worker_raises_the_staleness_and_the_run_still_finishes(tmp_path):
     fast = drive(tmp_path / "fast", iterations=300, target=0.0)
-    slow = drive(tmp_path / "slow", iterations=300, target=0.0, slow={"rank": 2, "seconds": 0.1})
+    slow = drive(
+        tmp_path / "slow", iterations=300, target=0.0, faults=(Fault(ranks=(2,), sleep=0.1),)
+    )
     for report, stderr, summary, _ in (fast, slow):
         assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
         assert summary["iterations"] == 300 and summary["failed_workers"] == []
@@ -201,7 +125,10 @@ def test_a_slow_worker_raises_the_staleness_and_the_run_still_finishes(tmp_path)
 
 def test_a_killed_worker_is_reported_and_the_others_finish_the_run(tmp_path):
     report, stderr, summary, records = drive(
-        tmp_path, iterations=400, target=0.0, die={"ranks": [2], "after": 20, "signal": SIGKILL}
+        tmp_path,
+        iterations=400,
+        target=0.0,
+        faults=(Fault(ranks=(2,), after=20, fail=SIGKILL),),
     )
     assert report["codes"]["2"] == -9
     assert report["codes"]["1"] == 0 and report["codes"]["3"] == 0, stderr
@@ -221,7 +148,7 @@ def test_a_frozen_worker_is_dropped_at_the_timeout_and_the_others_finish_the_run
         tmp_path,
         iterations=1500,
         target=0.0,
-        die={"ranks": [3], "after": 20, "signal": SIGSTOP},
+        faults=(Fault(ranks=(3,), after=20, fail=SIGSTOP),),
         timeout=timeout,
     )
     assert report["codes"]["1"] == 0 and report["codes"]["2"] == 0, stderr
@@ -238,7 +165,7 @@ def test_when_every_worker_is_lost_the_server_stops_with_one_line(tmp_path):
         tmp_path,
         iterations=100_000,
         target=0.0,
-        die={"ranks": [1, 2, 3], "after": 5, "signal": SIGKILL},
+        faults=(Fault(ranks=(1, 2, 3), after=5, fail=SIGKILL),),
     )
     assert report["codes"] == {"0": 1, "1": -9, "2": -9, "3": -9}, stderr
     lines = stderr[0].splitlines()

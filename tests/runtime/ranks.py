@@ -1,0 +1,191 @@
+"""Ranks of a distributed run as real processes on loopback, forked by one driver.
+
+torch is imported once, by the driver, not once per rank: on two cores that is
+most of the cost. Each rank runs ``murmur.cli.main(argv)`` with its own RANK in
+the environment and its stderr in ``logs/rank{N}.err``. A rank can be killed by
+the driver (``Kill``: a signal once a file appears) or fail by itself
+(``Fault``: a function it calls, its batch sampler unless told otherwise, sleeps,
+raises or signals the rank itself). Every process has a deadline; the driver
+kills what is left at it and reports "hung".
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+DRIVER = r"""
+import json, multiprocessing, os, signal, sys, time
+spec = json.loads(sys.argv[1])
+import torch
+import murmur.cli
+import murmur.runtime.distributed as distributed
+
+
+def keep_rank_0_parameters(path):
+    run = distributed.run_distributed
+    def keep_parameters(*args, **kwargs):
+        result = run(*args, **kwargs)
+        if result.parameters is not None:
+            torch.save(result.parameters, path)
+        return result
+    distributed.run_distributed = keep_parameters
+
+
+def patch(fault):
+    import importlib
+    module, _, path = fault["target"].partition(":")
+    *owner_path, name = path.split(".")
+    owner = importlib.import_module(module)
+    for attribute in owner_path:
+        owner = getattr(owner, attribute)
+    call, calls = getattr(owner, name), []
+    def patched(*args, **kwargs):
+        calls.append(None)
+        if fault["after"] is not None and len(calls) > fault["after"]:
+            if fault["fail"] == "raise":
+                raise RuntimeError("injected failure")
+            os.kill(os.getpid(), fault["fail"])
+        if fault["sleep"]:
+            time.sleep(fault["sleep"])
+        return call(*args, **kwargs)
+    setattr(owner, name, patched)
+
+
+def rank_main(rank):
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(spec["world"]),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(spec["ports"][str(rank)]),
+    )
+    stderr = open(os.path.join(spec["logs"], f"rank{rank}.err"), "w")
+    os.dup2(stderr.fileno(), 2)
+    if spec["params"]:
+        keep_rank_0_parameters(spec["params"])
+    for fault in spec["faults"]:
+        if rank in fault["ranks"]:
+            patch(fault)
+    sys.exit(murmur.cli.main(spec["argv"]))
+
+
+context = multiprocessing.get_context("fork")
+ranks = {rank: context.Process(target=rank_main, args=(rank,)) for rank in spec["ranks"]}
+started = time.monotonic()
+for process in ranks.values():
+    process.start()
+deadline = started + spec["limit"]
+killed_at = None
+kill = spec["kill"]
+if kill:
+    while not os.path.exists(kill["when"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(kill["delay"])
+    os.kill(ranks[kill["rank"]].pid, kill["signal"])
+    killed_at = time.monotonic()
+# A rank the driver kills, or one that stops itself, is not waited for.
+unwatched = {kill["rank"]} if kill else set()
+for fault in spec["faults"]:
+    if fault["fail"] == signal.SIGSTOP:
+        unwatched.update(fault["ranks"])
+watched = [rank for rank in ranks if rank not in unwatched]
+ended = {}
+while len(ended) < len(watched) and time.monotonic() < deadline:
+    for rank in watched:
+        if rank not in ended and ranks[rank].exitcode is not None:
+            ended[rank] = time.monotonic()
+    time.sleep(0.01)
+for rank, process in ranks.items():
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+print(json.dumps({
+    "codes": {rank: "hung" if rank in watched and rank not in ended else process.exitcode
+              for rank, process in ranks.items()},
+    "after_kill": {rank: t - killed_at for rank, t in ended.items()} if killed_at else {},
+    "after_start": {rank: t - started for rank, t in ended.items()},
+}))
+"""
+
+
+@dataclass(frozen=True)
+class Kill:
+    """The driver sends ``signal`` to ``rank`` ``delay`` s after the file ``when`` appears."""
+
+    rank: int
+    when: str
+    delay: float
+    signal: int
+
+
+@dataclass(frozen=True)
+class Fault:
+    """On ``ranks``, ``target`` ("module:attribute.path") sleeps ``sleep`` s before each
+    call; after ``after`` calls it fails: ``fail`` is "raise" (RuntimeError("injected
+    failure")) or a signal the rank sends itself."""
+
+    ranks: tuple[int, ...]
+    target: str = "murmur.data.batches:BatchSampler.next_for"
+    after: int | None = None
+    fail: str | int | None = None
+    sleep: float = 0.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def drive(
+    tmp_path: Path,
+    argv: list[str],
+    world: int,
+    *,
+    ranks: list[int] | None = None,
+    params: Path | None = None,
+    kill: Kill | None = None,
+    faults: tuple[Fault, ...] = (),
+    apart: bool = False,
+    limit: float = 60.0,
+) -> tuple[dict, dict[int, str]]:
+    """Fork the ranks, wait for them (at most ``limit`` s); the report and stderr per rank.
+
+    The report has "codes" (exit status per rank, "hung" for one still running at
+    the deadline), "after_start" and "after_kill" (seconds until each rank ended),
+    keyed by the rank as a string. ``params``: where rank 0 saves its result's
+    parameters. ``apart``: each rank gets a port of its own, so each is a job
+    whose peers never come.
+    """
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    ranks = list(range(world)) if ranks is None else ranks
+    port = free_port()
+    spec = {
+        "world": world,
+        "ranks": ranks,
+        "ports": {rank: free_port() if apart else port for rank in ranks},
+        "argv": argv,
+        "logs": str(logs),
+        "params": str(params) if params else None,
+        "kill": asdict(kill) if kill else None,
+        "faults": [asdict(fault) for fault in faults],
+        "limit": limit,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=limit + 30,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    stderr = {rank: (logs / f"rank{rank}.err").read_text() for rank in ranks}
+    return report, stderr
+
+
+def read_records(folder: Path) -> list[dict]:
+    """The records of a run folder's metrics.jsonl."""
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
