@@ -34,6 +34,7 @@ nobody ever waits for a round to end.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -87,8 +88,90 @@ def ball_constrained_solve(
     return (rotated / scale) @ basis.T
 
 
+class ArockNode:
+    """Node i's part of one layer: its edge blocks z_{e,j}, the blocks z_{e,i} its
+    neighbours last pushed, and its closed-form update. The same object serves the
+    simulated network and a real process."""
+
+    def __init__(
+        self,
+        gram: torch.Tensor,
+        cross: torch.Tensor,
+        neighbours: list[int],
+        regularizer: Regularizer,
+        nodes: int,
+        gamma: float,
+        eta: float,
+    ) -> None:
+        values, self.basis = torch.linalg.eigh(gram)
+        self.values = values.clamp(min=0.0)
+        self.cross2 = 2.0 * cross
+        self.gamma, self.eta = gamma, eta
+        self.ridge = 0.0 if isinstance(regularizer, Ball) else regularizer.lam / nodes
+        self.radius = regularizer.radius if isinstance(regularizer, Ball) else None
+        self.own = {j: torch.zeros_like(cross) for j in neighbours}
+        """z_{e,j} for each edge e = (i, j): what this node pushes to j."""
+        self.inbox = {j: torch.zeros_like(cross) for j in neighbours}
+        """z_{e,i} as neighbour j last pushed it."""
+
+    @property
+    def neighbours(self) -> list[int]:
+        return list(self.own)
+
+    def update(self) -> torch.Tensor:
+        """Solve for x_i from the inbox, relax the own blocks; returns x_i (Q, n)."""
+        incoming = sum(self.inbox.values(), torch.zeros_like(self.cross2))
+        rotated = (self.cross2 - incoming) @ self.basis
+        curvature = 2.0 * self.values + self.gamma * len(self.own) + 2.0 * self.ridge
+        x = ball_constrained_solve(rotated, curvature, self.basis, self.radius)
+        for j, block in self.own.items():
+            target = (block - self.inbox[j]) / 2.0 - self.gamma * x
+            self.own[j] = block - self.eta * (block - target)
+        return x
+
+    def drop(self, neighbour: int) -> None:
+        """Neighbour ``neighbour`` failed: its edge leaves the problem."""
+        self.own.pop(neighbour, None)
+        self.inbox.pop(neighbour, None)
+
+
+def layer_done(updates: int, stamps: dict[int, int], quota: int) -> bool:
+    """A node is done with a layer once it and every neighbour have made the quota of
+    updates (``stamps``: each neighbour's newest update number, counted from 0)."""
+    return updates >= quota and neighbours_done(stamps, quota)
+
+
+def neighbours_done(stamps: dict[int, int], quota: int) -> bool:
+    return all(stamp >= quota - 1 for stamp in stamps.values())
+
+
+class PushChannel(Protocol):
+    """One layer's messages of a node that runs in a process of its own."""
+
+    neighbours: list[int]
+    """The neighbours still there when the layer began."""
+
+    def push(self, blocks: dict[int, torch.Tensor], stamp: int) -> None:
+        """Send ``blocks[j]`` to each neighbour j, without waiting; a newer push to j
+        replaces one not yet on the wire."""
+
+    def news(self) -> dict[int, tuple[int, torch.Tensor]]:
+        """The newest ``(stamp, block)`` from each neighbour heard since the last call."""
+
+    def failed(self) -> list[int]:
+        """Neighbours found gone since the last call (never listed twice)."""
+
+    def wait(self, needed: list[int]) -> None:
+        """Until news or a failure; a neighbour of ``needed`` silent past the
+        deadline is then failed."""
+
+    def close(self) -> None:
+        """The layer is done here: tell the neighbours after the last pushes."""
+
+
 class AsyncSolver:
-    """ARock over the graph on the event loop; see the module docstring."""
+    """ARock over the graph: every node on the event loop (simulator), or this
+    process's node against its neighbours' processes; see the module docstring."""
 
     def __init__(self, config: DssfnAsyncConfig, graph: Graph) -> None:
         self.gamma = 2.0 / config.mu
@@ -97,25 +180,74 @@ class AsyncSolver:
         self.neighbors = [graph.neighbors(i) for i in range(graph.agents)]
 
     def solve(self, grams, crosses, regularizer: Regularizer, setup_flops, network):
+        channel = network.pushes_for(crosses.shape[1] * crosses.shape[2], crosses.dtype)
+        if channel is None:
+            return self._simulate(grams, crosses, regularizer, setup_flops, network)
+        return self._run_node(grams[0], crosses[0], regularizer, network, channel)[None]
+
+    def _run_node(self, gram, cross, regularizer, network, channel: PushChannel) -> torch.Tensor:
+        """This process's node: update as soon as there is news, push, repeat."""
+        nodes = network.graph.agents
+        node = ArockNode(
+            gram,
+            cross,
+            channel.neighbours,
+            regularizer,
+            nodes,
+            self.gamma,
+            self.eta,
+        )
+        quota = self.iterations_per_layer
+        stamps = dict.fromkeys(node.neighbours, -1)
+        updates, fresh = 0, True
+        x = torch.zeros_like(cross)
+        while True:
+            for j in channel.failed():
+                node.drop(j)
+                stamps.pop(j, None)
+            for j, (stamp, block) in channel.news().items():
+                if j in stamps and stamp > stamps[j]:
+                    stamps[j] = stamp
+                    node.inbox[j] = block.view_as(cross)
+                    fresh = True
+            if layer_done(updates, stamps, quota):
+                break
+            if fresh or neighbours_done(stamps, quota):
+                fresh = False
+                x = node.update()
+                channel.push(node.own, updates)
+                updates += 1
+            else:
+                channel.wait([j for j, stamp in stamps.items() if stamp < quota - 1])
+        channel.close()
+        return x
+
+    def _simulate(self, grams, crosses, regularizer: Regularizer, setup_flops, network):
         nodes, classes, width = crosses.shape
         # Nodes start this layer at different times; one loop per layer, on absolute times.
         clock = EventLoop(start=min(network.ready))
         compute = network.compute
         counters = network.counters
-        ridge = 0.0 if isinstance(regularizer, Ball) else regularizer.lam / nodes
-        radius = regularizer.radius if isinstance(regularizer, Ball) else None
         message_bytes = classes * width * crosses.element_size()
         message_seconds = network.links.seconds(message_bytes)
         update_flops = 2 * matmul_flops(classes, width, width)
         eigen_flops = 4.0 * float(width) ** 3
 
-        own = [{j: torch.zeros_like(crosses[0]) for j in self.neighbors[i]} for i in range(nodes)]
-        inbox = [{j: torch.zeros_like(crosses[0]) for j in self.neighbors[i]} for i in range(nodes)]
-        stamps = [{j: -1 for j in self.neighbors[i]} for i in range(nodes)]
+        states = [
+            ArockNode(
+                grams[i],
+                crosses[i],
+                self.neighbors[i],
+                regularizer,
+                nodes,
+                self.gamma,
+                self.eta,
+            )
+            for i in range(nodes)
+        ]
+        stamps = [dict.fromkeys(self.neighbors[i], -1) for i in range(nodes)]
         done = [0] * nodes
         result = torch.zeros_like(crosses)
-        spectra: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * nodes
-
         quota = self.iterations_per_layer
         # fresh[i]: node i has received something since its current update began.
         # idle[i]: node i waits for news rather than update again on the same inputs.
@@ -127,52 +259,39 @@ class AsyncSolver:
             if finished[receiver] or stamp <= stamps[receiver][sender]:
                 return  # an older message never overwrites a newer one
             stamps[receiver][sender] = stamp
-            inbox[receiver][sender] = value
+            states[receiver].inbox[sender] = value
             fresh[receiver] = True
             if idle[receiver]:
                 idle[receiver] = False
                 wake(receiver)
 
         def wake(i: int) -> None:
-            if spectra[i] is None:
-                values, basis = torch.linalg.eigh(grams[i])
-                spectra[i] = (values.clamp(min=0.0), basis)
-            values, basis = spectra[i]
+            node = states[i]
             fresh[i] = False
-            degree = len(self.neighbors[i])
-            incoming = sum(inbox[i].values(), torch.zeros_like(crosses[0]))
-            rotated = (2.0 * crosses[i] - incoming) @ basis
-            curvature = 2.0 * values + self.gamma * degree + 2.0 * ridge
-            x = ball_constrained_solve(rotated, curvature, basis, radius)
-            result[i] = x
+            result[i] = node.update()
             seconds = compute.seconds(i, update_flops)
-            for j in self.neighbors[i]:
-                block = own[i][j]
-                target = (block - inbox[i][j]) / 2.0 - self.gamma * x
-                own[i][j] = block - self.eta * (block - target)
-                arrival = clock.now + seconds + message_seconds
-                value, stamp = own[i][j], done[i]
+            arrival = clock.now + seconds + message_seconds
+            for j, value in node.own.items():
+                stamp = done[i]
                 clock.at(arrival, lambda j=j, value=value, stamp=stamp: deliver(j, i, stamp, value))
-            if degree:
-                counters.record_event(i, degree, message_bytes)
+            if node.own:
+                counters.record_event(i, len(node.own), message_bytes)
             done[i] += 1
             clock.at(clock.now + seconds, lambda: after_update(i))
 
         def after_update(i: int) -> None:
             # A message's stamp is its sender's update count, so it tells whether the
             # sender has made its quota.
-            mine = done[i] >= quota
-            theirs = all(stamps[i][j] >= quota - 1 for j in self.neighbors[i])
-            if mine and theirs:
+            if layer_done(done[i], stamps[i], quota):
                 finished[i] = True
                 network.ready[i] = clock.now
-            elif fresh[i] or theirs:
+            elif fresh[i] or neighbours_done(stamps[i], quota):
                 wake(i)
             else:
                 idle[i] = True
 
         for i in range(nodes):
-            start = network.ready[i] + compute.seconds(i, setup_flops[i] + eigen_flops)
-            clock.at(start, lambda i=i: wake(i))
+            begin = network.ready[i] + compute.seconds(i, setup_flops[i] + eigen_flops)
+            clock.at(begin, lambda i=i: wake(i))
         clock.run()
         return result

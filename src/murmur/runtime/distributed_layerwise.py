@@ -11,6 +11,8 @@ and summary leave ``virtual_seconds`` out.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,9 +27,14 @@ from murmur.runtime.distributed_transport import DEFAULT_TIMEOUT, DistributedTra
 from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.runtime.layerwise import LayerwiseResult, Network, train_layerwise
 from murmur.runtime.mailbox import (
+    FOREVER,
+    MAGIC,
+    Kind,
     PeerFailure,
     first_line,
+    receive_loop,
 )
+from murmur.runtime.push_channel import RESULT_TAGS, Neighbourhood, PushChannel
 from murmur.runtime.transport import MessageCounters
 from murmur.seeding import derive_seed
 
@@ -46,6 +53,8 @@ class DistributedNetwork(Network):
     rejected: int = 0
     """Malformed messages this node refused, all gossip phases together."""
     _transport: DistributedTransport | None = field(default=None, repr=False)
+    neighbourhood: Neighbourhood | None = field(default=None, repr=False)
+    """The asynchronous solver's channels of the run (None until it asks for one)."""
 
     def transport_for(self, width: int, dtype: torch.dtype) -> DistributedTransport:
         self.close()
@@ -61,13 +70,35 @@ class DistributedNetwork(Network):
         self._transport = transport
         return transport
 
+    def pushes_for(self, width: int, dtype: torch.dtype) -> PushChannel:
+        """The next layer's channel of asynchronous pushes to the neighbours still there."""
+        if self.neighbourhood is None:
+            self.neighbourhood = Neighbourhood(
+                self.group if self.group is not None else dist.group.WORLD,
+                self.rank,
+                self.graph.neighbors(self.rank),
+                self.timeout,
+                self.counters,
+            )
+        return self.neighbourhood.channel(width, dtype)
+
     def close(self) -> None:
-        """Finish the current gossip phase with the neighbours, if one is open."""
+        """Finish the current gossip phase with the neighbours, if one is open; at the
+        end of an asynchronous run, wait for the last pushes and STOPs of every layer."""
         transport, self._transport = self._transport, None
         if transport is not None:
             transport.finish()
             self.control_messages += transport.control_messages
             self.rejected += transport.rejected
+        if self.neighbourhood is not None:
+            self.neighbourhood.finish()
+            self.control_messages += self.neighbourhood.control_messages
+            self.rejected += self.neighbourhood.rejected
+
+    @property
+    def failures(self) -> dict[int, str]:
+        """Neighbours an asynchronous run dropped, and why."""
+        return dict(self.neighbourhood.failures) if self.neighbourhood is not None else {}
 
     def abort(self, failed: Sequence[int]) -> None:
         if self._transport is not None:
@@ -150,9 +181,15 @@ def run_layerwise_rank(
     rank: int,
     timeout: float,
 ) -> Outcome:
-    """Node ``rank`` of a synchronous dSSFN run; every layer's record gathered across
-    the ranks and handed to ``on_record`` (rank 0 writes them). Without
-    ``virtual_seconds``: each rank's virtual clock sees only its own node."""
+    """Node ``rank`` of a dSSFN run; every layer's record brought together across the
+    ranks and handed to ``on_record`` on rank 0, which writes them. Without
+    ``virtual_seconds``: each rank's virtual clock sees only its own node.
+
+    Synchronous dSSFN gathers with collectives (every rank is there, or the run
+    has stopped). Asynchronous dSSFN carries on without failed ranks, so each
+    rank sends its results to rank 0 alone (:func:`_collect`), and rank 0 takes
+    them from the ranks still there.
+    """
     rows: list[list[float]] = []
     shard_size = float(setup.shards[rank].numel())
 
@@ -181,24 +218,10 @@ def run_layerwise_rank(
     trained, counters = train_layerwise_rank(
         setup, solver, rank, timeout=timeout, on_record=keep, network_out=networks
     )
-    try:
-        return _gather_layerwise(setup, rows, trained, counters, networks[0], on_record)
-    except RuntimeError as error:
-        raise PeerFailure([], f"gathering the results failed: {first_line(error)}") from None
-
-
-def _gather_layerwise(
-    setup: Any,
-    rows: list[list[float]],
-    trained: LayerwiseResult,
-    counters: MessageCounters,
-    network: DistributedNetwork,
-    on_record: Callable[[dict[str, Any]], None],
-) -> Outcome:
-    world = dist.get_world_size()
-    gathered_rows = all_gather(torch.tensor(rows, dtype=torch.float64))  # (world, layers, cols)
-    totals = all_gather(
-        torch.tensor(
+    network = networks[0]
+    local = _RankResults(
+        rows=torch.tensor(rows, dtype=torch.float64),
+        totals=torch.tensor(
             [
                 counters.events,
                 counters.messages,
@@ -208,16 +231,203 @@ def _gather_layerwise(
                 trained.train_seconds,
             ],
             dtype=torch.float64,
+        ),
+        outputs=[layer[0].contiguous() for layer in trained.history],
+        failures=network.failures,
+    )
+    if network.neighbourhood is not None:
+        return _collect(setup, local, trained, on_record, rank=rank, timeout=timeout)
+    try:
+        gathered = _RankResults(
+            rows=all_gather(local.rows),
+            totals=all_gather(local.totals),
+            outputs=[all_gather(layer) for layer in local.outputs],
+            failures={},
         )
-    )  # (world, totals)
-    # Every kept layer's output matrices of every node (layers differ in width), for
-    # the consensus distance.
-    outputs = [all_gather(layer[0].contiguous()) for layer in trained.history]  # (world, Q, n)
+    except RuntimeError as error:
+        raise PeerFailure([], f"gathering the results failed: {first_line(error)}") from None
+    ranks = list(range(dist.get_world_size()))
+    outcome = _layer_outcome(setup, gathered, ranks, trained, on_record)
+    if rank != 0:
+        outcome.parameters = None
+    return outcome
+
+
+@dataclass
+class _RankResults:
+    """What a rank brings to the run's records (or, stacked on a first axis, every rank)."""
+
+    rows: torch.Tensor
+    """(layers, columns): one row of ``_LAYER_COLUMNS`` per layer."""
+    totals: torch.Tensor
+    """(``_LAYER_TOTALS``,)."""
+    outputs: list[torch.Tensor]
+    """Every layer's output matrices, (Q, width)."""
+    failures: dict[int, str]
+    """Neighbours dropped, and why (asynchronous runs)."""
+
+    def flat(self, world: int) -> torch.Tensor:
+        """Everything in one float64 vector, failures as one code per rank."""
+        codes = torch.zeros(world, dtype=torch.float64)
+        for neighbour, why in self.failures.items():
+            codes[neighbour] = 1 + next(
+                (i for i, (prefix, _) in enumerate(_FAILURE_CODES) if why.startswith(prefix)),
+                len(_FAILURE_CODES) - 1,
+            )
+        parts = [self.rows.flatten(), self.totals, codes, *(o.flatten() for o in self.outputs)]
+        return torch.cat(parts)
+
+    def like(self, flat: torch.Tensor, world: int) -> _RankResults:
+        """Another rank's results from ``flat`` (shaped like these)."""
+        sizes = [self.rows.numel(), self.totals.numel(), world, *(o.numel() for o in self.outputs)]
+        rows, totals, codes, *outputs = flat.split(sizes)
+        failures = {
+            int(rank): _FAILURE_CODES[int(code) - 1][1]
+            for rank, code in enumerate(codes.tolist())
+            if 0 < code <= len(_FAILURE_CODES)
+        }
+        return _RankResults(
+            rows=rows.view_as(self.rows),
+            totals=totals,
+            outputs=[o.view_as(mine) for o, mine in zip(outputs, self.outputs, strict=True)],
+            failures=failures,
+        )
+
+
+_FAILURE_CODES = (
+    ("lost the connection", "lost the connection"),
+    ("sent nothing", "went silent past the timeout"),
+    ("sent a malformed message", "sent a malformed message"),
+    ("", "did not finish"),
+)
+"""How a dropped neighbour's reason travels to rank 0: (reason prefix, what rank 0 says)."""
+
+
+def _collect(
+    setup: Any,
+    local: _RankResults,
+    trained: LayerwiseResult,
+    on_record: Callable[[dict[str, Any]], None],
+    *,
+    rank: int,
+    timeout: float,
+) -> Outcome:
+    """Every rank's results to rank 0, point to point, without waiting for failed ranks."""
+    group, world = dist.group.WORLD, dist.get_world_size()
+    flat = local.flat(world)
+    if rank != 0:
+        _send_result(group, rank, flat, timeout)
+        ranks = [rank]
+        mine = _RankResults(
+            local.rows[None], local.totals[None], [o[None] for o in local.outputs], {}
+        )
+        outcome = _layer_outcome(setup, mine, ranks, trained, lambda record: None)
+        outcome.parameters = None
+        return outcome
+    arrived, lost = _receive_results(group, world, 2 * flat.numel(), local, timeout)
+    failures = {n: f"rank 0 dropped it: {why}" for n, why in local.failures.items()}
+    for sender in sorted(arrived):
+        for n, why in local.like(arrived[sender], world).failures.items():
+            failures.setdefault(n, f"rank {sender} dropped it: {why}")
+    for sender, why in lost.items():
+        failures.setdefault(sender, why)
+    ranks = [0, *sorted(r for r in arrived if r not in failures)]
+    everyone = [local, *(local.like(arrived[r], world) for r in ranks[1:])]
+    stacked = _RankResults(
+        rows=torch.stack([r.rows for r in everyone]),
+        totals=torch.stack([r.totals for r in everyone]),
+        outputs=[torch.stack(layer) for layer in zip(*(r.outputs for r in everyone), strict=True)],
+        failures=failures,
+    )
+    return _layer_outcome(setup, stacked, ranks, trained, on_record)
+
+
+def _send_result(group: Any, rank: int, flat: torch.Tensor, timeout: float) -> None:
+    words = flat.view(torch.float32)
+    header = torch.tensor([MAGIC, int(Kind.RESULT), rank, 0, words.numel()], dtype=torch.int64)
+    failure: list[str] = []
+
+    def send() -> None:
+        try:
+            group.send([header], 0, RESULT_TAGS[0]).wait(FOREVER)
+            group.send([words], 0, RESULT_TAGS[1]).wait(FOREVER)
+        except RuntimeError as error:
+            failure.append(first_line(error))
+
+    thread = threading.Thread(target=send, name=f"murmur-result-{rank}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if failure or thread.is_alive():
+        why = failure[0] if failure else f"rank 0 did not take them within {timeout:g} s"
+        raise PeerFailure([0], f"could not send the results to rank 0 ({why})")
+
+
+def _receive_results(
+    group: Any, world: int, words: int, local: _RankResults, timeout: float
+) -> tuple[dict[int, torch.Tensor], dict[int, str]]:
+    """Rank 0 takes every rank's results (``words`` float32: float64 bits) until each
+    rank has sent them, has failed, or is reported dropped by a rank that sent them;
+    a rank still silent ``timeout`` s after the last arrival is given up on."""
+    condition = threading.Condition()
+    arrived: dict[int, torch.Tensor] = {}
+    lost: dict[int, str] = {}
+
+    def listen(sender: int) -> None:
+        def take(kind: Kind, step: int, payload: torch.Tensor | None) -> bool:
+            with condition:
+                arrived[sender] = payload.view(torch.float64)
+                condition.notify_all()
+            return False
+
+        def end(why: str) -> None:
+            with condition:
+                lost[sender] = why
+                condition.notify_all()
+
+        receive_loop(group, sender, {Kind.RESULT: words}, take, end, tags=RESULT_TAGS)
+
+    for sender in range(1, world):
+        threading.Thread(
+            target=listen, args=(sender,), name=f"murmur-results-from-{sender}", daemon=True
+        ).start()
+    last = time.monotonic()
+    with condition:
+        while True:
+            dropped = set(local.failures)
+            for flat in arrived.values():
+                dropped.update(local.like(flat, world).failures)
+            waiting = [
+                r
+                for r in range(1, world)
+                if r not in arrived and r not in lost and r not in dropped
+            ]
+            if not waiting:
+                break
+            remaining = last + timeout - time.monotonic()
+            if remaining <= 0:
+                for r in waiting:
+                    lost[r] = f"sent no results within {timeout:g} s"
+                break
+            count = len(arrived) + len(lost)
+            condition.wait(remaining)
+            if len(arrived) + len(lost) > count:
+                last = time.monotonic()
+        return dict(arrived), dict(lost)
+
+
+def _layer_outcome(
+    setup: Any,
+    results: _RankResults,
+    ranks: list[int],
+    trained: LayerwiseResult,
+    on_record: Callable[[dict[str, Any]], None],
+) -> Outcome:
+    """The run's records and outcome from the stacked results of ``ranks``."""
     column = {name: i for i, name in enumerate(_LAYER_COLUMNS)}
     records = []
-    for e in range(gathered_rows.shape[1]):
-        at = gathered_rows[:, e]
-        layer_outputs = outputs[e]
+    for e in range(results.rows.shape[1]):
+        at = results.rows[:, e]
+        layer_outputs = results.outputs[e]
         mean = layer_outputs.mean(dim=0, keepdim=True)
         test = accuracy_summary(at[:, column["test_accuracy"]].tolist())
         train = accuracy_summary(at[:, column["train_accuracy"]].tolist())
@@ -238,7 +448,7 @@ def _gather_layerwise(
                 float(at[:, column["train_residual"]].sum()),
                 float(at[:, column["train_target"]].sum()),
             ),
-            "consensus_distance": float((layer_outputs - mean).square().sum() / world),
+            "consensus_distance": float((layer_outputs - mean).square().sum() / len(ranks)),
             "events": int(events.sum()),
             "messages": int(at[:, column["messages"]].sum()),
             "bytes": int(at[:, column["bytes"]].sum()),
@@ -248,12 +458,12 @@ def _gather_layerwise(
         on_record(record)
         records.append(record)
 
-    total = {name: totals[:, i] for i, name in enumerate(_LAYER_TOTALS)}
+    total = {name: results.totals[:, i] for i, name in enumerate(_LAYER_TOTALS)}
     per_agent = {name: values.to(torch.int64).tolist() for name, values in total.items()}
     last = records[-1]
     graph = setup.graph
     return Outcome(
-        agents=world,
+        agents=graph.agents,
         topology=graph.name,
         iterations=trained.admm_iterations,
         last_record=last,
@@ -261,8 +471,8 @@ def _gather_layerwise(
         messages=sum(per_agent["messages"]),
         bytes=sum(per_agent["bytes"]),
         train_seconds=float(total["train_seconds"].max()),
-        samples=int(sum(shard.numel() for shard in setup.shards)),
-        parameters=outputs[-1] if dist.get_rank() == 0 else None,
+        samples=int(sum(setup.shards[rank].numel() for rank in ranks)),
+        parameters=results.outputs[-1],
         extra={
             "layers": trained.sizes,
             "train_accuracy": accuracy_summary(last["train_accuracy"]),
@@ -270,10 +480,13 @@ def _gather_layerwise(
             "admm_iterations": trained.admm_iterations,
             "mean_degree": float(graph.degrees().double().mean()),
             "runtime": "distributed",
-            "world_size": world,
+            "world_size": graph.agents,
+            "ranks": ranks,
             "messages_per_agent": per_agent["messages"],
             "bytes_per_agent": per_agent["bytes"],
             "control_messages_per_agent": per_agent["control"],
             "rejected_per_agent": per_agent["rejected"],
+            "failed_agents": sorted(results.failures),
+            "failures": {str(rank): why for rank, why in sorted(results.failures.items())},
         },
     )

@@ -40,21 +40,14 @@ from murmur.experiment import check_run_dir, prepare, run
 from murmur.metrics.evaluation import test_set_metrics
 from murmur.metrics.records import Outcome, RunResult
 from murmur.runtime.mailbox import (
-    FOREVER,
-    HEADER_FIELDS,
-    HEADER_TAG,
-    MAGIC,
-    PAYLOAD_TAG,
     Kind,
     Outbox,
     PeerFailure,
     PeerTimeout,
-    first_line,
+    receive_loop,
 )
 
 SERVER = 0
-_MARKER = 0x7FA5A5A5
-"""As in the mailbox: still in a payload's last slot, the payload was short."""
 
 
 def check_world(config: Config, world: int) -> None:
@@ -113,63 +106,26 @@ def run_server_distributed(
 # ---------------------------------------------------------------- receiving
 
 
-def _receive(
-    group: Any,
-    source: int,
-    kinds: dict[int, int],
-    into: queue.Queue,
-    stop: threading.Event,
-) -> None:
-    """Put ``(source, kind, step, payload)`` for every message from ``source`` into ``into``;
-    ``(source, None, reason, None)`` once its connection fails or it sends garbage.
-    ``kinds``: accepted kind -> payload length (0: none)."""
-    header = torch.empty(HEADER_FIELDS, dtype=torch.int64)
-    while not stop.is_set():
-        try:
-            group.recv([header], source, HEADER_TAG).wait(FOREVER)
-        except RuntimeError as error:
-            into.put((source, None, f"lost the connection ({first_line(error)})", None))
-            return
-        magic, kind, sender, step, length = header.tolist()
-        problem = None
-        if magic != MAGIC:
-            problem = f"bad magic number {magic:#x}"
-        elif sender != source:
-            problem = f"header claims sender {sender}"
-        elif kind not in kinds:
-            problem = f"unexpected message kind {kind}"
-        elif length != kinds[kind]:
-            problem = f"{Kind(kind).name} of {length} floats, expected {kinds[kind]}"
-        payload = None
-        if problem is None and length > 0:
-            payload = torch.empty(length, dtype=torch.float32)
-            payload[-1:].view(torch.int32).fill_(_MARKER)
-            try:
-                group.recv([payload], source, PAYLOAD_TAG).wait(FOREVER)
-            except RuntimeError as error:
-                into.put((source, None, f"lost the connection ({first_line(error)})", None))
-                return
-            if int(payload[-1:].view(torch.int32)) == _MARKER:
-                problem = f"payload shorter than the {length} floats announced"
-        if problem is not None:
-            into.put((source, None, f"sent a malformed message ({problem})", None))
-            return
-        into.put((source, kind, step, payload))
-        if kind == Kind.STOP:
-            return
-
-
 def _listen(
     group: Any, rank: int, sources: list[int], kinds: dict[int, int]
 ) -> tuple[queue.Queue, list[threading.Thread]]:
+    """One receiving thread per source, all feeding one queue: ``(source, kind, step,
+    payload)`` per message, ``(source, None, reason, None)`` once a source's connection
+    fails or it sends garbage. ``kinds``: accepted kind -> payload length (0: none)."""
     arrivals: queue.Queue = queue.Queue()
-    stop = threading.Event()
+
+    def listen(source: int) -> None:
+        def take(kind: Kind, step: int, payload: torch.Tensor | None) -> bool:
+            arrivals.put((source, kind, step, payload))
+            return kind != Kind.STOP
+
+        receive_loop(
+            group, source, kinds, take, lambda why: arrivals.put((source, None, why, None))
+        )
+
     threads = [
         threading.Thread(
-            target=_receive,
-            args=(group, source, kinds, arrivals, stop),
-            name=f"murmur-ps-{rank}-from-{source}",
-            daemon=True,
+            target=listen, args=(source,), name=f"murmur-ps-{rank}-from-{source}", daemon=True
         )
         for source in sources
     ]

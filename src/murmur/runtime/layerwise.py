@@ -64,6 +64,12 @@ class Network:
             self.graph, torch.zeros(self.graph.agents, width, dtype=dtype), counters=self.counters
         )
 
+    def pushes_for(self, width: int, dtype: torch.dtype) -> Any:
+        """An asynchronous solver's message channel for one layer of this process's own
+        node, or None when every node is in this process (the solver then simulates them
+        all on the clock)."""
+        return None
+
     @property
     def finished(self) -> float:
         """Virtual time at which the last node finished."""

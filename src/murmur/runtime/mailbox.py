@@ -49,7 +49,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from enum import IntEnum
 from typing import Any
@@ -83,6 +83,11 @@ class Kind(IntEnum):
     """The sender stops because rank ``step`` failed."""
     PING = 7
     """Are you there? Taken and otherwise ignored: only whether the send completes matters."""
+    UPDATE = 8
+    """An asynchronous node's update number ``step`` (1, 2, ...; a newer one supersedes
+    an older one, so numbers may be skipped): ``length`` floats follow."""
+    RESULT = 9
+    """A rank's results for rank 0 at the end of a run: ``length`` floats follow."""
 
 
 class PeerFailure(RuntimeError):
@@ -100,6 +105,62 @@ class PeerTimeout(PeerFailure):
 def encode_header(kind: Kind, sender: int, step: int, length: int) -> torch.Tensor:
     """The header tensor of one message."""
     return torch.tensor([MAGIC, int(kind), sender, step, length], dtype=torch.int64)
+
+
+def receive_loop(
+    group: Any,
+    source: int,
+    accept: Mapping[int, int],
+    on_message: Callable[[Kind, int, torch.Tensor | None], bool],
+    on_end: Callable[[str], None],
+    tags: tuple[int, int] = (HEADER_TAG, PAYLOAD_TAG),
+    check: Callable[[Kind, int], str | None] = lambda kind, step: None,
+) -> None:
+    """Receive ``source``'s messages (a receiving thread's whole life).
+
+    ``accept``: kind -> payload length in float32 (0: none). Each accepted
+    message goes to ``on_message(kind, step, payload)``, which returns False when
+    nothing more is expected from ``source``. A lost connection or a malformed
+    message (bad magic number, wrong sender, kind or length, ``check(kind, step)``
+    not None, a short payload) ends the loop with ``on_end(reason)``; a
+    malformed message's reason starts with "sent a malformed message".
+    """
+    header_tag, payload_tag = tags
+    header = torch.empty(HEADER_FIELDS, dtype=torch.int64)
+    while True:
+        try:
+            group.recv([header], source, header_tag).wait(FOREVER)
+        except RuntimeError as error:
+            on_end(f"lost the connection ({first_line(error)})")
+            return
+        magic, kind, sender, step, length = header.tolist()
+        problem = None
+        if magic != MAGIC:
+            problem = f"bad magic number {magic:#x}"
+        elif sender != source:
+            problem = f"header claims sender {sender}"
+        elif kind not in accept:
+            problem = f"unexpected message kind {kind}"
+        elif length != accept[kind]:
+            problem = f"{Kind(kind).name} of {length} floats, expected {accept[kind]}"
+        else:
+            problem = check(Kind(kind), step)
+        payload = None
+        if problem is None and length > 0:
+            payload = torch.empty(length, dtype=torch.float32)
+            payload[-1:].view(torch.int32).fill_(_MARKER)
+            try:
+                group.recv([payload], source, payload_tag).wait(FOREVER)
+            except RuntimeError as error:
+                on_end(f"lost the connection ({first_line(error)})")
+                return
+            if int(payload[-1:].view(torch.int32)) == _MARKER:
+                problem = f"payload shorter than the {length} floats announced"
+        if problem is not None:
+            on_end(f"sent a malformed message ({problem})")
+            return
+        if not on_message(Kind(kind), step, payload):
+            return
 
 
 class Mailbox:
