@@ -29,6 +29,11 @@ After that it only answers news, until every neighbour has made its quota too
 layer on its own, whatever the rest of the network is doing. A slow node thus
 gets answers from its faster neighbours for as long as it needs them, and
 nobody ever waits for a round to end.
+
+The same :class:`ArockNode` and the same rule run every node on the simulator's
+event loop, or one node per process in the distributed runtime, where its
+pushes go through a :class:`PushChannel`; there a neighbour that fails is
+dropped (its edge leaves the problem) and the node carries on.
 """
 
 from __future__ import annotations

@@ -7,6 +7,15 @@ rows from :class:`DistributedNetwork`. ``murmur run --runtime distributed``
 gathers each layer's record across the ranks (fixed-size tensors) and rank 0
 writes it. The virtual clock is rank-local here, so the distributed records
 and summary leave ``virtual_seconds`` out.
+
+Asynchronous dSSFN runs the same driver; its solver asks the network for one
+:class:`~murmur.runtime.push_channel.PushChannel` per layer
+(:meth:`DistributedNetwork.pushes_for`) and carries on without neighbours that
+fail. With ranks possibly gone, results cannot be gathered with collectives:
+each rank sends its own to rank 0 (one RESULT message of float64 bits, with
+the neighbours it dropped as one code each), and rank 0 takes them from every
+rank not known to have failed, giving up on a rank that sends nothing for
+``timeout`` seconds after the last arrival.
 """
 
 from __future__ import annotations
