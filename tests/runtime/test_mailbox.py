@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import pytest
 import torch
-import torch.distributed as dist
+from gloo import gloo_groups
 
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.runtime.distributed_transport import DistributedTransport
@@ -33,26 +33,6 @@ from murmur.topology import ring
 
 P = 6
 WAIT = timedelta(seconds=5)
-
-
-def gloo_groups(world: int) -> list:
-    """``world`` gloo ranks of one group, all in this process, on loopback."""
-    store = dist.HashStore()
-    groups: dict[int, object] = {}
-
-    def join(rank: int) -> None:
-        options = dist.ProcessGroupGloo._Options()
-        options._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
-        options._timeout = timedelta(seconds=10)
-        groups[rank] = dist.ProcessGroupGloo(store, rank, world, options)
-
-    threads = [threading.Thread(target=join, args=(rank,)) for rank in range(world)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=20)
-    assert len(groups) == world, "gloo ranks did not connect"
-    return [groups[rank] for rank in range(world)]
 
 
 def send(group, to: int, header: torch.Tensor, payload: torch.Tensor | None = None) -> None:
