@@ -106,3 +106,37 @@ def test_distributed_transport_quick_run_prints_both_tables():
         assert int(row[1]) > 0 and float(row[2]) > 0 and float(row[3]) > 0
     overhead = next(line for line in lines if line.startswith("mailbox overhead"))
     assert float(overhead.split(":")[-1]) > 0
+
+
+def test_distributed_dssfn_quick_run_prints_four_rows_and_both_ratios():
+    lines = _quick_run("distributed_dssfn.py")
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["algorithm", "delay_s"])
+    assert lines[start].split() == [
+        "algorithm",
+        "delay_s",
+        "train_s",
+        "accuracy_%",
+        "messages",
+        "rank0_updates",
+        "noise",
+        "job_s",
+    ]
+    rows = [line.split() for line in lines[start + 1 : start + 5]]
+    assert [(row[0], float(row[1])) for row in rows] == [
+        ("sync", 0.0),
+        ("async", 0.0),
+        ("sync", 0.001),
+        ("async", 0.001),
+    ]
+    for row in rows:
+        assert float(row[2]) > 0
+        assert 0 < float(row[3]) <= 100
+        assert int(row[4]) > 0
+    # 2 layers (layer 0 and 1 more) of 10 ADMM iterations, or of at least 10 updates.
+    assert [int(row[5]) for row in rows[::2]] == [20, 20]
+    assert all(int(row[5]) >= 20 for row in rows[1::2])
+    # Synchronous ADMM sends the same messages whether or not a rank is slow.
+    assert rows[0][4] == rows[2][4]
+    ratios = [line for line in lines if line.startswith("sync/async train_s")]
+    assert len(ratios) == 2
+    assert all(float(line.split(":")[-1]) > 0 for line in ratios)

@@ -1,0 +1,287 @@
+"""Real training time of synchronous against asynchronous dSSFN, one process per node.
+
+For N ranks (``--agents``, default 4) on a ring, each a real process forked by
+this script (torch is imported once) and joined on loopback gloo, exactly as
+``murmur run PRESET --runtime distributed`` runs them (``run_distributed``)
+with one torch thread per rank (``run.threads=1``), two presets are run:
+
+- ``sync``: ``dssfn-vowel``, consensus ADMM in lockstep (``admm_iterations``
+  per layer, ``gossip_rounds`` gossip rounds in each);
+- ``async``: ``dssfn-async-vowel``, ARock: each node makes at least
+  ``admm_iterations`` updates per layer and never waits for a round; a layer
+  ends for a node once it and its neighbours have made that many.
+
+Both with the overrides ``--set`` (default: 3 layers after layer 0, 100 random
+nodes per layer; the presets' own ADMM iterations: 100 sync, 300 async), and
+each in two conditions: all ranks equal, and rank 0 slowed by sleeping
+``--delay`` seconds before each of its local updates: before each call of
+``consensus_prox`` (once per ADMM iteration) for sync, before each
+``ArockNode.update`` for async; the other ranks are untouched. Layer 0 counts
+too. The slow rank therefore sleeps per layer ``admm_iterations`` x delay, or
+more: at least 3 times as long for async (300 or more updates) as for sync
+(100 iterations).
+
+The table gives, for the fastest of ``--rounds`` rounds: ``train_s``, the real
+training time in the run's summary (the slowest rank's, as rank 0 writes it,
+evaluation of each layer included, start-up and the final gathering left
+out); the mean test accuracy over the nodes; the messages of all ranks;
+``rank0_updates``, the local updates rank 0 made (its calls of the patched
+function, all layers together, counted in both conditions); the spread between
+rounds (``noise``: slowest / fastest - 1) and ``job_s``, how long the whole job
+took here (forking, data, rendezvous, gathering). The last lines give the ratio
+sync/async of ``train_s`` per condition: above 1, async is faster.
+
+These are real seconds on this machine: with more ranks than cores the N
+processes take turns on the cores, so they say how the two solvers share a
+small machine, not how a network of N machines would fare (for that, see the
+virtual clock of ``dssfn_async_speedup.py``).
+
+Every rank waits at most ``--timeout`` seconds for a peer and every job has a
+deadline (``--limit``); a job that fails or overruns is killed, and the script
+exits non-zero.
+
+    python benchmarks/distributed_dssfn.py               # about 1 minute on 2 cores
+    python benchmarks/distributed_dssfn.py --delay 0.02 --rounds 3
+    python benchmarks/distributed_dssfn.py --agents 6 --set algorithm.nodes=200
+    python benchmarks/distributed_dssfn.py --quick       # smoke run, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import murmur.algorithms.dssfn as dssfn
+from murmur.algorithms.arock import ArockNode
+from murmur.config import Config, load_experiment
+from murmur.errors import UsageError
+from murmur.runtime.distributed import run_distributed
+
+LOOPBACK = "127.0.0.1"
+SOLVERS = (("sync", "dssfn-vowel"), ("async", "dssfn-async-vowel"))
+"""(label, preset) of each solver, in the table's order."""
+DEFAULT_SET = ["algorithm.layers=3", "algorithm.nodes=100"]
+QUICK_SET = [
+    "algorithm.layers=1",
+    "algorithm.nodes=20",
+    "algorithm.admm_iterations=10",
+]
+
+
+@dataclass(frozen=True)
+class Job:
+    solver: str
+    config: Config
+    delay: float
+    """Seconds rank 0 sleeps before each local update (0: all ranks equal)."""
+
+
+@dataclass
+class Measurement:
+    train_seconds: float
+    accuracy: float
+    messages: int
+    rank0_updates: int
+    """Local updates rank 0 made, all layers together (ADMM iterations for sync)."""
+    job_seconds: float
+
+
+def config_for(preset: str, agents: int, extra: list[str]) -> Config:
+    overrides = [f"topology.agents={agents}", "topology.graph=ring", "run.threads=1", *extra]
+    return load_experiment(preset, overrides).runs[0][1]
+
+
+def counted(call: Callable[..., Any], delay: float, calls: Any) -> Callable[..., Any]:
+    """``call``, after sleeping ``delay`` s (if positive); counts its calls in ``calls``."""
+
+    def slowed(*args: Any, **kwargs: Any) -> Any:
+        calls.value += 1
+        if delay > 0:
+            time.sleep(delay)
+        return call(*args, **kwargs)
+
+    return slowed
+
+
+def slow_down(solver: str, delay: float, calls: Any) -> None:
+    """Count this process's local updates in ``calls``, each ``delay`` s late.
+    ``consensus_prox`` is imported by name into ``murmur.algorithms.dssfn``, so
+    that name is patched."""
+    if solver == "sync":
+        dssfn.consensus_prox = counted(dssfn.consensus_prox, delay, calls)
+    else:
+        ArockNode.update = counted(ArockNode.update, delay, calls)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return probe.getsockname()[1]
+
+
+def rank_main(
+    rank: int, world: int, port: int, job: Job, run_dir: Path, timeout: float, calls: Any
+) -> None:
+    """One node: rank 0 counts its updates in ``calls``, is slowed by ``job.delay``,
+    and writes ``run_dir``."""
+    if rank == 0:
+        slow_down(job.solver, job.delay, calls)
+    environ = {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "MASTER_ADDR": LOOPBACK,
+        "MASTER_PORT": str(port),
+    }
+    run_distributed(job.config, run_dir if rank == 0 else None, environ=environ, timeout=timeout)
+
+
+def run_job(job: Job, run_dir: Path, args: argparse.Namespace) -> Measurement:
+    """Fork the ranks of ``job``; rank 0's summary, or SystemExit once a rank fails or
+    ``args.limit`` seconds pass. Every rank is gone when this returns."""
+    context = multiprocessing.get_context("fork")
+    world = job.config.topology.agents
+    port = free_port()
+    calls = context.Value("q", 0)
+    ranks = [
+        context.Process(
+            target=rank_main,
+            args=(rank, world, port, job, run_dir, args.timeout, calls),
+            daemon=True,
+        )
+        for rank in range(world)
+    ]
+    started = time.perf_counter()
+    deadline = time.monotonic() + args.limit
+    problem = None
+    try:
+        for process in ranks:
+            process.start()
+        while problem is None:
+            codes = [process.exitcode for process in ranks]
+            failed = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
+            if failed:
+                problem = f"rank {failed[0]} exited with status {codes[failed[0]]}"
+            elif all(code == 0 for code in codes):
+                break
+            elif time.monotonic() > deadline:
+                problem = f"did not finish within {args.limit:g} s"
+            else:
+                time.sleep(0.05)
+    finally:
+        for process in ranks:
+            if process.exitcode is None:
+                process.kill()
+            process.join()
+    if problem is not None:
+        raise SystemExit(f"{job.solver}, delay {job.delay:g} s, {world} ranks: {problem}")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return Measurement(
+        train_seconds=summary["train_seconds"],
+        accuracy=summary["accuracy"]["mean"],
+        messages=summary["messages"],
+        rank0_updates=calls.value,
+        job_seconds=time.perf_counter() - started,
+    )
+
+
+HEADER = (
+    ("algorithm", 9),
+    ("delay_s", 7),
+    ("train_s", 8),
+    ("accuracy_%", 10),
+    ("messages", 9),
+    ("rank0_updates", 13),
+    ("noise", 6),
+    ("job_s", 6),
+)
+
+
+def format_row(solver: str, delay: float, rounds: list[Measurement]) -> str:
+    best = min(rounds, key=lambda m: m.train_seconds)
+    noise = max(m.train_seconds for m in rounds) / best.train_seconds - 1.0
+    cells = (
+        solver,
+        f"{delay:g}",
+        f"{best.train_seconds:.2f}",
+        f"{100 * best.accuracy:.2f}",
+        str(best.messages),
+        str(best.rank0_updates),
+        f"{noise:.0%}",
+        f"{best.job_seconds:.1f}",
+    )
+    return " ".join(cell.rjust(width) for cell, (_, width) in zip(cells, HEADER, strict=True))
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=4, help="ranks, one node each, on a ring")
+    parser.add_argument(
+        "--delay", type=float, default=0.005, help="seconds rank 0 sleeps before each update"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="runs of each row; the fastest counts"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"config override for both presets (default: {' '.join(DEFAULT_SET)})",
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per wait in a rank")
+    parser.add_argument("--limit", type=float, default=300.0, help="seconds per job")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 small layer, seconds")
+    args = parser.parse_args(argv)
+    args.overrides = [*(QUICK_SET if args.quick else DEFAULT_SET), *args.set]
+    if args.quick:
+        args.delay, args.rounds, args.limit = 0.001, 1, 60.0
+    if args.agents < 3 or args.rounds < 1 or args.delay <= 0:
+        parser.error("--agents must be at least 3 (a ring); --rounds and --delay positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    try:
+        configs = {
+            solver: config_for(preset, args.agents, args.overrides) for solver, preset in SOLVERS
+        }
+    except UsageError as error:
+        print(f"distributed_dssfn: error: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"dSSFN on vowel, {args.agents} ranks on a ring (gloo on loopback, "
+        f"{multiprocessing.cpu_count()} cores); overrides: {' '.join(args.overrides)}; "
+        f"fastest of {args.rounds} round(s); real seconds",
+        flush=True,
+    )
+    print(" ".join(name.rjust(width) for name, width in HEADER), flush=True)
+    train_seconds: dict[tuple[str, float], float] = {}
+    with tempfile.TemporaryDirectory(prefix="murmur-distributed-dssfn-") as scratch:
+        for delay in (0.0, args.delay):
+            for solver, _ in SOLVERS:
+                job = Job(solver, configs[solver], delay)
+                rounds = [
+                    run_job(job, Path(scratch) / f"{solver}-{delay:g}-{round_}", args)
+                    for round_ in range(args.rounds)
+                ]
+                train_seconds[solver, delay] = min(m.train_seconds for m in rounds)
+                print(format_row(solver, delay, rounds), flush=True)
+    for delay in (0.0, args.delay):
+        condition = "all ranks equal" if delay == 0 else f"rank 0 delay {delay:g} s"
+        ratio = train_seconds["sync", delay] / train_seconds["async", delay]
+        print(f"sync/async train_s, {condition}: {ratio:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
