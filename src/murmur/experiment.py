@@ -28,7 +28,7 @@ from murmur.models import build_model
 from murmur.registry import ALGORITHMS
 from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.runtime.hogwild import run_hogwild
-from murmur.runtime.layerwise import Network, train_layerwise
+from murmur.runtime.layerwise import Network, train_layerwise_run
 from murmur.runtime.server import run_server
 from murmur.runtime.simulator import Problem, RoundClock, simulate
 from murmur.runtime.stacked import StackedModel
@@ -222,7 +222,7 @@ def _run_sgd(setup: Setup, algorithm, on_record, progress: bool) -> Outcome:
 
 def _run_layerwise(setup: Setup, solver, on_record, progress: bool) -> Outcome:
     """SSFN and its decentralized forms, layer by layer on the virtual clock."""
-    config, dataset, graph = setup.config, setup.dataset, setup.graph
+    config, graph = setup.config, setup.graph
     network = Network(
         graph=graph,
         counters=MessageCounters(graph.agents),
@@ -230,20 +230,7 @@ def _run_layerwise(setup: Setup, solver, on_record, progress: bool) -> Outcome:
         compute=ComputeTimes(config.timing, graph.agents, derive_seed(config.run.seed, "timing")),
         links=LinkDelays(config.timing),
     )
-    trained = train_layerwise(
-        config.algorithm,
-        solver,
-        network,
-        dataset.x_train,
-        dataset.y_train,
-        dataset.x_test,
-        dataset.y_test,
-        setup.shards,
-        dataset.num_classes,
-        seed=derive_seed(config.run.seed, "ssfn"),
-        on_record=on_record,
-        progress=progress,
-    )
+    trained = train_layerwise_run(setup, solver, network, setup.shards, on_record, progress)
     last = trained.last_record
     counters = network.counters
     decentralized = ALGORITHMS[config.algorithm.name].decentralized

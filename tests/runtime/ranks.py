@@ -189,3 +189,21 @@ def drive(
 def read_records(folder: Path) -> list[dict]:
     """The records of a run folder's metrics.jsonl."""
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_others_stop_naming(
+    report: dict, stderr: dict[int, str], failed: int, timeout: float, frozen: bool
+) -> None:
+    """Every other rank ended with status 1 and one line ``rank R stopped: ...`` naming
+    rank ``failed``, within two timeouts of the kill (of one, at the earliest, when
+    ``frozen``: a silent rank is named at the deadline, not before)."""
+    others = [rank for rank in report["codes"] if rank != str(failed)]
+    for rank in others:
+        assert report["codes"][rank] == 1, (report, stderr)
+        lines = stderr[int(rank)].splitlines()
+        assert len(lines) == 1, stderr[int(rank)]
+        assert lines[0].startswith(f"murmur: error: rank {rank} stopped:"), lines[0]
+        assert f"rank {failed}" in lines[0].split("stopped:", 1)[1], lines[0]
+        assert report["after_kill"][rank] < 2 * timeout + 1.0, report
+    if frozen:
+        assert min(report["after_kill"].values()) >= timeout - 0.5, "named before the timeout?"

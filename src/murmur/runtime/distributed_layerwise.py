@@ -34,7 +34,7 @@ from murmur.metrics.evaluation import accuracy_summary
 from murmur.metrics.records import Outcome
 from murmur.runtime.distributed_transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
 from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
-from murmur.runtime.layerwise import LayerwiseResult, Network, train_layerwise
+from murmur.runtime.layerwise import LayerwiseResult, Network, train_layerwise_run
 from murmur.runtime.mailbox import (
     FOREVER,
     MAGIC,
@@ -127,7 +127,7 @@ def train_layerwise_rank(
     matrices (1, Q, n); records of its own node) and its message counters.
     ``network_out``: the rank's :class:`DistributedNetwork` is appended to it (for
     its control-message and rejection counts)."""
-    config, dataset, graph = setup.config, setup.dataset, setup.graph
+    config, graph = setup.config, setup.graph
     network = DistributedNetwork(
         graph=graph,
         counters=MessageCounters(1),
@@ -140,19 +140,7 @@ def train_layerwise_rank(
     if network_out is not None:
         network_out.append(network)
     try:
-        trained = train_layerwise(
-            config.algorithm,
-            solver,
-            network,
-            dataset.x_train,
-            dataset.y_train,
-            dataset.x_test,
-            dataset.y_test,
-            [setup.shards[rank]],
-            dataset.num_classes,
-            seed=derive_seed(config.run.seed, "ssfn"),
-            on_record=on_record,
-        )
+        trained = train_layerwise_run(setup, solver, network, [setup.shards[rank]], on_record)
         network.close()
     except PeerFailure as failure:
         network.abort(failure.ranks)

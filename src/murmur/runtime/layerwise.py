@@ -37,6 +37,7 @@ from murmur.errors import UsageError
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.runtime.transport import InMemoryTransport, MessageCounters, Transport
+from murmur.seeding import derive_seed
 from murmur.topology import Graph
 
 
@@ -176,6 +177,33 @@ def train_layerwise(
         virtual_seconds=network.finished,
         admm_iterations=iterations,
         last_record=record,
+    )
+
+
+def train_layerwise_run(
+    setup: Any,
+    solver: LayerSolver,
+    network: Network,
+    shards: list[torch.Tensor],
+    on_record,
+    progress: bool = False,
+) -> LayerwiseResult:
+    """:func:`train_layerwise` on a prepared run (``experiment.prepare``): its
+    algorithm config, dataset and seed, on the nodes of ``shards``."""
+    config, dataset = setup.config, setup.dataset
+    return train_layerwise(
+        config.algorithm,
+        solver,
+        network,
+        dataset.x_train,
+        dataset.y_train,
+        dataset.x_test,
+        dataset.y_test,
+        shards,
+        dataset.num_classes,
+        seed=derive_seed(config.run.seed, "ssfn"),
+        on_record=on_record,
+        progress=progress,
     )
 
 
