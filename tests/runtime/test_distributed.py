@@ -219,7 +219,7 @@ def test_launch_refuses_a_comparison_preset(capsys):
     assert "compares 3 runs" in err
 
 
-@pytest.mark.parametrize("algorithm", ["sync-ps", "ssfn", "centralized"])
+@pytest.mark.parametrize("algorithm", ["asysg-incon", "ssfn", "centralized"])
 def test_launch_refuses_an_algorithm_it_cannot_run_yet(capsys, tmp_path, algorithm):
     path = write_config(tmp_path, f'name = "{algorithm}"')
     err = one_line_error(capsys, main(["launch", "--nproc", "4", str(path)]))

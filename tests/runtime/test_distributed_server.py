@@ -1,9 +1,9 @@
-"""AsySG-con in the distributed runtime: a parameter server on rank 0 and three workers,
-as real processes on loopback (forked by one driver, see ranks.py).
+"""AsySG-con and sync-ps in the distributed runtime: a parameter server on rank 0 and
+three workers, as real processes on loopback (forked by one driver, see ranks.py).
 
 A worker is slowed (it sleeps before each gradient) or killed (SIGKILL to itself
-after some gradients) by patching its batch sampler in the driver; the server
-carries on with the others and reports the one it lost.
+after some gradients) by patching its batch sampler in the driver; AsySG-con
+carries on with the others and reports the one it lost, sync-ps stops naming it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ from pathlib import Path
 from signal import SIGKILL, SIGSTOP
 
 import pytest
+import torch
 from ranks import Fault, free_port
 from ranks import drive as drive_ranks
 
 from murmur.cli import main
+from murmur.config import load_experiment
+from murmur.experiment import run
 
 TOML = """
 [run]
@@ -32,12 +35,14 @@ batch_size = 8
 name = "mlp"
 hidden = [8]
 [algorithm]
-name = "asysg-con"
+{algorithm}
 a = 0.2
 workers = 3
-group = 1
 target_loss = {target}
 """
+ASYSG = 'name = "asysg-con"\ngroup = 1'
+SYNC_PS = 'name = "sync-ps"'
+
 TARGET = 0.05
 
 
@@ -49,15 +54,22 @@ def drive(
     faults: tuple[Fault, ...] = (),
     timeout: float = 10.0,
     limit: float = 60.0,
+    algorithm: str = ASYSG,
+    params: Path | None = None,
 ) -> tuple[dict, dict[int, str], dict, list[dict]]:
     """Run server + 3 workers; exit codes, stderr per rank, summary and records."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     config = tmp_path / "config.toml"
-    config.write_text(TOML.format(iterations=iterations, target=target))
+    config.write_text(TOML.format(iterations=iterations, target=target, algorithm=algorithm))
     out = tmp_path / "run"
     argv = ["run", str(config), "--runtime", "distributed", "--out", str(out), "--quiet"]
     report, stderr = drive_ranks(
-        tmp_path, [*argv, "--timeout", str(timeout)], world=4, faults=faults, limit=limit
+        tmp_path,
+        [*argv, "--timeout", str(timeout)],
+        world=4,
+        faults=faults,
+        limit=limit,
+        params=params,
     )
     if not (out / "summary.json").exists():
         return report, stderr, {}, []
@@ -85,15 +97,16 @@ def test_three_workers_and_a_server_reach_the_target_loss(tmp_path):
     assert staleness["max"] == len(staleness["histogram"]) - 1
     assert sum(summary["events_per_agent"]) == summary["iterations"]
     assert min(summary["events_per_agent"]) > 0, "every worker contributes"
-    # A model to each worker at the start, then one answer per push but the last.
-    assert summary["server_messages"] == 3 + summary["iterations"] - 1
+    # Every worker starts from the initial model (no message); one answer per push but
+    # the last.
+    assert summary["server_messages"] == summary["iterations"] - 1
     assert summary["messages"] == summary["iterations"] + summary["server_messages"]
     assert summary["control_messages"] == 3  # STOP
 
 
 def test_launch_runs_the_server_and_the_workers(tmp_path):
     config = tmp_path / "config.toml"
-    config.write_text(TOML.format(iterations=50, target=0.0))
+    config.write_text(TOML.format(iterations=50, target=0.0, algorithm=ASYSG))
     out = tmp_path / "run"
     argv = ["launch", "--nproc", "4", str(config), "--out", str(out), "--quiet"]
     command = [sys.executable, "-m", "murmur", *argv, "--port", str(free_port()), "--timeout", "20"]
@@ -175,13 +188,60 @@ def test_when_every_worker_is_lost_the_server_stops_with_one_line(tmp_path):
     assert report["after_start"]["0"] < 20
 
 
+# ---- sync-ps: the synchronous baseline -----------------------------------------------------
+
+
+def test_sync_ps_gives_the_simulators_model_and_messages(tmp_path):
+    """The server waits for all three gradients of each model and sums them in worker
+    order, so timing does not matter: the simulator's sync-ps model to the bit, and
+    no staleness."""
+    params = tmp_path / "params.pt"
+    report, stderr, summary, records = drive(
+        tmp_path / "distributed", iterations=60, target=0.0, algorithm=SYNC_PS, params=params
+    )
+    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
+    config_path = tmp_path / "distributed" / "config.toml"
+    ((_, config),) = load_experiment(str(config_path)).runs
+    simulated = run(config)
+    assert summary["algorithm"] == "sync-ps" and summary["iterations"] == 60
+    assert summary["events_per_agent"] == simulated.events_per_agent == [60, 60, 60]
+    assert summary["messages"] == simulated.messages == 60 * 3 + 59 * 3
+    assert summary["staleness"]["histogram"] == [180]
+    assert [r["iteration"] for r in records] == [0, 10, 20, 30, 40, 50, 60]
+    torch.testing.assert_close(torch.load(params), simulated.parameters, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("stop", [SIGKILL, SIGSTOP], ids=["killed", "frozen"])
+def test_sync_ps_stops_every_rank_naming_a_failed_worker(tmp_path, stop):
+    timeout = 2.0
+    report, stderr, summary, _ = drive(
+        tmp_path,
+        iterations=100_000,
+        target=0.0,
+        algorithm=SYNC_PS,
+        faults=(Fault(ranks=(2,), after=20, fail=stop),),
+        timeout=timeout,
+    )
+    assert summary == {}
+    for rank in (0, 1, 3):
+        assert report["codes"][str(rank)] == 1, (report, stderr)
+        lines = stderr[rank].splitlines()
+        assert len(lines) == 1, stderr[rank]
+        assert lines[0].startswith(f"murmur: error: rank {rank} stopped:"), lines[0]
+        assert "rank 2" in lines[0].split("stopped:", 1)[1], lines[0]
+    assert "sync-ps cannot go on without it" in stderr[0]
+    assert "the server stopped because of it" in stderr[1]
+    # Killed: named at once. Frozen: at the server's timeout, then the workers are told.
+    assert max(report["after_start"][str(r)] for r in (0, 1, 3)) < 3 * timeout + 10
+
+
 @pytest.mark.parametrize("world", ["3", "5"])
 def test_a_world_size_other_than_workers_plus_one_is_one_line(capsys, monkeypatch, tmp_path, world):
     environ = {"RANK": "0", "WORLD_SIZE": world, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     config = tmp_path / "config.toml"
-    config.write_text(TOML.format(iterations=10, target=0.0))
+    config.write_text(TOML.format(iterations=10, target=0.0, algorithm=ASYSG))
     code = main(["run", str(config), "--runtime", "distributed"])
     out, err = capsys.readouterr()
     assert code == 2 and len(err.splitlines()) == 1, err
@@ -190,7 +250,7 @@ def test_a_world_size_other_than_workers_plus_one_is_one_line(capsys, monkeypatc
 
 def test_launch_refuses_a_process_count_other_than_workers_plus_one(capsys, tmp_path):
     config = tmp_path / "config.toml"
-    config.write_text(TOML.format(iterations=10, target=0.0))
+    config.write_text(TOML.format(iterations=10, target=0.0, algorithm=ASYSG))
     code = main(["launch", "--nproc", "3", str(config)])
     _, err = capsys.readouterr()
     assert code == 2 and len(err.splitlines()) == 1, err

@@ -61,7 +61,7 @@ from murmur.runtime.mailbox import (
     first_line,
 )
 
-SUPPORTED = ("detsgrad", "dsgd", "dssfn", "dssfn-async", "asysg-con")
+SUPPORTED = ("detsgrad", "dsgd", "dssfn", "dssfn-async", "asysg-con", "sync-ps")
 """Algorithms the distributed runtime runs so far."""
 
 

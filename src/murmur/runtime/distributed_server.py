@@ -1,10 +1,13 @@
-"""AsySG-con in the distributed runtime: a parameter server on rank 0, workers on 1..W.
+"""AsySG-con and sync-ps in the distributed runtime: a parameter server on rank 0,
+workers on 1..W.
 
-Workers loop: receive the model (MODEL, header ``step`` = the server's version)
-from rank 0, compute a mini-batch gradient on their own batch stream (worker
+Workers loop: compute a mini-batch gradient on their own batch stream (worker
 ``w`` on rank ``w + 1`` draws ``sampler.next_for(w)``), push it (PUSH, header
-``step`` = the version read). The server has one receiving thread per worker
-(a pending gloo receive cannot be polled) feeding one queue; it applies the
+``step`` = the version read), receive the next model (MODEL, header ``step`` =
+the server's version) from rank 0. The first model is the initial one, which
+every rank builds from the seed, so no message brings it (as in the simulator).
+The server has one receiving thread per worker (a pending gloo receive cannot be
+polled) feeding one queue; it applies the
 mean of every M gradients with the step schedule as they arrive, counts each
 one's staleness (server version at apply - version read) and answers each push
 with its current model. It stops after ``run.iterations`` updates or once the
@@ -17,6 +20,12 @@ it was sent the model is dropped and listed in ``failed_workers``; the server
 carries on with the others, and fails (PeerFailure) only when none is left. A
 worker whose server stops answering fails on its own deadline. Rank 0 writes
 the run folder; the records carry real wall-clock times only.
+
+sync-ps is the same server holding every answer until all W gradients of the
+current model are in; it applies their mean (summed in worker order, as the
+simulator does with equal workers) and sends the new model to all. Being
+synchronous, it does not carry on without a worker: when one fails, the server
+tells the others (ABORT naming it) and every rank stops with one line naming it.
 """
 
 from __future__ import annotations
@@ -71,10 +80,10 @@ def run_server_distributed(
     timeout: float,
     init_group: Callable[[Any, float], None],
 ) -> RunResult:
-    """This rank's part of an AsySG-con run; rank 0 (the server) writes ``out_dir``."""
-    if config.algorithm.name != "asysg-con":
+    """This rank's part of an AsySG-con or sync-ps run; rank 0 (the server) writes ``out_dir``."""
+    if config.algorithm.name not in ("asysg-con", "sync-ps"):
         raise UsageError(
-            f"the distributed runtime runs asysg-con among the server algorithms, not "
+            f"the distributed runtime runs asysg-con and sync-ps among the server algorithms, not "
             f"{config.algorithm.name}; run it with --runtime simulator"
         )
     check_world(config, env.world)
@@ -117,7 +126,7 @@ def _listen(
     def listen(source: int) -> None:
         def take(kind: Kind, step: int, payload: torch.Tensor | None) -> bool:
             arrivals.put((source, kind, step, payload))
-            return kind != Kind.STOP
+            return kind not in (Kind.STOP, Kind.ABORT)
 
         receive_loop(
             group, source, kinds, take, lambda why: arrivals.put((source, None, why, None))
@@ -149,39 +158,52 @@ def _close(outbox: Outbox, threads: list[threading.Thread], timeout: float) -> N
 def _work(
     setup: Any, algorithm: Any, on_record: Callable, progress: bool, *, rank: int, timeout: float
 ) -> Outcome:
-    """Worker ``rank - 1``: pull, compute, push until the server says STOP."""
+    """Worker ``rank - 1``: compute, push, pull until the server says STOP. The first
+    model is the initial one, which every rank builds from the seed (as in the
+    simulator, no message brings it)."""
     problem = setup.problem
     worker = rank - 1
     group = dist.group.WORLD
     length = setup.initial.shape[1]
-    arrivals, threads = _listen(group, rank, [SERVER], {Kind.MODEL: length, Kind.STOP: 0})
+    arrivals, threads = _listen(
+        group, rank, [SERVER], {Kind.MODEL: length, Kind.STOP: 0, Kind.ABORT: 0}
+    )
     outbox = Outbox(group, rank, [SERVER])
     outbox.start()
     started = time.perf_counter()
     pushes, computing = 0, 0.0
     message_bytes = length * 4
+    # sync-ps holds the model until every worker's gradient is in, and names a silent
+    # worker after one timeout: wait for its word a timeout longer than that.
+    patience = 2 * timeout if algorithm.name == "sync-ps" else timeout
+    model, version = setup.initial[0].to(torch.float32), 0
     try:
         while True:
-            try:
-                _, kind, step, payload = arrivals.get(timeout=timeout)
-            except queue.Empty:
-                raise PeerTimeout(
-                    [SERVER], f"the server (rank 0) sent nothing within {timeout:g} s"
-                ) from None
-            if kind is None:
-                raise PeerFailure([SERVER], f"the server (rank 0) {step}")
-            if kind == Kind.STOP:
-                outbox.send(Kind.STOP, step, [SERVER], timeout)  # done: nothing more comes
-                break
             began = time.perf_counter()
             indices = problem.sampler.next_for(worker)
             _, grads = problem.model.loss_and_grad(
-                payload.view(1, -1), problem.x_train[indices][None], problem.y_train[indices][None]
+                model.view(1, -1), problem.x_train[indices][None], problem.y_train[indices][None]
             )
             gradient = grads[0].to(torch.float32).contiguous()
             computing += time.perf_counter() - began
-            outbox.send(Kind.PUSH, step, [SERVER], timeout, gradient)
+            outbox.send(Kind.PUSH, version, [SERVER], timeout, gradient)
             pushes += 1
+            try:
+                _, kind, version, model = arrivals.get(timeout=patience)
+            except queue.Empty:
+                raise PeerTimeout(
+                    [SERVER], f"the server (rank 0) sent nothing within {patience:g} s"
+                ) from None
+            if kind is None:
+                raise PeerFailure([SERVER], f"the server (rank 0) {version}")
+            if kind == Kind.ABORT:
+                failed = version
+                raise PeerFailure(
+                    [failed], f"rank {failed} failed (the server stopped because of it)"
+                )
+            if kind == Kind.STOP:
+                outbox.send(Kind.STOP, version, [SERVER], timeout)  # done: nothing more comes
+                break
     finally:
         _close(outbox, threads, timeout)
     return Outcome(
@@ -217,14 +239,18 @@ class _Server:
         self.timeout = timeout
         self.workers = config.workers
         self.ranks = list(range(1, self.workers + 1))
-        self.group = config.group
+        self.synchronous = config.name == "sync-ps"
+        self.group = self.workers if self.synchronous else config.group
+        self.held: list[int] = []
+        """sync-ps: workers whose gradient is in, waiting for the next model."""
         self.iterations = run_config.iterations
         self.eval_every = run_config.eval_every
         self.step = config.gradient_step()
         self.x = setup.initial[0].to(torch.float32).clone()
         self.message_bytes = self.x.numel() * 4
         self.version = 0
-        self.pending: list[tuple[torch.Tensor, int]] = []
+        self.pending: list[tuple[int, torch.Tensor, int]] = []
+        """(rank, gradient, version read) of the gradients of the next update."""
         self.staleness: Counter[int] = Counter()
         self.gradients = 0
         self.pushes = [0] * self.workers
@@ -249,8 +275,8 @@ class _Server:
         self.outbox.start()
         self._evaluate()
         try:
-            for rank in self.ranks:
-                self._send_model(rank)
+            started = time.monotonic()  # every worker starts from the initial model
+            self.waiting_since = dict.fromkeys(self.ranks, started)
             done = self.iterations <= 0
             while not done:
                 self._require_workers()
@@ -261,8 +287,18 @@ class _Server:
                     self._fail(rank, step if kind is None else "stopped before it was told to")
                     continue
                 done = self._arrive(rank, payload, step)
-                if not done:
+                if done:
+                    break
+                if rank in self.failed:  # its gradient was refused
+                    continue
+                if not self.synchronous:
                     self._send_model(rank)
+                    continue
+                self.held.append(rank)
+                if not self.pending:  # just updated: everyone gets the new model
+                    for held in self.held:
+                        self._send_model(held)
+                    self.held = []
             self.bar.close()
             if self.last_record.get("iteration") != self.version:
                 self._evaluate()
@@ -273,9 +309,23 @@ class _Server:
         return self._outcome()
 
     def _require_workers(self) -> None:
+        if self.synchronous and self.failed:
+            rank, why = min(self.failed.items())
+            self._abort_workers(rank)
+            raise PeerFailure([rank], f"worker rank {rank} {why}; sync-ps cannot go on without it")
         if len(self.failed) == self.workers:
             reasons = "; ".join(f"rank {rank}: {why}" for rank, why in sorted(self.failed.items()))
             raise PeerFailure(sorted(self.failed), f"every worker failed ({reasons})")
+
+    def _abort_workers(self, failed: int) -> None:
+        """Best effort: tell the workers still there that rank ``failed`` failed."""
+        live = [rank for rank in self.ranks if rank not in self.failed]
+        if live:
+            try:
+                self.outbox.send(Kind.ABORT, failed, live, min(self.timeout, 2.0))
+            except PeerFailure:
+                pass  # going down too; nothing more to tell
+            self.control_messages += len(live)
 
     def _next(self) -> tuple[Any, Any, Any, Any]:
         """The next arrival, or (None, ...) once a silent worker has been dropped: one
@@ -314,13 +364,15 @@ class _Server:
             return False
         self.pushes[rank - 1] += 1
         self.gradients += 1
-        self.pending.append((gradient, read_version))
+        self.pending.append((rank, gradient, read_version))
         if len(self.pending) < self.group:
             return False
+        if self.synchronous:  # summed in worker order, whatever the order of arrival
+            self.pending.sort(key=lambda item: item[0])
         alpha = self.step(self.version)
-        total = torch.stack([g for g, _ in self.pending]).mean(dim=0)
+        total = torch.stack([g for _, g, _ in self.pending]).mean(dim=0)
         self.x.add_(total.to(self.x.dtype), alpha=-alpha)
-        for _, read in self.pending:
+        for _, _, read in self.pending:
             self.staleness[self.version - read] += 1
         self.pending = []
         self.version += 1
