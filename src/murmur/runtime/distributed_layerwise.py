@@ -122,11 +122,12 @@ def train_layerwise_rank(
     on_record: Callable[[dict[str, Any]], None] = lambda record: None,
     network_out: list[DistributedNetwork] | None = None,
 ) -> tuple[LayerwiseResult, MessageCounters]:
-    """Node ``rank`` of a layer-wise run (synchronous dSSFN) in a joined process group:
-    its shard's layers, gossip with its neighbours. Returns its result (output
-    matrices (1, Q, n); records of its own node) and its message counters.
-    ``network_out``: the rank's :class:`DistributedNetwork` is appended to it (for
-    its control-message and rejection counts)."""
+    """Node ``rank`` of a layer-wise run (dSSFN, synchronous or asynchronous) in a
+    joined process group: its shard's layers, messages with its neighbours.
+    Returns its result (output matrices (1, Q, n); records of its own node) and its
+    message counters. ``network_out``: the rank's :class:`DistributedNetwork` is
+    appended to it (for its control-message and rejection counts, and the
+    neighbours an asynchronous run dropped)."""
     config, graph = setup.config, setup.graph
     network = DistributedNetwork(
         graph=graph,
