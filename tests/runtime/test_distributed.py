@@ -19,6 +19,7 @@ import pytest
 import torch
 from ranks import Fault, Kill, assert_others_stop_naming, drive, free_port, read_records
 
+import murmur.runtime.distributed as distributed
 from murmur.cli import main
 from murmur.config import load_experiment
 from murmur.experiment import run
@@ -219,11 +220,28 @@ def test_launch_refuses_a_comparison_preset(capsys):
     assert "compares 3 runs" in err
 
 
-@pytest.mark.parametrize("algorithm", ["asysg-incon", "ssfn", "centralized"])
-def test_launch_refuses_an_algorithm_it_cannot_run_yet(capsys, tmp_path, algorithm):
+@pytest.mark.parametrize(
+    ("algorithm", "instead"),
+    [
+        ("asysg-incon", "murmur run hogwild"),
+        ("hogwild", "murmur run hogwild"),
+        ("ssfn", "dssfn-async distributed"),
+        ("centralized", "murmur run centralized"),
+    ],
+)
+def test_launch_refuses_an_algorithm_without_a_distributed_form_saying_what_to_run(
+    capsys, tmp_path, algorithm, instead
+):
     path = write_config(tmp_path, f'name = "{algorithm}"')
     err = one_line_error(capsys, main(["launch", "--nproc", "4", str(path)]))
-    assert f"so far, not {algorithm}; run it with --runtime simulator" in err
+    assert f"does not run {algorithm}: " in err and instead in err
+
+
+def test_an_algorithm_not_supported_yet_is_refused_in_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(distributed, "SUPPORTED", ("detsgrad",))
+    path = write_config(tmp_path, DSGD)
+    err = one_line_error(capsys, main(["launch", "--nproc", "4", str(path)]))
+    assert "runs detsgrad so far, not dsgd; run it with --runtime simulator" in err
 
 
 def test_run_refuses_an_unknown_runtime(capsys):

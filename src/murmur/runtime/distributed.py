@@ -100,12 +100,25 @@ class RankEnvironment:
         return cls(rank, world, environ["MASTER_ADDR"], port, agent_store)
 
 
+_ELSEWHERE = {
+    "asysg-incon": "its workers share one model in memory: its real-process form is "
+    "`murmur run hogwild`, processes on one machine",
+    "hogwild": "it already runs real processes on one machine: `murmur run hogwild`",
+    "centralized": "it is one learner: `murmur run centralized`",
+    "ssfn": "it is one learner: `murmur run` it, or dssfn / dssfn-async distributed",
+}
+"""Why an algorithm has no distributed form, and what to run instead."""
+
+
 def check_supported(config: Config) -> None:
     """UsageError unless the distributed runtime can run ``config``'s algorithm."""
-    if config.algorithm.name not in SUPPORTED:
+    name = config.algorithm.name
+    if name in _ELSEWHERE:
+        raise UsageError(f"the distributed runtime does not run {name}: {_ELSEWHERE[name]}")
+    if name not in SUPPORTED:
         raise UsageError(
             f"the distributed runtime runs {', '.join(SUPPORTED)} so far, not "
-            f"{config.algorithm.name}; run it with --runtime simulator"
+            f"{name}; run it with --runtime simulator"
         )
 
 
