@@ -49,24 +49,23 @@ exits non-zero.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
-import socket
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from forked_ranks import FORK, add_job_options, run_ranks
 
 import murmur.algorithms.dssfn as dssfn
 from murmur.algorithms.arock import ArockNode
 from murmur.config import Config, load_experiment
 from murmur.errors import UsageError
-from murmur.runtime.distributed import run_distributed
 
-LOOPBACK = "127.0.0.1"
 SOLVERS = (("sync", "dssfn-vowel"), ("async", "dssfn-async-vowel"))
 """(label, preset) of each solver, in the table's order."""
 DEFAULT_SET = ["algorithm.layers=3", "algorithm.nodes=100"]
@@ -122,74 +121,33 @@ def slow_down(solver: str, delay: float, calls: Any) -> None:
         ArockNode.update = counted(ArockNode.update, delay, calls)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        return probe.getsockname()[1]
-
-
-def rank_main(
-    rank: int, world: int, port: int, job: Job, run_dir: Path, timeout: float, calls: Any
-) -> None:
-    """One node: rank 0 counts its updates in ``calls``, is slowed by ``job.delay``,
-    and writes ``run_dir``."""
+def slow_rank0(rank: int, job: Job, calls: Any) -> None:
+    """The per-rank hook: rank 0 counts its updates in ``calls``, slowed by ``job.delay``."""
     if rank == 0:
         slow_down(job.solver, job.delay, calls)
-    environ = {
-        "RANK": str(rank),
-        "WORLD_SIZE": str(world),
-        "MASTER_ADDR": LOOPBACK,
-        "MASTER_PORT": str(port),
-    }
-    run_distributed(job.config, run_dir if rank == 0 else None, environ=environ, timeout=timeout)
 
 
 def run_job(job: Job, run_dir: Path, args: argparse.Namespace) -> Measurement:
     """Fork the ranks of ``job``; rank 0's summary, or SystemExit once a rank fails or
     ``args.limit`` seconds pass. Every rank is gone when this returns."""
-    context = multiprocessing.get_context("fork")
     world = job.config.topology.agents
-    port = free_port()
-    calls = context.Value("q", 0)
-    ranks = [
-        context.Process(
-            target=rank_main,
-            args=(rank, world, port, job, run_dir, args.timeout, calls),
-            daemon=True,
-        )
-        for rank in range(world)
-    ]
-    started = time.perf_counter()
-    deadline = time.monotonic() + args.limit
-    problem = None
-    try:
-        for process in ranks:
-            process.start()
-        while problem is None:
-            codes = [process.exitcode for process in ranks]
-            failed = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
-            if failed:
-                problem = f"rank {failed[0]} exited with status {codes[failed[0]]}"
-            elif all(code == 0 for code in codes):
-                break
-            elif time.monotonic() > deadline:
-                problem = f"did not finish within {args.limit:g} s"
-            else:
-                time.sleep(0.05)
-    finally:
-        for process in ranks:
-            if process.exitcode is None:
-                process.kill()
-            process.join()
-    if problem is not None:
-        raise SystemExit(f"{job.solver}, delay {job.delay:g} s, {world} ranks: {problem}")
-    summary = json.loads((run_dir / "summary.json").read_text())
+    calls = FORK.Value("q", 0)
+    finished = run_ranks(
+        job.config,
+        world,
+        run_dir,
+        timeout=args.timeout,
+        limit=args.limit,
+        label=f"{job.solver}, delay {job.delay:g} s, {world} ranks",
+        before=partial(slow_rank0, job=job, calls=calls),
+    )
+    summary = finished.summary
     return Measurement(
         train_seconds=summary["train_seconds"],
         accuracy=summary["accuracy"]["mean"],
         messages=summary["messages"],
         rank0_updates=calls.value,
-        job_seconds=time.perf_counter() - started,
+        job_seconds=finished.job_seconds,
     )
 
 
@@ -227,18 +185,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--delay", type=float, default=0.005, help="seconds rank 0 sleeps before each update"
     )
-    parser.add_argument(
-        "--rounds", type=int, default=1, help="runs of each row; the fastest counts"
-    )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help=f"config override for both presets (default: {' '.join(DEFAULT_SET)})",
-    )
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per wait in a rank")
-    parser.add_argument("--limit", type=float, default=300.0, help="seconds per job")
+    add_job_options(parser, DEFAULT_SET)
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 small layer, seconds")
     args = parser.parse_args(argv)
     args.overrides = [*(QUICK_SET if args.quick else DEFAULT_SET), *args.set]

@@ -140,3 +140,46 @@ def test_distributed_dssfn_quick_run_prints_four_rows_and_both_ratios():
     ratios = [line for line in lines if line.startswith("sync/async train_s")]
     assert len(ratios) == 2
     assert all(float(line.split(":")[-1]) > 0 for line in ratios)
+
+
+def test_distributed_server_quick_run_prints_six_rows_and_the_ratios():
+    lines = _quick_run("distributed_server.py")
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["algorithm", "a"])
+    assert lines[start].split() == [
+        "algorithm",
+        "a",
+        "delay_s",
+        "its_to_target",
+        "s_to_target",
+        "train_s",
+        "accuracy_%",
+        "max_stale",
+        "pushes",
+        "noise",
+        "job_s",
+    ]
+    rows = [line.split() for line in lines[start + 1 : start + 7]]
+    assert [(row[0], float(row[1]), float(row[2])) for row in rows] == [
+        ("asysg-con", 0.05, 0.0),
+        ("sync-ps", 0.05, 0.0),
+        ("sync-ps", 0.15, 0.0),
+        ("asysg-con", 0.05, 0.002),
+        ("sync-ps", 0.05, 0.002),
+        ("sync-ps", 0.15, 0.002),
+    ]
+    for row in rows:
+        iterations, seconds = int(row[3]), float(row[4])  # every quick run reaches the target
+        assert iterations > 0 and 0 < seconds <= float(row[5])
+        assert 0 < float(row[6]) <= 100
+        pushes = [int(count) for count in row[8].split("/")]
+        assert len(pushes) == 3 and all(count > 0 for count in pushes)
+        if row[0] == "sync-ps":
+            # Lockstep: no stale gradient, and every worker pushes once per update.
+            assert int(row[7]) == 0
+            assert pushes == [iterations] * 3
+        else:
+            # One gradient per update (the last evaluation reached the target).
+            assert sum(pushes) == iterations
+    ratios = [line for line in lines if line.startswith("sync-ps a=")]
+    assert len(ratios) == 4
+    assert all(float(line.split(":")[-1]) > 0 for line in ratios)
