@@ -585,3 +585,49 @@ def test_parallel_runs_show_their_speed_against_one_process():
     assert row["speedup"] == "2.00"
     header = format_table([summary_for("d", "dsgd")]).splitlines()[0].split()
     assert "speedup" not in header and "samples/s" not in header
+
+
+# ---- runs of the distributed runtime ------------------------------------------------------
+
+
+def distributed_worker_summary(name: str, workers: int, its: int | None, seconds: float | None):
+    """What a distributed AsySG-con run writes: real seconds to target, no virtual ones."""
+    summary = worker_summary(name, workers, its, None, runtime="distributed", failed_workers=[])
+    for key in ("virtual_seconds", "virtual_seconds_to_target"):
+        summary.pop(key)
+    summary["wall_seconds_to_target"] = seconds
+    return summary
+
+
+def test_distributed_runs_show_real_seconds_to_target_and_their_time_speedup():
+    summaries = [
+        distributed_worker_summary("d1", 1, 1000, 10.0),
+        distributed_worker_summary("d3", 3, 900, 4.0),
+    ]
+    rows = {row["name"]: row for row in markdown_rows(format_table(summaries, markdown=True))}
+    assert rows["d3"]["s to target"] == "4.0"
+    assert rows["d3"]["virtual s to target"] == "-"
+    # 3 * 1000 / 900 (iterations); 10.0 / 4.0 (real seconds)
+    assert (rows["d3"]["iteration speedup"], rows["d3"]["time speedup"]) == ("3.33", "2.50")
+    assert "failed ranks" not in rows["d3"]  # nothing was lost
+
+
+def test_real_and_virtual_seconds_never_make_one_speedup():
+    summaries = [
+        worker_summary("w1", 1, 1000, 8.0),  # simulated: virtual seconds
+        distributed_worker_summary("d2", 2, 1000, 4.0),
+    ]
+    rows = {row["name"]: row for row in markdown_rows(format_table(summaries, markdown=True))}
+    assert (rows["d2"]["iteration speedup"], rows["d2"]["time speedup"]) == ("2.00", "-")
+
+
+def test_ranks_a_distributed_run_lost_get_a_column():
+    summaries = [
+        summary_for("dssfn-async", "dssfn-async", failed_agents=[2], ranks=[0, 1, 3]),
+        distributed_worker_summary("asysg", 3, 500, 2.0) | {"failed_workers": [1, 3]},
+        summary_for("simulated", "dsgd"),
+    ]
+    rows = {row["name"]: row for row in markdown_rows(format_table(summaries, markdown=True))}
+    assert rows["dssfn-async"]["failed ranks"] == "2"
+    assert rows["asysg"]["failed ranks"] == "1, 3"
+    assert rows["simulated"]["failed ranks"] == "-"

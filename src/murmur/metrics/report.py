@@ -14,7 +14,10 @@ SGD runs alone look as they always did.
 
 Worker-based runs (a parameter server or shared memory: AsySG-con, sync-ps,
 AsySG-incon) add ``workers``, ``staleness`` and, when they train to a target
-training loss, ``iterations_to_target`` and ``virtual_seconds_to_target``.
+training loss, ``iterations_to_target`` and ``virtual_seconds_to_target`` (in
+the distributed runtime ``wall_seconds_to_target``, real seconds). Runs of the
+distributed runtime that lost ranks list them (``failed_agents``,
+``failed_workers``) in a "failed ranks" column.
 Their columns (W, staleness, time to target and the speedups over the W = 1
 run, see ``speedups``) and plots likewise appear only when some run has the
 fields; nothing here looks at algorithm names.
@@ -249,6 +252,8 @@ def has_target(summary: dict[str, Any]) -> bool:
         return True
     if summary.get("virtual_seconds_to_target") is not None:
         return True
+    if summary.get("wall_seconds_to_target") is not None:
+        return True
     if "iterations_to_target" not in summary:
         return False
     if "target_loss" not in summary:
@@ -278,8 +283,10 @@ def speedups(summaries: list[dict[str, Any]]) -> list[tuple[float | None, float 
     same algorithm, dataset and target loss. With ``its`` the
     ``iterations_to_target`` and ``vs`` the ``virtual_seconds_to_target``,
     iteration speedup = W * its_1 / its_W (Lian et al. 2015) and time speedup =
-    vs_1 / vs_W. None without a target, without a baseline, or when the run or
-    the baseline did not reach the target (its value is null).
+    vs_1 / vs_W; runs of the distributed runtime have real seconds instead
+    (``wall_seconds_to_target``), used when both runs have them and not virtual
+    ones. None without a target, without a baseline, or when the run or the
+    baseline did not reach the target (its value is null).
     """
     baselines: dict[tuple[str, str, str], dict[str, Any]] = {}
     for summary in summaries:
@@ -294,8 +301,7 @@ def speedups(summaries: list[dict[str, Any]]) -> list[tuple[float | None, float 
         workers = _positive(summary.get("workers"))
         iterations = _positive(summary.get("iterations_to_target"))
         base_iterations = _positive(baseline.get("iterations_to_target"))
-        seconds = _positive(summary.get("virtual_seconds_to_target"))
-        base_seconds = _positive(baseline.get("virtual_seconds_to_target"))
+        seconds, base_seconds = _seconds_to_target(summary, baseline)
         iteration_speedup = (
             workers * base_iterations / iterations
             if workers is not None and iterations is not None and base_iterations is not None
@@ -306,6 +312,22 @@ def speedups(summaries: list[dict[str, Any]]) -> list[tuple[float | None, float 
         )
         result.append((iteration_speedup, time_speedup))
     return result
+
+
+def _seconds_to_target(
+    summary: dict[str, Any], baseline: dict[str, Any]
+) -> tuple[float | None, float | None]:
+    """The two runs' seconds to target on the same clock: virtual, else real."""
+    for key in ("virtual_seconds_to_target", "wall_seconds_to_target"):
+        if key in summary and key in baseline:
+            return _positive(summary.get(key)), _positive(baseline.get(key))
+    return None, None
+
+
+def _failed(summary: dict[str, Any]) -> str:
+    """The ranks a distributed run lost (agents or workers), or -."""
+    failed = summary.get("failed_agents") or summary.get("failed_workers") or []
+    return ", ".join(str(rank) for rank in failed) if failed else MISSING
 
 
 @dataclass(frozen=True)
@@ -352,6 +374,8 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
         columns.append(
             _Column("virtual s", lambda s: _virtual_seconds(s.get("virtual_seconds")), True)
         )
+    if any(_failed(summary) != MISSING for summary in summaries):
+        columns.append(_Column("failed ranks", _failed, False))
     columns += _worker_columns(summaries)
     if _has(summaries, "single_process"):
         # Real parallel runs (hogwild) also train with one process for comparison.
@@ -394,6 +418,11 @@ def _worker_columns(summaries: list[dict[str, Any]]) -> list[_Column]:
             "virtual s to target",
             lambda s: _virtual_seconds(s.get("virtual_seconds_to_target")),
             True,
+        ),
+        *(
+            [_Column("s to target", lambda s: _seconds(s.get("wall_seconds_to_target")), True)]
+            if _has(summaries, "wall_seconds_to_target")
+            else []
         ),
         _Column("iteration speedup", lambda s: _speedup(by_run[id(s)][0]), True),
         _Column("time speedup", lambda s: _speedup(by_run[id(s)][1]), True),
