@@ -38,6 +38,7 @@ from murmur.runtime.layerwise import LayerwiseResult, Network, train_layerwise_r
 from murmur.runtime.mailbox import (
     FOREVER,
     MAGIC,
+    MALFORMED,
     Kind,
     PeerFailure,
     first_line,
@@ -295,7 +296,7 @@ class _RankResults:
 _FAILURE_CODES = (
     ("lost the connection", "lost the connection"),
     ("sent nothing", "went silent past the timeout"),
-    ("sent a malformed message", "sent a malformed message"),
+    (MALFORMED, MALFORMED),
     ("", "did not finish"),
 )
 """How a dropped neighbour's reason travels to rank 0: (reason prefix, what rank 0 says)."""

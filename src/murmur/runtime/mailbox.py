@@ -62,6 +62,8 @@ HEADER_TAG = 0
 PAYLOAD_TAG = 1
 FOREVER = timedelta(days=7)
 """How long a receiving thread waits: in effect forever, as a timeout would be fatal."""
+MALFORMED = "sent a malformed message"
+"""How the reason a receiving loop ends starts when the peer, not the link, is at fault."""
 _MARKER = 0x7FA5A5A5
 """A NaN bit pattern no arithmetic produces; still in a payload's last slot, it was short."""
 
@@ -157,7 +159,7 @@ def receive_loop(
             if int(payload[-1:].view(torch.int32)) == _MARKER:
                 problem = f"payload shorter than the {length} floats announced"
         if problem is not None:
-            on_end(f"sent a malformed message ({problem})")
+            on_end(f"{MALFORMED} ({problem})")
             return
         if not on_message(Kind(kind), step, payload):
             return
@@ -194,8 +196,8 @@ class Mailbox:
         self._steps = [0] * len(neighbours)
         self._latest = [(0, row) for row in self.values.clone()]
         self._stopped = [False] * len(neighbours)
-        self._untrusted: dict[int, str] = {}
-        self._gone: dict[int, str] = {}
+        self._lost: dict[int, str] = {}
+        """Neighbours heard no more, and why (a failed connection, or garbage)."""
         self._abort: tuple[int, int] | None = None
         self._condition = threading.Condition()
         self._threads = [
@@ -275,60 +277,26 @@ class Mailbox:
             reporter, failed = self._abort
             cause = "" if reporter == failed else f" (rank {reporter} stopped because of it)"
             raise PeerFailure([failed], f"rank {failed} failed{cause}")
-        gone = [rank for rank in missing if rank in self._gone]
-        if gone:
-            reasons = "; ".join(f"rank {rank}: {self._gone[rank]}" for rank in gone)
-            raise PeerFailure(gone, f"lost the connection to {rank_list(gone)} ({reasons})")
-        untrusted = [rank for rank in missing if rank in self._untrusted]
-        if untrusted:
-            reasons = "; ".join(f"rank {rank}: {self._untrusted[rank]}" for rank in untrusted)
-            raise PeerFailure(untrusted, f"rejected a malformed message ({reasons})")
+        lost = [rank for rank in missing if rank in self._lost]
+        if lost:
+            raise PeerFailure(lost, "; ".join(f"rank {rank}: {self._lost[rank]}" for rank in lost))
 
     # ------------------------------------------------------------ receiving (one thread each)
 
     def _receive_from(self, i: int, neighbour: int) -> None:
         """Receive neighbour ``i``'s messages until it stops, aborts, fails or misbehaves."""
-        header = torch.empty(HEADER_FIELDS, dtype=torch.int64)
-        while True:
-            try:
-                self._group.recv([header], neighbour, HEADER_TAG).wait(FOREVER)
-            except RuntimeError as error:
-                self._end(i, gone=first_line(error))
-                return
-            fields = header.tolist()
-            problem = self._check(i, neighbour, fields)
-            payload = None
-            if problem is None and fields[1] == Kind.VALUE:
-                payload = torch.empty(fields[4], dtype=torch.float32)
-                payload[-1:].view(torch.int32).fill_(_MARKER)  # length >= 1: checked above
-                try:
-                    self._group.recv([payload], neighbour, PAYLOAD_TAG).wait(FOREVER)
-                except RuntimeError as error:
-                    self._end(i, gone=first_line(error))
-                    return
-                if int(payload[-1:].view(torch.int32)) == _MARKER:
-                    problem = f"payload shorter than the {fields[4]} floats announced"
-            if problem is not None:
-                self._end(i, rejected=problem)
-                return
-            if not self._deliver(i, neighbour, Kind(fields[1]), fields[3], payload):
-                return
+        control = dict.fromkeys((Kind.NONE, Kind.STOP, Kind.ABORT, Kind.PING), 0)
+        receive_loop(
+            self._group,
+            neighbour,
+            {Kind.VALUE: self.length, **control},
+            lambda kind, step, payload: self._deliver(i, neighbour, kind, step, payload),
+            lambda why: self._end(i, why),
+            check=lambda kind, step: self._check(i, kind, step),
+        )
 
-    def _check(self, i: int, neighbour: int, fields: list[int]) -> str | None:
-        """Why the header ``fields`` from neighbour ``i`` is refused, or None if it is fine."""
-        magic, kind, sender, step, length = fields
-        if magic != MAGIC:
-            return f"bad magic number {magic:#x}"
-        if sender != neighbour:
-            return f"header claims sender {sender}"
-        if kind == Kind.VALUE:
-            if length != self.length:
-                return f"VALUE of {length} floats, expected {self.length}"
-        elif kind in (Kind.NONE, Kind.STOP, Kind.ABORT, Kind.PING):
-            if length != 0:
-                return f"{Kind(kind).name} with a payload of {length}"
-        else:
-            return f"unexpected message kind {kind}"
+    def _check(self, i: int, kind: Kind, step: int) -> str | None:
+        """Why a well-formed message from neighbour ``i`` is out of turn, or None."""
         last = self._steps[i]
         if kind in (Kind.VALUE, Kind.NONE) and step != last + 1:
             return f"step {step} after step {last}"
@@ -356,15 +324,13 @@ class Mailbox:
             self._condition.notify_all()
         return kind not in (Kind.STOP, Kind.ABORT)
 
-    def _end(self, i: int, *, gone: str | None = None, rejected: str | None = None) -> None:
+    def _end(self, i: int, why: str) -> None:
         """Neighbour ``i`` is heard no more: its connection failed, or it sent garbage."""
         neighbour = self.neighbours[i]
         with self._condition:
-            if gone is not None:
-                self._gone[neighbour] = gone
-            else:
+            if why.startswith(MALFORMED):
                 self.rejected += 1
-                self._untrusted[neighbour] = rejected or "malformed"
+            self._lost[neighbour] = why
             self._condition.notify_all()
 
 

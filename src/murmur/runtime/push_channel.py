@@ -34,6 +34,7 @@ import torch
 from murmur.runtime.mailbox import (
     FOREVER,
     MAGIC,
+    MALFORMED,
     Kind,
     first_line,
     receive_loop,
@@ -97,7 +98,7 @@ class Neighbourhood:
         """Drop ``neighbour`` (call with ``condition`` held)."""
         if neighbour not in self.failures:
             self.failures[neighbour] = why
-            if why.startswith("sent a malformed message"):
+            if why.startswith(MALFORMED):
                 self.rejected += 1
             self.condition.notify_all()
 
