@@ -8,6 +8,7 @@ running ``murmur run ... --runtime distributed``.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -159,6 +160,50 @@ def test_launch_starts_torchrun_and_rank_0_writes_the_run_folder(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["agents"], summary["runtime"], summary["iterations"]) == (2, "distributed", 20)
     assert [r["iteration"] for r in read_records(out)] == [0, 20]
+
+
+def test_two_torchrun_agents_form_one_job_as_two_machines_would(tmp_path):
+    """The README's several-machine command, both "machines" on loopback: two torchrun
+    agents of two ranks each meet at a c10d rendezvous and run one 4-agent job that
+    gives the simulator's events and messages."""
+    path = write_config(tmp_path, DETSGRAD, iterations=40)
+    out = tmp_path / "run"
+    rendezvous = [
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        "--rdzv-id=two-machines",
+    ]
+    rank_argv = ["-m", "murmur", "run", str(path), "--runtime", "distributed", "--out", str(out)]
+    command = [sys.executable, "-m", "torch.distributed.run", *rendezvous, *rank_argv]
+    environ = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "GLOO_SOCKET_IFNAME": distributed.loopback_interface() or "lo",
+    }
+    machines = [
+        subprocess.Popen(
+            [*command, "--quiet", "--timeout", "20"],
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        results = [machine.communicate(timeout=120) for machine in machines]
+    finally:
+        for machine in machines:
+            machine.kill()
+    assert [machine.returncode for machine in machines] == [0, 0], results
+    summary = json.loads((out / "summary.json").read_text())
+    ((_, config),) = load_experiment(str(path)).runs
+    simulated = run(config)
+    assert (summary["agents"], summary["world_size"], summary["iterations"]) == (4, 4, 40)
+    for key in ("events_per_agent", "messages", "bytes"):
+        assert summary[key] == getattr(simulated, key), key
 
 
 def test_launch_ends_with_the_failed_ranks_status_and_their_lines_not_a_traceback(tmp_path):
