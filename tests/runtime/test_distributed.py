@@ -206,6 +206,20 @@ def test_two_torchrun_agents_form_one_job_as_two_machines_would(tmp_path):
         assert summary[key] == getattr(simulated, key), key
 
 
+def test_timing_settings_get_one_note_from_rank_0_as_real_time_ignores_them(tmp_path):
+    path = write_config(tmp_path, DSGD, iterations=10, agents=2)
+    argv = ["run", str(path), "--runtime", "distributed", "--out", str(tmp_path / "run")]
+    report, stderr = drive(
+        tmp_path, [*argv, "--quiet", "--set", "timing.stragglers=1"], world=2, limit=40.0
+    )
+    assert report["codes"] == {"0": 0, "1": 0}, stderr
+    assert stderr[0].splitlines() == [
+        "murmur: note: [timing] sets the simulator's virtual clock; a distributed run "
+        "takes real time and ignores it"
+    ]
+    assert stderr[1] == ""
+
+
 def test_launch_ends_with_the_failed_ranks_status_and_their_lines_not_a_traceback(tmp_path):
     path = write_config(tmp_path, DSGD, iterations=20, agents=2)
     argv = ["launch", "--nproc", "2", str(path), "--out", str(tmp_path / "run"), "--quiet"]

@@ -48,7 +48,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from murmur.config import Config
+from murmur.config import Config, TimingConfig
 from murmur.errors import UsageError
 from murmur.experiment import check_run_dir, prepare, run
 from murmur.metrics.evaluation import accuracy_summary
@@ -142,6 +142,12 @@ def run_distributed(
         raise UsageError(f"the timeout must be positive, not {timeout:g}")
     check_supported(config)
     env = RankEnvironment.from_environ(environ)
+    if env.rank == 0 and config.timing != TimingConfig():
+        print(
+            "murmur: note: [timing] sets the simulator's virtual clock; a distributed run "
+            "takes real time and ignores it",
+            file=sys.stderr,
+        )
     if ALGORITHMS[config.algorithm.name].kind == "server":  # a parameter server on rank 0
         from murmur.runtime.distributed_server import run_server_distributed
 
