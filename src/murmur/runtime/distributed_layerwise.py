@@ -122,13 +122,14 @@ def train_layerwise_rank(
     timeout: float = DEFAULT_TIMEOUT,
     on_record: Callable[[dict[str, Any]], None] = lambda record: None,
     network_out: list[DistributedNetwork] | None = None,
+    progress: bool = False,
 ) -> tuple[LayerwiseResult, MessageCounters]:
     """Node ``rank`` of a layer-wise run (dSSFN, synchronous or asynchronous) in a
     joined process group: its shard's layers, messages with its neighbours.
     Returns its result (output matrices (1, Q, n); records of its own node) and its
     message counters. ``network_out``: the rank's :class:`DistributedNetwork` is
     appended to it (for its control-message and rejection counts, and the
-    neighbours an asynchronous run dropped)."""
+    neighbours an asynchronous run dropped). ``progress``: a bar of the layers."""
     config, graph = setup.config, setup.graph
     network = DistributedNetwork(
         graph=graph,
@@ -142,7 +143,9 @@ def train_layerwise_rank(
     if network_out is not None:
         network_out.append(network)
     try:
-        trained = train_layerwise_run(setup, solver, network, [setup.shards[rank]], on_record)
+        trained = train_layerwise_run(
+            setup, solver, network, [setup.shards[rank]], on_record, progress
+        )
         network.close()
     except PeerFailure as failure:
         network.abort(failure.ranks)
@@ -215,7 +218,13 @@ def run_layerwise_rank(
 
     networks: list[DistributedNetwork] = []
     trained, counters = train_layerwise_rank(
-        setup, solver, rank, timeout=timeout, on_record=keep, network_out=networks
+        setup,
+        solver,
+        rank,
+        timeout=timeout,
+        on_record=keep,
+        network_out=networks,
+        progress=progress,
     )
     network = networks[0]
     local = _RankResults(
