@@ -7,16 +7,16 @@ Workers loop: compute a mini-batch gradient on their own batch stream (worker
 the server's version) from rank 0. The first model is the initial one, which
 every rank builds from the seed, so no message brings it (as in the simulator).
 The server has one receiving thread per worker (a pending gloo receive cannot be
-polled) feeding one queue; it applies the
-mean of every M gradients with the step schedule as they arrive, counts each
-one's staleness (server version at apply - version read) and answers each push
-with its current model. It stops after ``run.iterations`` updates or once the
-training loss (evaluated every ``run.eval_every`` updates) reaches
-``algorithm.target_loss``, then sends STOP to the workers still there.
+polled) feeding one queue; it applies the mean of every M gradients with the
+step schedule as they arrive, counts each one's staleness (server version at
+apply - version read) and answers each push with its current model. It stops
+after ``run.iterations`` updates or once the training loss (evaluated every
+``run.eval_every`` updates) reaches ``algorithm.target_loss``, then sends STOP
+to the workers still there.
 
 Every wait has a deadline (``timeout``). A worker whose connection closes, that
-sends something malformed, or that sends nothing for ``timeout`` seconds after
-it was sent the model is dropped and listed in ``failed_workers``; the server
+sends something malformed, or that sends nothing for ``timeout`` seconds since
+the start or since it was sent the model is dropped and listed in ``failed_workers``; the server
 carries on with the others, and fails (PeerFailure) only when none is left. A
 worker whose server stops answering fails on its own deadline. Rank 0 writes
 the run folder; the records carry real wall-clock times only.
