@@ -1,4 +1,4 @@
-"""Asynchronous pushes between neighbour processes, newest first (asynchronous dSSFN).
+"""Asynchronous pushes between neighbour processes, the newest one winning (asynchronous dSSFN).
 
 A node running ARock in a process of its own (:class:`~murmur.algorithms.arock.AsyncSolver`)
 sends each neighbour its own block after every update and never waits: a
