@@ -148,37 +148,26 @@ def run_distributed(
             "takes real time and ignores it",
             file=sys.stderr,
         )
-    if ALGORITHMS[config.algorithm.name].kind == "server":  # a parameter server on rank 0
-        from murmur.runtime.distributed_server import run_server_distributed
+    kind = ALGORITHMS[config.algorithm.name].kind
+    if kind == "server":  # a parameter server on rank 0, workers on the others
+        from murmur.runtime.distributed_server import server_runner
 
-        return run_server_distributed(
-            config,
-            out_dir,
-            env,
-            name=name,
-            preset=preset,
-            progress=progress,
-            timeout=timeout,
-            init_group=_init_group,
-        )
-    if env.world != config.topology.agents:
-        raise UsageError(
-            f"WORLD_SIZE is {env.world} but topology.agents is {config.topology.agents}; "
-            f"the distributed runtime runs one agent per rank (--nproc {config.topology.agents} "
-            f"or --set topology.agents={env.world})"
-        )
+        runner = server_runner(config, env.rank, env.world, timeout)
+    else:
+        if env.world != config.topology.agents:
+            raise UsageError(
+                f"WORLD_SIZE is {env.world} but topology.agents is {config.topology.agents}; "
+                "the distributed runtime runs one agent per rank "
+                f"(--nproc {config.topology.agents} or --set topology.agents={env.world})"
+            )
+        train = run_layerwise_rank if kind == "layerwise" else _train_rank
+        runner = partial(train, rank=env.rank, timeout=timeout)
     setup = prepare(config)
     run_dir = Path(out_dir) if out_dir is not None and env.rank == 0 else None
     if run_dir is not None:
         check_run_dir(run_dir)
     _init_group(env, timeout)
     try:
-        train = (
-            run_layerwise_rank
-            if ALGORITHMS[config.algorithm.name].kind == "layerwise"
-            else _train_rank
-        )
-        runner = partial(train, rank=env.rank, timeout=timeout)
         return run(
             config,
             run_dir,

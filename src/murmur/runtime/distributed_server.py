@@ -36,7 +36,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,9 +44,8 @@ from tqdm import tqdm
 
 from murmur.config import Config
 from murmur.errors import UsageError
-from murmur.experiment import check_run_dir, prepare, run
 from murmur.metrics.evaluation import test_set_metrics
-from murmur.metrics.records import Outcome, RunResult
+from murmur.metrics.records import Outcome
 from murmur.runtime.mailbox import (
     Kind,
     Outbox,
@@ -69,47 +67,13 @@ def check_world(config: Config, world: int) -> None:
         )
 
 
-def run_server_distributed(
-    config: Config,
-    out_dir: str | Path | None,
-    env: Any,
-    *,
-    name: str = "",
-    preset: str = "",
-    progress: bool = False,
-    timeout: float,
-    init_group: Callable[[Any, float], None],
-) -> RunResult:
-    """This rank's part of an AsySG-con or sync-ps run; rank 0 (the server) writes ``out_dir``."""
-    if config.algorithm.name not in ("asysg-con", "sync-ps"):
-        raise UsageError(
-            f"the distributed runtime runs asysg-con and sync-ps among the server algorithms, not "
-            f"{config.algorithm.name}; run it with --runtime simulator"
-        )
-    check_world(config, env.world)
-    setup = prepare(config)
-    run_dir = Path(out_dir) if out_dir is not None and env.rank == SERVER else None
-    if run_dir is not None:
-        check_run_dir(run_dir)
-    init_group(env, timeout)
-    try:
-        if env.rank == SERVER:
-            runner = partial(_serve, timeout=timeout)
-        else:
-            runner = partial(_work, rank=env.rank, timeout=timeout)
-        return run(
-            config,
-            run_dir,
-            name=name,
-            preset=preset,
-            progress=progress and env.rank == SERVER,
-            setup=setup,
-            runner=runner,
-        )
-    except PeerFailure as failure:
-        raise PeerFailure(failure.ranks, f"rank {env.rank} stopped: {failure}") from None
-    finally:
-        dist.destroy_process_group()
+def server_runner(config: Config, rank: int, world: int, timeout: float) -> Callable:
+    """The runner of this rank of an AsySG-con or sync-ps run: the server on rank 0,
+    a worker on the others. UsageError unless ``world`` is the workers plus one."""
+    check_world(config, world)
+    if rank == SERVER:
+        return partial(_serve, timeout=timeout)
+    return partial(_work, rank=rank, timeout=timeout)
 
 
 # ---------------------------------------------------------------- receiving

@@ -223,21 +223,12 @@ class Mailbox:
         Raises :class:`PeerTimeout` after ``timeout`` seconds, or :class:`PeerFailure`
         as soon as a neighbour it waits for is known to have failed.
         """
-        deadline = time.monotonic() + timeout
         with self._condition:
-            while True:
-                missing = [n for n, s in zip(self.neighbours, self._steps, strict=True) if s < step]
-                self._raise_if_broken(missing)
-                if not missing:
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining > 0:
-                    self._condition.wait(remaining)
-                else:
-                    raise PeerTimeout(
-                        missing,
-                        f"{rank_list(missing)} sent no step-{step} message within {timeout:g} s",
-                    )
+            self._wait_for(
+                lambda: [n for n, s in zip(self.neighbours, self._steps, strict=True) if s < step],
+                time.monotonic() + timeout,
+                f"sent no step-{step} message within {timeout:g} s",
+            )
             for i, arrivals in enumerate(self._arrivals):
                 while arrivals and arrivals[0][0] <= step:
                     self.values[i].copy_(arrivals.popleft()[1])
@@ -252,20 +243,27 @@ class Mailbox:
         """Wait until every neighbour has sent STOP; the threads then end."""
         deadline = time.monotonic() + timeout
         with self._condition:
-            while True:
-                missing = [n for n, s in zip(self.neighbours, self._stopped, strict=True) if not s]
-                self._raise_if_broken(missing)
-                if not missing:
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining > 0:
-                    self._condition.wait(remaining)
-                else:
-                    raise PeerTimeout(
-                        missing, f"{rank_list(missing)} did not finish within {timeout:g} s"
-                    )
+            self._wait_for(
+                lambda: [n for n, s in zip(self.neighbours, self._stopped, strict=True) if not s],
+                deadline,
+                f"did not finish within {timeout:g} s",
+            )
         for thread in self._threads:
             thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+
+    def _wait_for(self, missing: Callable[[], list[int]], deadline: float, late: str) -> None:
+        """With the condition held: wait until ``missing()`` is empty. PeerFailure as soon
+        as a neighbour it lists is known to have failed; PeerTimeout ("RANKS ``late``")
+        at the deadline."""
+        while True:
+            waiting = missing()
+            self._raise_if_broken(waiting)
+            if not waiting:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise PeerTimeout(waiting, f"{rank_list(waiting)} {late}")
+            self._condition.wait(remaining)
 
     def raise_if_aborted(self) -> None:
         """Raise the failure a neighbour reported (ABORT), if one has."""
