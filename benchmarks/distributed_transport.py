@@ -54,11 +54,11 @@ import torch
 import torch.distributed as dist
 
 from murmur.config import Config, apply_overrides, build_config, read_preset
-from murmur.experiment import prepare
+from murmur.dist.mailbox import HEADER_FIELDS, MAGIC, Kind, Mailbox, Outbox
+from murmur.dist.runtime import loopback_interface
+from murmur.dist.transport import DistributedTransport
 from murmur.registry import ALGORITHMS
-from murmur.runtime.distributed import loopback_interface
-from murmur.runtime.distributed_transport import DistributedTransport
-from murmur.runtime.mailbox import HEADER_FIELDS, MAGIC, Kind, Mailbox, Outbox
+from murmur.training.setup import prepare
 
 PRESET = "detsgrad"
 LOOPBACK = "127.0.0.1"

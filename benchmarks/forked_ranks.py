@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from murmur.config import Config
-from murmur.runtime.distributed import run_distributed
+from murmur.dist.runtime import run_distributed
 
 LOOPBACK = "127.0.0.1"
 FORK = multiprocessing.get_context("fork")

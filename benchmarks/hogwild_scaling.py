@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import torch
 
 from murmur.config import Config, apply_overrides, build_config, read_preset
-from murmur.experiment import Setup, prepare
-from murmur.runtime.hogwild import START_METHOD, train_shared
+from murmur.procs.hogwild import START_METHOD, train_shared
+from murmur.training.setup import Setup, prepare
 
 PRESET = "hogwild"
 """The preset every run starts from (mnist5k, MLP 784-100-10, batch 32)."""

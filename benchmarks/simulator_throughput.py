@@ -4,7 +4,7 @@ For each number of agents N, four ways to train the 784-100-10 MLP on mnist5k
 with 32 samples per agent and step are timed in the same process, and their
 training samples per second compared:
 
-- murmur:      the full DETSGRAD simulator step as ``murmur.runtime.simulator.simulate``
+- murmur:      the full DETSGRAD simulator step as ``murmur.sim.simulator.simulate``
                runs it (batch sampling, ``StackedModel.loss_and_grad``,
                ``Detsgrad.step`` on a ring through an ``InMemoryTransport``), timed
                by the simulator's own ``train_seconds`` (evaluation excluded);
@@ -44,12 +44,12 @@ from torch.nn import functional
 
 from murmur.config import Config, apply_overrides, build_config, read_preset
 from murmur.data.batches import BatchSampler
-from murmur.experiment import Setup, prepare
 from murmur.models import build_model
 from murmur.registry import ALGORITHMS
-from murmur.runtime.simulator import simulate
-from murmur.runtime.transport import InMemoryTransport
 from murmur.seeding import derive_seed
+from murmur.sim.simulator import simulate
+from murmur.sim.transport import InMemoryTransport
+from murmur.training.setup import Setup, prepare
 
 PRESET = "detsgrad"
 """The preset every run starts from (mnist5k, MLP 784-100-10, ring, batch 32)."""

@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             return _run(args.preset, args.overrides, args.out, progress=not args.quiet)
         if args.command == "launch":
-            from murmur.runtime.launch import launch
+            from murmur.dist.launch import launch
 
             return launch(
                 args.nproc,
@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("murmur: interrupted", file=sys.stderr)
         return 130
     except RuntimeError as error:
-        from murmur.runtime.mailbox import PeerFailure
+        from murmur.dist.mailbox import PeerFailure
 
         if not isinstance(error, PeerFailure):
             raise
@@ -156,8 +156,10 @@ def _error_line(message: str) -> None:
 
 def _run(source: str, overrides: list[str], out: str | None, progress: bool) -> int:
     from murmur.config import load_experiment
-    from murmur.experiment import check_run_dir, prepare, run
+    from murmur.experiment import run
     from murmur.metrics.report import format_table
+    from murmur.training.runs import check_run_dir
+    from murmur.training.setup import prepare
 
     experiment = load_experiment(source, overrides)
     setups = [prepare(config) for _, config in experiment.runs]  # all checked before any starts
@@ -188,9 +190,9 @@ def _run_distributed(
 ) -> int:
     """One rank of a torchrun job; rank 0 writes the run folder and prints the table."""
     from murmur.config import load_experiment
+    from murmur.dist.launch import default_run_dir, single_run
+    from murmur.dist.runtime import run_distributed
     from murmur.metrics.report import format_table
-    from murmur.runtime.distributed import run_distributed
-    from murmur.runtime.launch import default_run_dir, single_run
 
     experiment = load_experiment(source, overrides)
     label, config = single_run(experiment)
@@ -225,7 +227,8 @@ def _datasets() -> int:
 
 
 def _report(folders: list[str], out: str | None) -> int:
-    from murmur.metrics.report import format_table, read_run, write_report
+    from murmur.metrics.report import format_table, read_run
+    from murmur.metrics.report_files import write_report
 
     run_dirs: list[Path] = []
     for folder in map(Path, folders):

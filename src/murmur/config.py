@@ -28,142 +28,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import tomli_w
 
 from murmur.errors import UsageError
+from murmur.registry import ALGORITHMS
+from murmur.sections import (
+    AlgorithmConfig,
+    DataConfig,
+    ModelConfig,
+    RunConfig,
+    TimingConfig,
+    TopologyConfig,
+)
 
 SECTIONS = ("run", "data", "model", "topology", "timing", "algorithm")
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """How long to train and how to measure it."""
-
-    seed: int = 0
-    """Seed of every random choice: data split, model init, batches, graphs."""
-    iterations: int = 3000
-    """Number of training iterations (one mini-batch per agent each)."""
-    eval_every: int = 100
-    """Evaluate every agent on the test set every this many iterations."""
-    threads: int = 1
-    """torch intra-op threads; 1 is fastest for small per-agent models."""
-
-    def __post_init__(self) -> None:
-        _require(self.iterations >= 1, "run.iterations must be at least 1")
-        _require(self.eval_every >= 1, "run.eval_every must be at least 1")
-        _require(self.threads >= 1, "run.threads must be at least 1")
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """Which data, and how it is split among the agents."""
-
-    dataset: str = "mnist5k"
-    """Dataset name (see ``murmur datasets``)."""
-    root: str = ""
-    """Directory with the files of an on-disk dataset (mnist, fashion-mnist)."""
-    partition: Literal["iid", "labels", "dirichlet"] = "iid"
-    """How training samples are split: uniformly, k labels per agent, or Dirichlet."""
-    labels_per_agent: int = 1
-    """Classes held by each agent when ``partition = "labels"``."""
-    dirichlet_alpha: float = 0.5
-    """Concentration of the Dirichlet split; smaller is more skewed."""
-    batch_size: int = 32
-    """Mini-batch size per agent and iteration."""
-
-    def __post_init__(self) -> None:
-        _require(self.batch_size >= 1, "data.batch_size must be at least 1")
-        _require(self.labels_per_agent >= 1, "data.labels_per_agent must be at least 1")
-        _require(self.dirichlet_alpha > 0, "data.dirichlet_alpha must be positive")
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The network every agent trains a copy of."""
-
-    name: Literal["mlp", "linear"] = "mlp"
-    """``mlp`` (ReLU hidden layers) or ``linear`` (one affine layer)."""
-    hidden: tuple[int, ...] = (100,)
-    """Hidden layer widths of the MLP."""
-
-    def __post_init__(self) -> None:
-        _require(all(width >= 1 for width in self.hidden), "model.hidden widths must be >= 1")
-
-
-@dataclass(frozen=True)
-class TopologyConfig:
-    """The communication graph between agents."""
-
-    graph: str = "ring"
-    """ring, circular, complete, star, torus, erdos_renyi or edges."""
-    agents: int = 10
-    """Number of agents (nodes)."""
-    degree: int = 2
-    """Degree of a ``circular`` graph (even)."""
-    probability: float = 0.3
-    """Edge probability of an ``erdos_renyi`` graph."""
-    rows: int = 0
-    """Rows of a ``torus``; 0 chooses the most square shape."""
-    edges_file: str = ""
-    """Edge list file (one ``i j`` pair per line) for ``graph = "edges"``."""
-
-    def __post_init__(self) -> None:
-        _require(self.agents >= 1, f"topology.agents must be at least 1, not {self.agents}")
-        _require(self.rows >= 0, "topology.rows must be >= 0 (0 = automatic)")
-
-
-@dataclass(frozen=True)
-class TimingConfig:
-    """The virtual clock of the simulator: how long computing and messages take.
-
-    An agent's update takes ``flops / (flops_per_second * speed)`` virtual
-    seconds, times a random factor of mean 1 when ``compute_noise`` is not
-    ``constant``; a message takes ``latency + bytes / bandwidth``.
-    """
-
-    flops_per_second: float = 1e10
-    """Floating-point operations per virtual second of an agent of speed 1 (a CPU core)."""
-    compute_noise: Literal["constant", "exponential", "lognormal"] = "constant"
-    """Distribution of the factor (mean 1) that scales each compute time."""
-    noise_sigma: float = 0.5
-    """Shape of the log-normal factor (sigma of its logarithm)."""
-    speeds: tuple[float, ...] = ()
-    """Speed of each agent (one value per agent); empty: all 1."""
-    stragglers: int = 0
-    """How many agents (the first ones: 0, 1, ...) are slowed down."""
-    straggler_factor: float = 4.0
-    """How many times slower a straggler is (at least 1)."""
-    latency: float = 1e-3
-    """Seconds from send to arrival of any message, before its bytes."""
-    bandwidth: float = 1.25e8
-    """Bytes per second of every link (1.25e8 is 1 Gbit/s)."""
-
-    def __post_init__(self) -> None:
-        _require(
-            math.isfinite(self.flops_per_second) and self.flops_per_second > 0,
-            "timing.flops_per_second must be positive",
-        )
-        _require(self.noise_sigma >= 0, "timing.noise_sigma must be >= 0")
-        _require(
-            all(math.isfinite(speed) and speed > 0 for speed in self.speeds),
-            "timing.speeds must all be positive",
-        )
-        _require(self.stragglers >= 0, "timing.stragglers must be >= 0")
-        _require(
-            math.isfinite(self.straggler_factor) and self.straggler_factor >= 1,
-            f"timing.straggler_factor must be at least 1, not {self.straggler_factor}",
-        )
-        _require(self.latency >= 0, "timing.latency must be >= 0")
-        _require(self.bandwidth > 0, "timing.bandwidth must be positive")
-
-
-@dataclass(frozen=True)
-class AlgorithmConfig:
-    """Base of every algorithm's parameters; ``name`` picks the algorithm."""
-
-    name: ClassVar[str] = ""
 
 
 @dataclass(frozen=True)
@@ -241,8 +121,6 @@ def build_config(raw: Mapping[str, Any]) -> Config:
 
 def algorithm_config_class(name: str) -> type[AlgorithmConfig]:
     """The parameter dataclass of the algorithm called ``name``."""
-    from murmur.registry import ALGORITHMS
-
     if name not in ALGORITHMS:
         raise UsageError(
             f"unknown algorithm.name '{name}'; valid names: {', '.join(sorted(ALGORITHMS))}"
@@ -301,11 +179,6 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
             raise UsageError(f"{key} must be a string, not {value!r}")
         return value
     raise TypeError(f"unsupported config field type {hint!r} for {key}")
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise UsageError(message)
 
 
 def _plain(value: Any) -> Any:

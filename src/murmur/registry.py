@@ -1,105 +1,177 @@
-"""Names -> builders: the one place that knows every algorithm by name."""
+"""Names -> algorithms: the one place that knows every algorithm by name, how it is
+built, and which runtimes run it (with what to run instead where one does not)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 from murmur.algorithms.arock import AsyncSolver, DssfnAsyncConfig
-from murmur.algorithms.asysg import AsysgConfig, AsysgInconConfig, SyncPsConfig
+from murmur.algorithms.asysg import AsysgConfig, AsysgInconConfig, SyncPsConfig, WorkersConfig
 from murmur.algorithms.centralized import Centralized, CentralizedConfig
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.algorithms.dsgd import Dsgd, DsgdConfig
 from murmur.algorithms.dssfn import DssfnConfig, SyncSolver
 from murmur.algorithms.hogwild import HogwildConfig
+from murmur.algorithms.protocols import Algorithm, LayerSolver
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
-from murmur.config import AlgorithmConfig
+from murmur.errors import UsageError
+from murmur.sections import AlgorithmConfig
 from murmur.topology import Graph
+
+C = TypeVar("C", bound=AlgorithmConfig)
+Kind = Literal["sgd", "layerwise", "server", "hogwild"]
+Runtime = Literal["simulator", "distributed"]
+Built = Algorithm | LayerSolver | WorkersConfig | HogwildConfig
+"""What a spec builds, by kind: an ``Algorithm`` (sgd), a ``LayerSolver``
+(layerwise), or the workers' config from which the runner builds the parameter
+server or the shared-memory processes (server, hogwild), since those need the
+run's initial model and length too."""
 
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
-    """How to build one algorithm, and what it needs from the run."""
+    """How to build one algorithm, what it needs from the run, where it runs."""
 
     config: type[AlgorithmConfig]
-    build: Callable[[AlgorithmConfig, Graph], Any]
-    """An ``Algorithm`` (kind ``sgd``) or a ``LayerSolver`` (kind ``layerwise``)."""
+    build: Callable[[AlgorithmConfig, Graph], Built]
     summary: str
     decentralized: bool
-    """False: one learner on all data (agents x batch_size samples per step)."""
-    kind: Literal["sgd", "layerwise", "server", "hogwild"] = "sgd"
-    """How it is trained (``experiment._RUNNERS``): ``sgd``: synchronous rounds stepped
-    by the simulator; ``layerwise``: SSFN; ``server``: workers and a parameter server
-    on the virtual clock; ``hogwild``: real processes on one shared-memory model."""
+    """False: one learner on all data, or workers sharing one model."""
+    kind: Kind = "sgd"
+    """How it is trained: ``sgd``: synchronous rounds; ``layerwise``: SSFN;
+    ``server``: workers and a parameter server; ``hogwild``: real processes on one
+    shared-memory model (``murmur run`` starts them itself)."""
+    runtimes: tuple[Runtime, ...] = ("simulator", "distributed")
+    instead: str = ""
+    """Where the distributed runtime does not run it: why, and what to run instead."""
 
+    def processes(self, config: AlgorithmConfig, agents: int) -> int:
+        """Ranks a distributed run needs: one per agent, or the workers and a server."""
+        if self.kind == "server" and isinstance(config, WorkersConfig):
+            return config.workers + 1
+        return agents
+
+
+def _detsgrad(config: AlgorithmConfig, graph: Graph) -> Built:
+    return Detsgrad(_as(config, DetsgradConfig), graph)
+
+
+def _dsgd(config: AlgorithmConfig, graph: Graph) -> Built:
+    return Dsgd(_as(config, DsgdConfig), graph)
+
+
+def _centralized(config: AlgorithmConfig, graph: Graph) -> Built:
+    return Centralized(_as(config, CentralizedConfig))
+
+
+def _workers(config: AlgorithmConfig, graph: Graph) -> Built:
+    return _as(config, WorkersConfig)
+
+
+def _hogwild(config: AlgorithmConfig, graph: Graph) -> Built:
+    return _as(config, HogwildConfig)
+
+
+def _ssfn(config: AlgorithmConfig, graph: Graph) -> Built:
+    return CentralSolver(_as(config, SsfnConfig))
+
+
+def _dssfn(config: AlgorithmConfig, graph: Graph) -> Built:
+    return SyncSolver(_as(config, DssfnConfig), graph)
+
+
+def _dssfn_async(config: AlgorithmConfig, graph: Graph) -> Built:
+    return AsyncSolver(_as(config, DssfnAsyncConfig), graph)
+
+
+def _as(config: AlgorithmConfig, cls: type[C]) -> C:
+    if not isinstance(config, cls):
+        raise TypeError(f"expected a {cls.__name__}, not a {type(config).__name__}")
+    return config
+
+
+_ONE_LEARNER = ("simulator",)
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
     "detsgrad": AlgorithmSpec(
-        DetsgradConfig,
-        lambda config, graph: Detsgrad(config, graph),
-        "event-triggered decentralized SGD",
-        decentralized=True,
+        DetsgradConfig, _detsgrad, "event-triggered decentralized SGD", decentralized=True
     ),
     "dsgd": AlgorithmSpec(
-        DsgdConfig,
-        lambda config, graph: Dsgd(config, graph),
-        "decentralized SGD, every agent sends every step",
-        decentralized=True,
+        DsgdConfig, _dsgd, "decentralized SGD, every agent sends every step", decentralized=True
     ),
     "centralized": AlgorithmSpec(
         CentralizedConfig,
-        lambda config, graph: Centralized(config),
+        _centralized,
         "one learner on all the data",
         decentralized=False,
+        runtimes=_ONE_LEARNER,
+        instead="it is one learner: `murmur run centralized`",
     ),
     "asysg-con": AlgorithmSpec(
         AsysgConfig,
-        lambda config, graph: config,
+        _workers,
         "asynchronous SGD, parameter server applying stale gradients as they arrive",
         decentralized=False,
         kind="server",
     ),
     "sync-ps": AlgorithmSpec(
         SyncPsConfig,
-        lambda config, graph: config,
+        _workers,
         "synchronous parameter server: waits for all workers every update",
         decentralized=False,
         kind="server",
     ),
     "asysg-incon": AlgorithmSpec(
         AsysgInconConfig,
-        lambda config, graph: config,
+        _workers,
         "asynchronous SGD in shared memory, reads mixing recent versions",
         decentralized=False,
         kind="server",
+        runtimes=_ONE_LEARNER,
+        instead="its workers share one model in memory: its real-process form is "
+        "`murmur run hogwild`, processes on one machine",
     ),
     "hogwild": AlgorithmSpec(
         HogwildConfig,
-        lambda config, graph: config,
+        _hogwild,
         "Hogwild!: lock-free SGD of W processes on one shared-memory model",
         decentralized=False,
         kind="hogwild",
+        runtimes=_ONE_LEARNER,
+        instead="it already runs real processes on one machine: `murmur run hogwild`",
     ),
     "ssfn": AlgorithmSpec(
         SsfnConfig,
-        lambda config, graph: CentralSolver(config),
+        _ssfn,
         "SSFN, layers solved by ADMM on all the data",
         decentralized=False,
         kind="layerwise",
+        runtimes=_ONE_LEARNER,
+        instead="it is one learner: `murmur run` it, or dssfn / dssfn-async distributed",
     ),
     "dssfn": AlgorithmSpec(
         DssfnConfig,
-        lambda config, graph: SyncSolver(config, graph),
+        _dssfn,
         "decentralized SSFN, synchronous ADMM with gossip",
         decentralized=True,
         kind="layerwise",
     ),
     "dssfn-async": AlgorithmSpec(
         DssfnAsyncConfig,
-        lambda config, graph: AsyncSolver(config, graph),
+        _dssfn_async,
         "decentralized SSFN, asynchronous ADMM (ARock)",
         decentralized=True,
         kind="layerwise",
     ),
 }
+
+
+def check_runtime(name: str, runtime: Runtime) -> AlgorithmSpec:
+    """The spec of ``name``; UsageError, saying what to run instead, unless ``runtime``
+    runs it."""
+    spec = ALGORITHMS[name]
+    if runtime not in spec.runtimes:
+        raise UsageError(f"the {runtime} runtime does not run {name}: {spec.instead}")
+    return spec

@@ -8,7 +8,8 @@ from torch.nn import functional
 from murmur.config import build_config
 from murmur.data.batches import BatchSampler
 from murmur.data.datasets import synthetic_optimum
-from murmur.experiment import prepare, run
+from murmur.experiment import run
+from murmur.training.setup import prepare
 
 
 def _config(algorithm: dict, **sections: dict):

@@ -27,10 +27,11 @@ from murmur.algorithms.ssfn import (
     ridge_solution,
 )
 from murmur.config import TimingConfig
-from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
-from murmur.runtime.layerwise import Network, train_layerwise
-from murmur.runtime.transport import MessageCounters
+from murmur.metrics.counters import MessageCounters
+from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
+from murmur.sim.layerwise import SimulatedNetwork as Network
 from murmur.topology import complete, ring
+from murmur.training.layerwise import train_layerwise
 
 F64 = torch.float64
 

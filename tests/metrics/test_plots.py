@@ -10,7 +10,8 @@ import pytest
 from summaries import worker_summary
 
 from murmur.metrics import plots
-from murmur.metrics.report import Run, read_run, write_report
+from murmur.metrics.report import Run, read_run
+from murmur.metrics.report_files import write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NEW_PLOTS = ("time_vs_nodes.png", "accuracy_vs_degree.png")

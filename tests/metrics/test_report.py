@@ -18,8 +18,8 @@ from murmur.metrics.report import (
     human_bytes,
     read_run,
     speedups,
-    write_report,
 )
+from murmur.metrics.report_files import write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

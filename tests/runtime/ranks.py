@@ -23,7 +23,7 @@ import json, multiprocessing, os, signal, sys, time
 spec = json.loads(sys.argv[1])
 import torch
 import murmur.cli
-import murmur.runtime.distributed as distributed
+import murmur.dist.runtime as distributed
 
 
 def keep_rank_0_parameters(path):

@@ -7,6 +7,7 @@ running ``murmur run ... --runtime distributed``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -20,10 +21,11 @@ import pytest
 import torch
 from ranks import Fault, Kill, assert_others_stop_naming, drive, free_port, read_records
 
-import murmur.runtime.distributed as distributed
+import murmur.dist.runtime as distributed
 from murmur.cli import main
 from murmur.config import load_experiment
 from murmur.experiment import run
+from murmur.registry import ALGORITHMS
 
 TOML = """
 [run]
@@ -296,11 +298,16 @@ def test_launch_refuses_an_algorithm_without_a_distributed_form_saying_what_to_r
     assert f"does not run {algorithm}: " in err and instead in err
 
 
-def test_an_algorithm_not_supported_yet_is_refused_in_one_line(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(distributed, "SUPPORTED", ("detsgrad",))
+def test_the_registry_decides_which_runtimes_run_an_algorithm(capsys, tmp_path, monkeypatch):
+    """An algorithm whose registry entry leaves out the distributed runtime is refused
+    by it, with the entry's word on what to run instead."""
+    spec = dataclasses.replace(
+        ALGORITHMS["dsgd"], runtimes=("simulator",), instead="run it in the simulator"
+    )
+    monkeypatch.setitem(ALGORITHMS, "dsgd", spec)
     path = write_config(tmp_path, DSGD)
     err = one_line_error(capsys, main(["launch", "--nproc", "4", str(path)]))
-    assert "runs detsgrad so far, not dsgd; run it with --runtime simulator" in err
+    assert "does not run dsgd: run it in the simulator" in err
 
 
 def test_run_refuses_an_unknown_runtime(capsys):

@@ -30,10 +30,10 @@ spec = json.loads(sys.argv[1])
 import torch
 import torch.distributed as dist
 from murmur.config import load_experiment
-from murmur.experiment import prepare
+from murmur.training.setup import prepare
 from murmur.registry import ALGORITHMS
-from murmur.runtime.distributed import loopback_interface
-from murmur.runtime.distributed_layerwise import train_layerwise_rank
+from murmur.dist.runtime import loopback_interface
+from murmur.dist.layerwise import train_layerwise_rank
 
 
 def rank_main(rank):

@@ -9,7 +9,7 @@ import pytest
 
 from murmur.config import TimingConfig
 from murmur.errors import UsageError
-from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
+from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
 
 # ------------------------------------------------------------------ EventLoop
 

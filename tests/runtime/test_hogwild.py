@@ -13,10 +13,11 @@ import torch
 from murmur.cli import main
 from murmur.config import build_config
 from murmur.data.batches import BatchSampler
-from murmur.experiment import prepare, run
-from murmur.runtime import hogwild
-from murmur.runtime.hogwild import train_shared
+from murmur.experiment import run
+from murmur.procs import hogwild
+from murmur.procs.hogwild import train_shared
 from murmur.seeding import derive_seed
+from murmur.training.setup import prepare
 
 SIMULATOR_RECORD_KEYS = {
     "iteration",

@@ -17,8 +17,7 @@ import torch
 from gloo import gloo_groups
 
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
-from murmur.runtime.distributed_transport import DistributedTransport
-from murmur.runtime.mailbox import (
+from murmur.dist.mailbox import (
     HEADER_TAG,
     MAGIC,
     PAYLOAD_TAG,
@@ -28,7 +27,8 @@ from murmur.runtime.mailbox import (
     PeerTimeout,
     encode_header,
 )
-from murmur.runtime.transport import InMemoryTransport
+from murmur.dist.transport import DistributedTransport
+from murmur.sim.transport import InMemoryTransport
 from murmur.topology import ring
 
 P = 6

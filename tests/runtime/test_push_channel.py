@@ -11,9 +11,9 @@ import pytest
 import torch
 from gloo import gloo_groups
 
-from murmur.runtime.mailbox import MAGIC, Kind, encode_header
-from murmur.runtime.push_channel import Neighbourhood, channel_tags
-from murmur.runtime.transport import MessageCounters
+from murmur.dist.mailbox import MAGIC, Kind, encode_header
+from murmur.dist.push_channel import Neighbourhood, channel_tags
+from murmur.metrics.counters import MessageCounters
 
 Q, N = 2, 3
 """Blocks are (Q, N) float64: 2 * Q * N float32 on the wire."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from murmur.config import build_config
-from murmur.experiment import prepare, run
+from murmur.experiment import run
+from murmur.training.setup import prepare
 
 
 def _config(name: str, **timing):

@@ -9,7 +9,8 @@ import torch
 
 from murmur.config import build_config
 from murmur.data.batches import BatchSampler
-from murmur.experiment import prepare, run
+from murmur.experiment import run
+from murmur.training.setup import prepare
 
 ITERATIONS = 30
 
@@ -105,7 +106,7 @@ def test_inconsistent_reads_mix_stored_versions_coordinate_by_coordinate():
     config = _config("asysg-incon", workers=4, max_delay=3)
     result = run(config)
     assert result.extra["staleness"]["max"] >= 1
-    from murmur.runtime.server import _ServerRun
+    from murmur.sim.server import _ServerRun
 
     setup = prepare(config)
     server = _ServerRun(setup, config.algorithm, lambda record: None, progress=False)

@@ -8,7 +8,7 @@ from torch.nn import functional
 
 from murmur.config import ModelConfig
 from murmur.models import build_model
-from murmur.runtime.stacked import StackedModel
+from murmur.models.stacked import StackedModel
 
 
 def _loop_gradients(module: nn.Module, stacked: StackedModel, flat, x, y):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from murmur.runtime.transport import InMemoryTransport
+from murmur.sim.transport import InMemoryTransport
 from murmur.topology import as_sparse, star
 
 

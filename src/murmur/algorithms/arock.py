@@ -30,22 +30,22 @@ layer on its own, whatever the rest of the network is doing. A slow node thus
 gets answers from its faster neighbours for as long as it needs them, and
 nobody ever waits for a round to end.
 
-The same :class:`ArockNode` and the same rule run every node on the simulator's
-event loop, or one node per process in the distributed runtime, where its
-pushes go through a :class:`PushChannel`; there a neighbour that fails is
-dropped (its edge leaves the problem) and the node carries on.
+The same :class:`ArockNode` state machine and the same rule run every node on
+the simulator's event loop (``murmur.sim.arock``), or one node per process in
+the distributed runtime (``murmur.dist.arock``), where its pushes go through a
+push channel; there a neighbour that fails is dropped (its edge leaves the
+problem) and the node carries on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
+from murmur.algorithms.protocols import AsyncWork, LayerNetwork
 from murmur.algorithms.ssfn import Ball, LayerwiseConfig, Regularizer, matmul_flops
 from murmur.errors import UsageError
-from murmur.runtime.events import EventLoop
 from murmur.topology import Graph
 
 
@@ -94,12 +94,16 @@ def ball_constrained_solve(
 
 
 class ArockNode:
-    """Node i's part of one layer: its edge blocks z_{e,j}, the blocks z_{e,i} its
-    neighbours last pushed, and its closed-form update. The same object serves the
-    simulated network and a real process."""
+    """Node i's part of one layer, as a state machine (:class:`AsyncNode`): its edge
+    blocks z_{e,j}, the blocks z_{e,i} its neighbours last pushed, its update count
+    and its closed-form update. The runtime tells it what arrived (``receive``) and
+    who failed (``drop``), asks it what to do next (``next_action``) and carries the
+    blocks ``update`` returns. The same object serves the simulated network and a
+    real process."""
 
     def __init__(
         self,
+        index: int,
         gram: torch.Tensor,
         cross: torch.Tensor,
         neighbours: list[int],
@@ -107,37 +111,74 @@ class ArockNode:
         nodes: int,
         gamma: float,
         eta: float,
+        quota: int,
     ) -> None:
+        self.index = index
         values, self.basis = torch.linalg.eigh(gram)
         self.values = values.clamp(min=0.0)
         self.cross2 = 2.0 * cross
-        self.gamma, self.eta = gamma, eta
+        self.gamma, self.eta, self.quota = gamma, eta, quota
         self.ridge = 0.0 if isinstance(regularizer, Ball) else regularizer.lam / nodes
         self.radius = regularizer.radius if isinstance(regularizer, Ball) else None
         self.own = {j: torch.zeros_like(cross) for j in neighbours}
         """z_{e,j} for each edge e = (i, j): what this node pushes to j."""
         self.inbox = {j: torch.zeros_like(cross) for j in neighbours}
         """z_{e,i} as neighbour j last pushed it."""
+        self.stamps = dict.fromkeys(neighbours, -1)
+        """Each neighbour's newest update number heard (-1: nothing yet)."""
+        self.updates = 0
+        self.fresh = True
+        """Something arrived since the current update began (a node starts at once)."""
+        self.finished = False
+        self.x = torch.zeros_like(cross)
 
     @property
     def neighbours(self) -> list[int]:
         return list(self.own)
 
-    def update(self) -> torch.Tensor:
-        """Solve for x_i from the inbox, relax the own blocks; returns x_i (Q, n)."""
-        incoming = sum(self.inbox.values(), torch.zeros_like(self.cross2))
-        rotated = (self.cross2 - incoming) @ self.basis
-        curvature = 2.0 * self.values + self.gamma * len(self.own) + 2.0 * self.ridge
-        x = ball_constrained_solve(rotated, curvature, self.basis, self.radius)
-        for j, block in self.own.items():
-            target = (block - self.inbox[j]) / 2.0 - self.gamma * x
-            self.own[j] = block - self.eta * (block - target)
-        return x
+    @property
+    def solution(self) -> torch.Tensor:
+        return self.x
+
+    def receive(self, sender: int, stamp: int, block: torch.Tensor) -> bool:
+        """Take neighbour ``sender``'s block of its update ``stamp``; an older message
+        never overwrites a newer one, and nothing is taken once the layer is done."""
+        if self.finished or sender not in self.stamps or stamp <= self.stamps[sender]:
+            return False
+        self.stamps[sender] = stamp
+        self.inbox[sender] = block.view_as(self.cross2)
+        self.fresh = True
+        return True
 
     def drop(self, neighbour: int) -> None:
         """Neighbour ``neighbour`` failed: its edge leaves the problem."""
         self.own.pop(neighbour, None)
         self.inbox.pop(neighbour, None)
+        self.stamps.pop(neighbour, None)
+
+    def next_action(self) -> str:
+        """Done once this node and every neighbour made the quota (a message's stamp is
+        its sender's update count); update on news, or with no news once every
+        neighbour made its quota (they only answer then); else wait for news."""
+        if layer_done(self.updates, self.stamps, self.quota):
+            self.finished = True
+            return "done"
+        if self.fresh or neighbours_done(self.stamps, self.quota):
+            return "update"
+        return "wait"
+
+    def update(self) -> dict[int, torch.Tensor]:
+        """Solve for x_i from the inbox, relax the own blocks; returns them to push."""
+        self.fresh = False
+        incoming = sum(self.inbox.values(), torch.zeros_like(self.cross2))
+        rotated = (self.cross2 - incoming) @ self.basis
+        curvature = 2.0 * self.values + self.gamma * len(self.own) + 2.0 * self.ridge
+        self.x = ball_constrained_solve(rotated, curvature, self.basis, self.radius)
+        for j, block in self.own.items():
+            target = (block - self.inbox[j]) / 2.0 - self.gamma * self.x
+            self.own[j] = block - self.eta * (block - target)
+        self.updates += 1
+        return self.own
 
 
 def layer_done(updates: int, stamps: dict[int, int], quota: int) -> bool:
@@ -150,153 +191,46 @@ def neighbours_done(stamps: dict[int, int], quota: int) -> bool:
     return all(stamp >= quota - 1 for stamp in stamps.values())
 
 
-class PushChannel(Protocol):
-    """One layer's messages of a node that runs in a process of its own."""
-
-    neighbours: list[int]
-    """The neighbours still there when the layer began."""
-
-    def push(self, blocks: dict[int, torch.Tensor], stamp: int) -> None:
-        """Send ``blocks[j]`` to each neighbour j, without waiting; a newer push to j
-        replaces one not yet on the wire."""
-
-    def news(self) -> dict[int, tuple[int, torch.Tensor]]:
-        """The newest ``(stamp, block)`` from each neighbour heard since the last call."""
-
-    def failed(self) -> list[int]:
-        """Neighbours found gone since the last call (never listed twice)."""
-
-    def wait(self, needed: list[int]) -> None:
-        """Until news or a failure; a neighbour of ``needed`` silent past the
-        deadline is then failed."""
-
-    def close(self) -> None:
-        """The layer is done here: tell the neighbours after the last pushes."""
-
-
 class AsyncSolver:
-    """ARock over the graph: every node on the event loop (simulator), or this
-    process's node against its neighbours' processes; see the module docstring."""
+    """ARock over the graph: one :class:`ArockNode` per node of this process, driven
+    by the network (all nodes on the simulator's event loop, or this process's node
+    against its neighbours' processes); see the module docstring."""
 
     def __init__(self, config: DssfnAsyncConfig, graph: Graph) -> None:
         self.gamma = 2.0 / config.mu
         self.eta = config.eta
         self.iterations_per_layer = config.admm_iterations
-        self.neighbors = [graph.neighbors(i) for i in range(graph.agents)]
+        self.graph = graph
 
-    def solve(self, grams, crosses, regularizer: Regularizer, setup_flops, network):
-        channel = network.pushes_for(crosses.shape[1] * crosses.shape[2], crosses.dtype)
-        if channel is None:
-            return self._simulate(grams, crosses, regularizer, setup_flops, network)
-        return self._run_node(grams[0], crosses[0], regularizer, network, channel)[None]
-
-    def _run_node(self, gram, cross, regularizer, network, channel: PushChannel) -> torch.Tensor:
-        """This process's node: update as soon as there is news, push, repeat."""
-        nodes = network.graph.agents
-        node = ArockNode(
-            gram,
-            cross,
-            channel.neighbours,
-            regularizer,
-            nodes,
-            self.gamma,
-            self.eta,
-        )
-        quota = self.iterations_per_layer
-        stamps = dict.fromkeys(node.neighbours, -1)
-        updates, fresh = 0, True
-        x = torch.zeros_like(cross)
-        while True:
-            for j in channel.failed():
-                node.drop(j)
-                stamps.pop(j, None)
-            for j, (stamp, block) in channel.news().items():
-                if j in stamps and stamp > stamps[j]:
-                    stamps[j] = stamp
-                    node.inbox[j] = block.view_as(cross)
-                    fresh = True
-            if layer_done(updates, stamps, quota):
-                break
-            if fresh or neighbours_done(stamps, quota):
-                fresh = False
-                x = node.update()
-                channel.push(node.own, updates)
-                updates += 1
-            else:
-                channel.wait([j for j, stamp in stamps.items() if stamp < quota - 1])
-        channel.close()
-        return x
-
-    def _simulate(self, grams, crosses, regularizer: Regularizer, setup_flops, network):
-        nodes, classes, width = crosses.shape
-        # Nodes start this layer at different times; one loop per layer, on absolute times.
-        clock = EventLoop(start=min(network.ready))
-        compute = network.compute
-        counters = network.counters
-        message_bytes = classes * width * crosses.element_size()
-        message_seconds = network.links.seconds(message_bytes)
-        update_flops = 2 * matmul_flops(classes, width, width)
-        eigen_flops = 4.0 * float(width) ** 3
-
-        states = [
+    def solve(
+        self,
+        grams: torch.Tensor,
+        crosses: torch.Tensor,
+        regularizer: Regularizer,
+        setup_flops: list[float],
+        network: LayerNetwork,
+    ) -> torch.Tensor:
+        _, classes, width = crosses.shape
+        live = network.live_neighbours
+        nodes = [
             ArockNode(
-                grams[i],
-                crosses[i],
-                self.neighbors[i],
+                index,
+                grams[local],
+                crosses[local],
+                live(index),
                 regularizer,
-                nodes,
+                self.graph.agents,
                 self.gamma,
                 self.eta,
+                self.iterations_per_layer,
             )
-            for i in range(nodes)
+            for local, index in enumerate(network.local_nodes)
         ]
-        stamps = [dict.fromkeys(self.neighbors[i], -1) for i in range(nodes)]
-        done = [0] * nodes
-        result = torch.zeros_like(crosses)
-        quota = self.iterations_per_layer
-        # fresh[i]: node i has received something since its current update began.
-        # idle[i]: node i waits for news rather than update again on the same inputs.
-        fresh = [False] * nodes
-        idle = [False] * nodes
-        finished = [False] * nodes
-
-        def deliver(receiver: int, sender: int, stamp: int, value: torch.Tensor) -> None:
-            if finished[receiver] or stamp <= stamps[receiver][sender]:
-                return  # an older message never overwrites a newer one
-            stamps[receiver][sender] = stamp
-            states[receiver].inbox[sender] = value
-            fresh[receiver] = True
-            if idle[receiver]:
-                idle[receiver] = False
-                wake(receiver)
-
-        def wake(i: int) -> None:
-            node = states[i]
-            fresh[i] = False
-            result[i] = node.update()
-            seconds = compute.seconds(i, update_flops)
-            arrival = clock.now + seconds + message_seconds
-            for j, value in node.own.items():
-                stamp = done[i]
-                clock.at(arrival, lambda j=j, value=value, stamp=stamp: deliver(j, i, stamp, value))
-            if node.own:
-                counters.record_event(i, len(node.own), message_bytes)
-            done[i] += 1
-            clock.at(clock.now + seconds, lambda: after_update(i))
-
-        def after_update(i: int) -> None:
-            # A message's stamp is its sender's update count, so it tells whether the
-            # sender has made its quota.
-            if layer_done(done[i], stamps[i], quota):
-                finished[i] = True
-                network.ready[i] = clock.now
-            elif fresh[i] or neighbours_done(stamps[i], quota):
-                wake(i)
-            else:
-                idle[i] = True
-
-        for i in range(nodes):
-            begin = network.ready[i] + compute.seconds(i, setup_flops[i] + eigen_flops)
-            clock.at(begin, lambda i=i: wake(i))
-        clock.run()
-        return result
+        work = AsyncWork(
+            setup_flops=[flops + 4.0 * float(width) ** 3 for flops in setup_flops],
+            update_flops=2 * matmul_flops(classes, width, width),
+            values=classes * width,
+            dtype=crosses.dtype,
+        )
+        network.run_async(nodes, work)
+        return torch.stack([node.solution for node in nodes])

@@ -21,7 +21,7 @@ Optimization", arXiv 1506.08272. W workers share one model x:
 
 We average the M gradients of an update (the paper sums them), so that the step
 ``a`` means the same for any M; the paper's gamma is ours divided by M. The
-event loop that runs them is ``murmur.runtime.server``.
+event loop that runs them is ``murmur.sim.server``.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 import torch
 
+from murmur.algorithms.protocols import Transport
 from murmur.algorithms.schedules import SgdConfig
-from murmur.runtime.transport import Transport
 
 
 @dataclass(frozen=True)

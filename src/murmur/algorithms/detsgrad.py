@@ -5,11 +5,12 @@ arXiv 1909.05020. Each agent keeps its model x_i and x^_i, the copy it last
 broadcast; neighbours only ever see x^_i. Stacked over agents::
 
     X(k+1) = X(k) - beta_k L X^(k) - alpha_k G(k)
-    agent i broadcasts x_i(k+1) when || x_i(k+1) - x^_i(k) || > v_k
+    agent i broadcasts x_i(k+1) when || x_i(k+1) - x^_i(k) || >= v_k
 
 with alpha_k = a / (eps k + 1)^d2, beta_k = b / (eps k + 1)^d1 and
-v_k = v0 alpha_k. With v0 = 0 every agent sends every step and this is DSGD
-with W = I - beta L.
+v_k = v0 alpha_k: an agent sends once its drift reaches the threshold. With
+v0 = 0 every agent therefore sends every step, zero drift included, and this is
+DSGD with W = I - beta L.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from typing import NamedTuple
 
 import torch
 
+from murmur.algorithms.protocols import Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig
 from murmur.errors import UsageError
-from murmur.runtime.transport import Transport
 from murmur.topology import Graph, as_sparse, check_consensus_step
 
 
@@ -33,7 +34,8 @@ class DetsgradConfig(SgdConfig):
     b: float = 0.2
     """Consensus step scale: beta_k = b / (eps k + 1)^d1; needs b * lambda_max(L) < 2."""
     v0: float = 1.0
-    """Event threshold scale: v_k = v0 * alpha_k. 0 sends every step."""
+    """Event threshold scale: v_k = v0 * alpha_k; an agent sends when its drift reaches v_k,
+    so 0 sends every step."""
     d1: float = 0.1
     """Decay exponent of the consensus step."""
 
@@ -76,5 +78,5 @@ class Detsgrad:
         transport.mix(self.laplacian, out=x, scale=-self.consensus_step(iteration))
         x.add_(grads, alpha=-alpha)
         drift = torch.linalg.vector_norm(torch.sub(x, transport.last_sent, out=grads), dim=1)
-        transport.broadcast(drift > self.v0 * alpha, x)
+        transport.broadcast(drift >= self.v0 * alpha, x)
         return state

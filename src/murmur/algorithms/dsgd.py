@@ -18,9 +18,9 @@ from typing import Literal, NamedTuple
 
 import torch
 
+from murmur.algorithms.protocols import Transport
 from murmur.algorithms.schedules import SgdConfig
 from murmur.errors import UsageError
-from murmur.runtime.transport import Transport
 from murmur.topology import Graph, as_sparse, mixing_matrix
 
 

@@ -20,6 +20,7 @@ from typing import Literal
 
 import torch
 
+from murmur.algorithms.protocols import LayerNetwork, RoundsWork
 from murmur.algorithms.ssfn import (
     LayerwiseConfig,
     Regularizer,
@@ -58,7 +59,14 @@ class SyncSolver:
         self.mixing = as_sparse(mixing_matrix(graph, config.weights), dtype=torch.float64)
         self.degrees = graph.degrees().tolist()
 
-    def solve(self, grams, crosses, regularizer: Regularizer, setup_flops, network):
+    def solve(
+        self,
+        grams: torch.Tensor,
+        crosses: torch.Tensor,
+        regularizer: Regularizer,
+        setup_flops: list[float],
+        network: LayerNetwork,
+    ) -> torch.Tensor:
         """``grams``, ``crosses``: the layer data of the nodes in this process (all of
         them in the simulator, one in the distributed runtime); gossip goes through
         ``network.transport_for``."""
@@ -66,33 +74,29 @@ class SyncSolver:
         nodes = network.graph.agents
         identity = torch.eye(width, dtype=grams.dtype)
         inverses = torch.cholesky_inverse(torch.linalg.cholesky(grams + identity / self.mu))
-        factor_flops = float(width) ** 3
-        network.clock.advance(
-            network.compute.round_seconds([flops + factor_flops for flops in setup_flops])
-        )
         transport = network.transport_for(classes * width, grams.dtype)
         everyone = torch.ones(local, dtype=torch.bool)
-        update_seconds = network.compute.round_seconds(matmul_flops(classes, width, width))
-        mix_seconds = network.compute.round_seconds(
-            [2.0 * (degree + 1) * classes * width for degree in self.degrees]
-        )
-        message_seconds = network.links.seconds(classes * width * grams.element_size())
+        rounds = self.rounds if nodes > 1 else 0
         consensus = torch.zeros_like(crosses)
         dual = torch.zeros_like(crosses)
         for _ in range(self.iterations_per_layer):
             outputs = torch.bmm(crosses + (consensus - dual) / self.mu, inverses)
             estimate = (outputs + dual).view(local, -1)
-            for _ in range(self.rounds if nodes > 1 else 0):
+            for _ in range(rounds):
                 transport.broadcast(everyone, estimate)
                 estimate = torch.zeros_like(estimate)
                 transport.mix(self.mixing, out=estimate)
             consensus = consensus_prox(estimate.view_as(crosses), regularizer, self.mu, nodes)
             dual += outputs - consensus
-            if nodes > 1:
-                network.clock.advance(
-                    update_seconds + self.rounds * (message_seconds + mix_seconds)
-                )
-            else:
-                network.clock.advance(update_seconds)
-        network.ready = [network.clock.now] * nodes
+        factor_flops = float(width) ** 3
+        network.work_in_rounds(
+            RoundsWork(
+                setup_flops=[flops + factor_flops for flops in setup_flops],
+                update_flops=matmul_flops(classes, width, width),
+                mix_flops=[2.0 * (degree + 1) * classes * width for degree in self.degrees],
+                message_bytes=classes * width * grams.element_size(),
+                rounds=rounds,
+                iterations=self.iterations_per_layer,
+            )
+        )
         return consensus

@@ -9,7 +9,7 @@ xi_{w,k} from its own stream and writes, in place,
     x <- x - alpha_k G(x; xi_{w,k}),   alpha_k = a / (eps k + 1)^d2,
 
 with k the worker's own step count. ``run.iterations`` steps are made in all,
-split evenly over the workers. The runtime is :mod:`murmur.runtime.hogwild`.
+split evenly over the workers. The runtime is :mod:`murmur.procs.hogwild`.
 """
 
 from __future__ import annotations

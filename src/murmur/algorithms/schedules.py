@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from murmur.config import AlgorithmConfig
 from murmur.errors import UsageError
+from murmur.sections import AlgorithmConfig
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from murmur.config import AlgorithmConfig
 from murmur.errors import UsageError
+from murmur.sections import AlgorithmConfig
 from murmur.seeding import generator
+
+if TYPE_CHECKING:
+    from murmur.algorithms.protocols import LayerNetwork
 
 
 @dataclass(frozen=True)
@@ -199,7 +203,14 @@ class CentralSolver:
         self.mu = config.mu
         self.iterations_per_layer = config.admm_iterations
 
-    def solve(self, grams, crosses, regularizer, setup_flops, network) -> torch.Tensor:
+    def solve(
+        self,
+        grams: torch.Tensor,
+        crosses: torch.Tensor,
+        regularizer: Regularizer,
+        setup_flops: list[float],
+        network: LayerNetwork,
+    ) -> torch.Tensor:
         outputs = []
         for node, (gram, cross) in enumerate(zip(grams, crosses, strict=True)):
             n, classes = gram.shape[0], cross.shape[0]
@@ -211,6 +222,5 @@ class CentralSolver:
                     admm_single(gram, cross, regularizer.radius, self.mu, self.iterations_per_layer)
                 )
                 flops = n**3 + self.iterations_per_layer * matmul_flops(classes, n, n)
-            network.clock.advance(network.compute.seconds(node, setup_flops[node] + flops))
-        network.ready = [network.clock.now] * len(outputs)
+            network.work_alone(node, setup_flops[node] + flops)
         return torch.stack(outputs)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from murmur.runtime.stacked import StackedModel
+    from murmur.models.stacked import StackedModel
 
 
 def consensus_distance(params: torch.Tensor) -> float:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from numbers import Real
@@ -40,7 +39,6 @@ __all__ = [
     "Run",
     "read_run",
     "format_table",
-    "write_report",
     "run_label",
     "has_target",
     "speedups",
@@ -48,20 +46,6 @@ __all__ = [
 
 MISSING = "-"
 _BYTE_UNITS = ("KB", "MB", "GB", "TB", "PB")
-_PLOT_FILES = (
-    ("Mean test accuracy", "accuracy.png"),
-    ("Messages", "messages.png"),
-    ("Events per agent", "events_per_agent.png"),
-)
-# Plots drawn only when the runs have the fields and vary along the x axis.
-_OPTIONAL_PLOT_FILES = (
-    ("Training time vs number of nodes (virtual clock)", "time_vs_nodes.png"),
-    ("Mean test accuracy vs mean degree", "accuracy_vs_degree.png"),
-    ("Speedup vs number of workers (to the target training loss)", "speedup_vs_workers.png"),
-    ("Staleness of applied gradients", "staleness.png"),
-)
-
-
 @dataclass(frozen=True)
 class Run:
     """One finished run read from its folder.
@@ -135,7 +119,7 @@ def run_label(summary: dict[str, Any]) -> str:
 # MISSING for a value that is absent, null or not a number.
 
 
-def _number(value: Any) -> float | None:
+def as_number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, Real):
         return None
     return float(value)
@@ -146,23 +130,23 @@ def _text(value: Any) -> str:
 
 
 def _count(value: Any) -> str:
-    number = _number(value)
+    number = as_number(value)
     return MISSING if number is None else str(round(number))
 
 
 def _percent(fraction: Any) -> str:
-    number = _number(fraction)
+    number = as_number(fraction)
     return MISSING if number is None else f"{100 * number:.2f}"
 
 
 def _seconds(value: Any) -> str:
-    number = _number(value)
+    number = as_number(value)
     return MISSING if number is None else f"{number:.1f}"
 
 
 def _virtual_seconds(value: Any) -> str:
     """Simulated seconds with three significant digits: virtual times are often tiny."""
-    number = _number(value)
+    number = as_number(value)
     if number is None or not math.isfinite(number):
         return MISSING
     if number == 0:
@@ -177,7 +161,7 @@ def _layers(value: Any) -> str:
     """Layer widths, compact: "3 x 122" when all are equal, else "122,172,222"."""
     if not isinstance(value, list) or not value:
         return MISSING
-    widths = [_number(width) for width in value]
+    widths = [as_number(width) for width in value]
     if any(width is None or not math.isfinite(width) for width in widths):
         return MISSING
     texts = [str(round(width)) for width in widths]
@@ -188,7 +172,7 @@ def _layers(value: Any) -> str:
 
 def human_bytes(value: Any) -> str:
     """Bytes in decimal units (1 KB = 1000 B), as network traffic is counted."""
-    number = _number(value)
+    number = as_number(value)
     if number is None:
         return MISSING
     if abs(number) < 1000:
@@ -209,14 +193,14 @@ def _dsgd_messages(summaries: list[dict[str, Any]]) -> float | None:
     """Messages of the first DSGD run in the table, the baseline for savings."""
     for summary in summaries:
         if summary.get("algorithm") == "dsgd":
-            messages = _number(summary.get("messages"))
+            messages = as_number(summary.get("messages"))
             if messages:
                 return messages
     return None
 
 
 def _saving(summary: dict[str, Any], dsgd_messages: float | None) -> str:
-    messages = _number(summary.get("messages"))
+    messages = as_number(summary.get("messages"))
     if dsgd_messages is None or messages is None or summary.get("agents") == 1:
         return MISSING
     # A run that says its communication saving is not meaningful (null, as
@@ -230,7 +214,7 @@ def _staleness(value: Any) -> str:
     """Mean and largest staleness of the applied gradients, "2.9 / 3"."""
     if not isinstance(value, dict):
         return MISSING
-    mean, largest = _number(value.get("mean")), _number(value.get("max"))
+    mean, largest = as_number(value.get("mean")), as_number(value.get("max"))
     if mean is None and largest is None:
         return MISSING
     mean_text = MISSING if mean is None else f"{mean:.1f}"
@@ -258,12 +242,12 @@ def has_target(summary: dict[str, Any]) -> bool:
         return False
     if "target_loss" not in summary:
         return True
-    target = _number(summary["target_loss"])
+    target = as_number(summary["target_loss"])
     return target is not None and target > 0
 
 
 def _positive(value: Any) -> float | None:
-    number = _number(value)
+    number = as_number(value)
     return number if number is not None and math.isfinite(number) and number > 0 else None
 
 
@@ -272,7 +256,7 @@ def _speedup_group(summary: dict[str, Any]) -> tuple[str, str, str]:
     return (
         str(summary.get("algorithm")),
         str(summary.get("dataset")),
-        str(_number(summary.get("target_loss"))),
+        str(as_number(summary.get("target_loss"))),
     )
 
 
@@ -290,7 +274,7 @@ def speedups(summaries: list[dict[str, Any]]) -> list[tuple[float | None, float 
     """
     baselines: dict[tuple[str, str, str], dict[str, Any]] = {}
     for summary in summaries:
-        if has_target(summary) and _number(summary.get("workers")) == 1:
+        if has_target(summary) and as_number(summary.get("workers")) == 1:
             baselines.setdefault(_speedup_group(summary), summary)
     result: list[tuple[float | None, float | None]] = []
     for summary in summaries:
@@ -337,7 +321,7 @@ class _Column:
     numeric: bool
 
 
-def _has(summaries: list[dict[str, Any]], key: str) -> bool:
+def has_column(summaries: list[dict[str, Any]], key: str) -> bool:
     """Whether any summary has a value for key: its optional column is then shown."""
     return any(summary.get(key) is not None for summary in summaries)
 
@@ -352,14 +336,14 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
         _Column("topology", lambda s: _text(s.get("topology")), False),
         _Column("iterations", lambda s: _count(s.get("iterations")), True),
     ]
-    if _has(summaries, "layers"):
+    if has_column(summaries, "layers"):
         columns.append(_Column("layers", lambda s: _layers(s.get("layers")), True))
     columns += [
         _Column("acc mean %", lambda s: _percent(_accuracy(s, "mean")), True),
         _Column("acc min %", lambda s: _percent(_accuracy(s, "min")), True),
         _Column("acc max %", lambda s: _percent(_accuracy(s, "max")), True),
     ]
-    if _has(summaries, "train_accuracy"):
+    if has_column(summaries, "train_accuracy"):
         columns.append(
             _Column("train acc %", lambda s: _percent(_accuracy(s, "mean", "train_accuracy")), True)
         )
@@ -370,14 +354,14 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
         _Column("saving vs DSGD %", lambda s: _saving(s, dsgd_messages), True),
         _Column("wall s", lambda s: _seconds(s.get("wall_seconds")), True),
     ]
-    if _has(summaries, "virtual_seconds"):
+    if has_column(summaries, "virtual_seconds"):
         columns.append(
             _Column("virtual s", lambda s: _virtual_seconds(s.get("virtual_seconds")), True)
         )
     if any(_failed(summary) != MISSING for summary in summaries):
         columns.append(_Column("failed ranks", _failed, False))
     columns += _worker_columns(summaries)
-    if _has(summaries, "single_process"):
+    if has_column(summaries, "single_process"):
         # Real parallel runs (hogwild) also train with one process for comparison.
         columns += [
             _Column("samples/s", lambda s: _count(s.get("samples_per_second")), True),
@@ -391,7 +375,7 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
                 lambda s: _percent((s.get("single_process") or {}).get("accuracy")),
                 True,
             ),
-            _Column("speedup", lambda s: _speedup(_number(s.get("speedup"))), True),
+            _Column("speedup", lambda s: _speedup(as_number(s.get("speedup"))), True),
         ]
     if with_folder:
         columns.append(_Column("run folder", lambda s: _text(s.get("run_dir")), False))
@@ -401,7 +385,7 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
 def _worker_columns(summaries: list[dict[str, Any]]) -> list[_Column]:
     """Columns of worker-based runs: W and staleness, then time to target and speedups."""
     targets = any(has_target(summary) for summary in summaries)
-    if not targets and not _has(summaries, "staleness"):
+    if not targets and not has_column(summaries, "staleness"):
         return []
     columns = [
         _Column("W", lambda s: _count(s.get("workers")), True),
@@ -421,7 +405,7 @@ def _worker_columns(summaries: list[dict[str, Any]]) -> list[_Column]:
         ),
         *(
             [_Column("s to target", lambda s: _seconds(s.get("wall_seconds_to_target")), True)]
-            if _has(summaries, "wall_seconds_to_target")
+            if has_column(summaries, "wall_seconds_to_target")
             else []
         ),
         _Column("iteration speedup", lambda s: _speedup(by_run[id(s)][0]), True),
@@ -482,121 +466,3 @@ def _markdown_table(columns: list[_Column], rows: list[list[str]]) -> str:
     lines = [line([column.header for column in columns]), separator]
     lines.extend(line(row) for row in rows)
     return "\n".join(lines)
-
-
-def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
-    """Write out_dir/report.md and its plots for the given run folders; return its path.
-
-    All runs are read before anything is written, so a bad folder leaves
-    out_dir untouched. Re-running overwrites the report and plots.
-
-    Besides the accuracy, messages and events plots, time_vs_nodes.png and
-    accuracy_vs_degree.png are written (and linked) only when some algorithm
-    has runs at two or more node counts / mean degrees, speedup_vs_workers.png
-    only when some algorithm has a W = 1 run and another W that reached the
-    target, and staleness.png only when some run has a staleness histogram;
-    otherwise a stale copy from an earlier report in out_dir is removed.
-    """
-    if not run_dirs:
-        raise UsageError("no run folders given; pass one or more folders written by `murmur run`")
-    runs = [read_run(run_dir) for run_dir in run_dirs]
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"report folder {out} is a file; pass a folder path for the report")
-    out.mkdir(parents=True, exist_ok=True)
-
-    # Imported here so that reading runs and printing tables does not load matplotlib.
-    from murmur.metrics import plots
-
-    plots.plot_accuracy(runs, out / "accuracy.png")
-    plots.plot_messages(runs, out / "messages.png")
-    plots.plot_events_per_agent(runs, out / "events_per_agent.png")
-    optional = {
-        "time_vs_nodes.png": plots.plot_time_vs_nodes(runs, out / "time_vs_nodes.png"),
-        "accuracy_vs_degree.png": plots.plot_accuracy_vs_degree(
-            runs, out / "accuracy_vs_degree.png"
-        ),
-        "speedup_vs_workers.png": plots.plot_speedup_vs_workers(
-            runs, out / "speedup_vs_workers.png"
-        ),
-        "staleness.png": plots.plot_staleness(runs, out / "staleness.png"),
-    }
-    plot_files = [
-        *_PLOT_FILES,
-        *((title, file) for title, file in _OPTIONAL_PLOT_FILES if optional[file]),
-    ]
-
-    report_path = out / "report.md"
-    report_path.write_text(_report_markdown(runs, out, plot_files), encoding="utf-8")
-    return report_path
-
-
-def _report_markdown(runs: list[Run], out: Path, plot_files: list[tuple[str, str]]) -> str:
-    summaries = [run.summary for run in runs]
-    seconds = (
-        "wall s is wall-clock time, virtual s is simulated time on the virtual clock."
-        if _has(summaries, "virtual_seconds")
-        else "seconds are wall-clock."
-    )
-    parts = [
-        "# murmur report",
-        "",
-        f"{len(runs)} run{'s' if len(runs) != 1 else ''}. Accuracies are test accuracies over "
-        f"agents at the end of each run; {seconds}",
-        "",
-        "## Results",
-        "",
-        format_table(summaries, markdown=True),
-        "",
-    ]
-    if any(has_target(summary) for summary in summaries):
-        parts += [_target_note(summaries), ""]
-    for title, file in plot_files:
-        parts += [f"## {title}", "", f"![{title}]({file})", ""]
-    parts += ["## Configurations", ""]
-    parts += [_config_line(run, out) for run in runs]
-    return "\n".join(parts) + "\n"
-
-
-def _target_note(summaries: list[dict[str, Any]]) -> str:
-    targets = sorted(
-        {
-            target
-            for summary in summaries
-            if has_target(summary) and (target := _number(summary.get("target_loss"))) is not None
-        }
-    )
-    stated = f" ({', '.join(f'{target:g}' for target in targets)})" if targets else ""
-    return (
-        f"Runs with W workers train until the training loss reaches its target{stated}; "
-        "its / virtual s to target are the server iterations / simulated seconds it took "
-        '("-": not reached). Speedups are over the W = 1 run of the same algorithm, dataset '
-        "and target: iteration speedup = W * its(1) / its(W), time speedup = "
-        'virtual s(1) / virtual s(W); "-" without such a run or when either did not reach '
-        "the target."
-    )
-
-
-def _config_line(run: Run, out: Path) -> str:
-    label = run_label(run.summary).replace("|", "\\|")
-    details = ", ".join(
-        f"{key} {run.summary[key]}"
-        for key in ("preset", "seed")
-        if run.summary.get(key) is not None
-    )
-    suffix = f" ({details})" if details else ""
-    config = run.path / "config.toml"
-    if not config.is_file():
-        return f"- **{label}**: no config.toml in {run.path}{suffix}"
-    link = _link(config, out)
-    target = f"<{link}>" if " " in link else link
-    return f"- **{label}**: [{link}]({target}){suffix}"
-
-
-def _link(file: Path, out: Path) -> str:
-    """A path to file relative to the report folder, absolute where none exists."""
-    try:
-        relative = os.path.relpath(file.resolve(), out.resolve())
-    except ValueError:  # different drives on Windows
-        return file.resolve().as_posix()
-    return Path(relative).as_posix()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from murmur.config import ModelConfig
+from murmur.sections import ModelConfig
 
 
 def build_model(config: ModelConfig, features: int, outputs: int, seed: int) -> nn.Module:

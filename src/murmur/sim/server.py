@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from tqdm import tqdm
 
 from murmur.algorithms.asysg import AsysgConfig, AsysgInconConfig, SyncPsConfig, WorkersConfig
+from murmur.metrics.counters import MessageCounters
 from murmur.metrics.evaluation import test_set_metrics
 from murmur.metrics.records import Outcome
-from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
-from murmur.runtime.transport import MessageCounters
 from murmur.seeding import derive_seed, generator
-
-if TYPE_CHECKING:
-    from murmur.experiment import Setup
+from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
+from murmur.training.setup import Setup
 
 
 def run_server(setup: Setup, config: WorkersConfig, on_record, progress: bool) -> Outcome:

@@ -1,5 +1,5 @@
 """The transport of the distributed runtime: one agent per rank, messages through
-its :class:`~murmur.runtime.mailbox.Mailbox` and :class:`~murmur.runtime.mailbox.Outbox`.
+its :class:`~murmur.dist.mailbox.Mailbox` and :class:`~murmur.dist.mailbox.Outbox`.
 
 Synchronous algorithms stay in lockstep without barriers: before mixing, a
 rank waits (with a deadline) for each neighbour's message of the same
@@ -22,14 +22,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from murmur.runtime.mailbox import (
+from murmur.dist.mailbox import (
     Kind,
     Mailbox,
     Outbox,
     PeerFailure,
     PeerTimeout,
 )
-from murmur.runtime.transport import MessageCounters
+from murmur.metrics.counters import MessageCounters
 from murmur.topology import Graph
 
 DEFAULT_TIMEOUT = 60.0
@@ -37,7 +37,7 @@ DEFAULT_TIMEOUT = 60.0
 
 
 class DistributedTransport:
-    """The :class:`~murmur.runtime.transport.Transport` of one agent per rank.
+    """The :class:`~murmur.sim.transport.Transport` of one agent per rank.
 
     State is one row, (1, P). ``broadcast`` sends a VALUE to every neighbour
     when the agent sends, else a NONE header (control traffic, counted in

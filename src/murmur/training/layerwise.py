@@ -14,12 +14,13 @@ in steps while the training error improves enough, then layers likewise.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tqdm import tqdm
 
+from murmur.algorithms.protocols import LayerNetwork, LayerSolver
 from murmur.algorithms.ssfn import (
     Ball,
     LayerwiseConfig,
@@ -35,65 +36,7 @@ from murmur.algorithms.ssfn import (
 )
 from murmur.errors import UsageError
 from murmur.metrics.evaluation import accuracy_summary
-from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
-from murmur.runtime.transport import InMemoryTransport, MessageCounters, Transport
 from murmur.seeding import derive_seed
-from murmur.topology import Graph
-
-
-@dataclass
-class Network:
-    """What a layer solver may use: the graph, the clock and the message counters."""
-
-    graph: Graph
-    counters: MessageCounters
-    clock: EventLoop
-    compute: ComputeTimes
-    links: LinkDelays
-    ready: list[float] = field(default_factory=list)
-    """Per node: the virtual time it finished its previous layer (asynchronous solvers)."""
-
-    def __post_init__(self) -> None:
-        if not self.ready:
-            self.ready = [0.0] * self.graph.agents
-
-    def transport_for(self, width: int, dtype: torch.dtype) -> Transport:
-        """A transport for one gossip phase: values of ``width`` floats, every node
-        starting from zeros, messages added to ``counters``. Here all nodes are in this
-        process; a distributed network gives the transport of its own node."""
-        return InMemoryTransport(
-            self.graph, torch.zeros(self.graph.agents, width, dtype=dtype), counters=self.counters
-        )
-
-    def pushes_for(self, width: int, dtype: torch.dtype) -> Any:
-        """An asynchronous solver's message channel for one layer of this process's own
-        node, or None when every node is in this process (the solver then simulates them
-        all on the clock)."""
-        return None
-
-    @property
-    def finished(self) -> float:
-        """Virtual time at which the last node finished."""
-        return max([self.clock.now, *self.ready])
-
-
-class LayerSolver(Protocol):
-    """Solves one layer's problem for every node; returns (M, Q, n) output matrices.
-
-    ``setup_flops[m]`` is node m's work to build its layer data before solving;
-    the solver charges it to the clock with its own.
-    """
-
-    iterations_per_layer: int
-
-    def solve(
-        self,
-        grams: torch.Tensor,
-        crosses: torch.Tensor,
-        regularizer: Regularizer,
-        setup_flops: list[float],
-        network: Network,
-    ) -> torch.Tensor: ...
 
 
 @dataclass
@@ -116,7 +59,7 @@ class LayerwiseResult:
 def train_layerwise(
     config: LayerwiseConfig,
     solver: LayerSolver,
-    network: Network,
+    network: LayerNetwork,
     x_train: torch.Tensor,
     y_train: torch.Tensor,
     x_test: torch.Tensor,
@@ -174,7 +117,7 @@ def train_layerwise(
         history=history,
         sizes=sizes,
         train_seconds=time.perf_counter() - started,
-        virtual_seconds=network.finished,
+        virtual_seconds=network.virtual_seconds,
         admm_iterations=iterations,
         last_record=record,
     )
@@ -183,7 +126,7 @@ def train_layerwise(
 def train_layerwise_run(
     setup: Any,
     solver: LayerSolver,
-    network: Network,
+    network: LayerNetwork,
     shards: list[torch.Tensor],
     on_record,
     progress: bool = False,
@@ -241,7 +184,7 @@ class _LayerState:
         self,
         layer: int,
         outputs: torch.Tensor,
-        network: Network,
+        network: LayerNetwork,
         started: float,
         iterations: int,
     ) -> dict[str, Any]:
@@ -278,7 +221,7 @@ class _LayerState:
             "messages": counters.messages,
             "bytes": counters.bytes,
             "events_per_agent": counters.events_per_agent.tolist(),
-            "virtual_seconds": network.finished,
+            "virtual_seconds": network.virtual_seconds,
             "wall_seconds": time.perf_counter() - started,
         }
 
@@ -287,7 +230,7 @@ def _solve(
     state: _LayerState,
     solver: LayerSolver,
     regularizer: Regularizer,
-    network: Network,
+    network: LayerNetwork,
     extra_flops: list[float],
 ) -> torch.Tensor:
     grams, crosses, flops = state.problem()

@@ -3,7 +3,7 @@
 The copies' parameters are the rows of a flat (agents, P) tensor. Gradients use
 ``vmap(grad_and_value(loss))`` over ``functional_call``, so any ``nn.Module``
 without buffers works and no Python loop runs over agents; plain Linear/ReLU
-stacks take the faster hand-derived path of :mod:`murmur.runtime.sequential`.
+stacks take the faster hand-derived path of :mod:`murmur.models.sequential`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional
 
 from murmur.models.flat import ParamLayout
-from murmur.runtime.sequential import SequentialGradient
+from murmur.models.sequential import SequentialGradient
 
 Task = Literal["classification", "regression"]
 

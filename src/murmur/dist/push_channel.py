@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from murmur.runtime.mailbox import (
+from murmur.dist.mailbox import (
     FOREVER,
     MAGIC,
     MALFORMED,
@@ -39,7 +39,7 @@ from murmur.runtime.mailbox import (
     first_line,
     receive_loop,
 )
-from murmur.runtime.transport import MessageCounters
+from murmur.metrics.counters import MessageCounters
 
 RESULT_TAGS = (2, 3)
 """Tags of the results sent to rank 0 at the end of a run."""

@@ -39,7 +39,7 @@ from multiprocessing import connection
 from multiprocessing.queues import SimpleQueue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Barrier
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.multiprocessing as torch_mp
@@ -51,12 +51,9 @@ from murmur.algorithms.schedules import Decaying
 from murmur.data.batches import BatchSampler
 from murmur.metrics.evaluation import test_set_metrics
 from murmur.metrics.records import Outcome
-from murmur.runtime.simulator import Problem
-from murmur.runtime.stacked import StackedModel
+from murmur.models.stacked import StackedModel
 from murmur.seeding import derive_seed
-
-if TYPE_CHECKING:
-    from murmur.experiment import Setup
+from murmur.training.setup import Problem, Setup
 
 START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 """How worker processes are started (see the module docstring)."""

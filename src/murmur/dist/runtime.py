@@ -4,9 +4,9 @@ Every rank builds the same run as the simulator (``experiment.prepare``: data,
 partition, graph, model and algorithm all come from the seed), keeps its own
 agent's row of the parameters and its own batch stream, and steps the same
 algorithm object on that one row. Only the transport differs:
-:class:`~murmur.runtime.distributed_transport.DistributedTransport` sends a
+:class:`~murmur.dist.transport.DistributedTransport` sends a
 rank's broadcasts to its neighbours and mixes with what its
-:class:`~murmur.runtime.mailbox.Mailbox` received, in lockstep without
+:class:`~murmur.dist.mailbox.Mailbox` received, in lockstep without
 barriers, so a run gives the simulator's events, messages and parameters.
 
 At the end each rank sends STOP to its neighbours, waits for theirs, and the
@@ -15,10 +15,10 @@ no pickles); rank 0 writes the run folder (``experiment.run``), with real
 wall-clock times.
 
 The other kinds of algorithm have their own modules: dSSFN, one node per rank,
-in :mod:`murmur.runtime.distributed_layerwise`; AsySG-con, a parameter server
+in :mod:`murmur.dist.layerwise`; AsySG-con, a parameter server
 on rank 0 and one worker per other rank (WORLD_SIZE = algorithm.workers + 1),
-in :mod:`murmur.runtime.distributed_server`. ``murmur launch`` is
-:mod:`murmur.runtime.launch`.
+in :mod:`murmur.dist.server`. ``murmur launch`` is
+:mod:`murmur.dist.launch`.
 
 Ranks are started by ``torchrun`` (one machine or many) or by ``murmur
 launch`` (torchrun on loopback); they read RANK, WORLD_SIZE, MASTER_ADDR and
@@ -50,20 +50,18 @@ from tqdm import tqdm
 
 from murmur.config import Config, TimingConfig
 from murmur.errors import UsageError
-from murmur.experiment import check_run_dir, prepare, run
+from murmur.training.runs import Runner, check_run_dir, train_run
+from murmur.training.setup import prepare
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.metrics.records import Outcome, RunResult
-from murmur.registry import ALGORITHMS
-from murmur.runtime.distributed_layerwise import run_layerwise_rank
-from murmur.runtime.distributed_transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
-from murmur.runtime.mailbox import (
+from murmur.registry import ALGORITHMS, check_runtime
+from murmur.dist.layerwise import run_layerwise_rank
+from murmur.dist.server import server_runner
+from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
+from murmur.dist.mailbox import (
     PeerFailure,
     first_line,
 )
-
-SUPPORTED = ("detsgrad", "dsgd", "dssfn", "dssfn-async", "asysg-con", "sync-ps")
-"""Algorithms the distributed runtime runs so far."""
-
 
 @dataclass(frozen=True)
 class RankEnvironment:
@@ -100,26 +98,23 @@ class RankEnvironment:
         return cls(rank, world, environ["MASTER_ADDR"], port, agent_store)
 
 
-_ELSEWHERE = {
-    "asysg-incon": "its workers share one model in memory: its real-process form is "
-    "`murmur run hogwild`, processes on one machine",
-    "hogwild": "it already runs real processes on one machine: `murmur run hogwild`",
-    "centralized": "it is one learner: `murmur run centralized`",
-    "ssfn": "it is one learner: `murmur run` it, or dssfn / dssfn-async distributed",
-}
-"""Why an algorithm has no distributed form, and what to run instead."""
-
-
-def check_supported(config: Config) -> None:
-    """UsageError unless the distributed runtime can run ``config``'s algorithm."""
-    name = config.algorithm.name
-    if name in _ELSEWHERE:
-        raise UsageError(f"the distributed runtime does not run {name}: {_ELSEWHERE[name]}")
-    if name not in SUPPORTED:
+def check_world(config: Config, world: int, what: str = "WORLD_SIZE") -> None:
+    """UsageError unless ``world`` processes (``what``: how the user set that number)
+    are the ranks the algorithm needs (``AlgorithmSpec.processes``)."""
+    algorithm = config.algorithm
+    spec = ALGORITHMS[algorithm.name]
+    needed = spec.processes(algorithm, config.topology.agents)
+    if world == needed:
+        return
+    if spec.kind == "server":
         raise UsageError(
-            f"the distributed runtime runs {', '.join(SUPPORTED)} so far, not "
-            f"{name}; run it with --runtime simulator"
+            f"{what} is {world} but {algorithm.name} with algorithm.workers = {needed - 1} "
+            f"needs {needed} ranks (the server on rank 0 and one per worker)"
         )
+    raise UsageError(
+        f"{what} is {world} but topology.agents is {needed}; the distributed runtime runs "
+        f"one agent per process (--nproc {needed} or --set topology.agents={world})"
+    )
 
 
 def run_distributed(
@@ -140,7 +135,7 @@ def run_distributed(
     """
     if timeout <= 0:
         raise UsageError(f"the timeout must be positive, not {timeout:g}")
-    check_supported(config)
+    spec = check_runtime(config.algorithm.name, "distributed")
     env = RankEnvironment.from_environ(environ)
     if env.rank == 0 and config.timing != TimingConfig():
         print(
@@ -148,27 +143,15 @@ def run_distributed(
             "takes real time and ignores it",
             file=sys.stderr,
         )
-    kind = ALGORITHMS[config.algorithm.name].kind
-    if kind == "server":  # a parameter server on rank 0, workers on the others
-        from murmur.runtime.distributed_server import server_runner
-
-        runner = server_runner(config, env.rank, env.world, timeout)
-    else:
-        if env.world != config.topology.agents:
-            raise UsageError(
-                f"WORLD_SIZE is {env.world} but topology.agents is {config.topology.agents}; "
-                "the distributed runtime runs one agent per rank "
-                f"(--nproc {config.topology.agents} or --set topology.agents={env.world})"
-            )
-        train = run_layerwise_rank if kind == "layerwise" else _train_rank
-        runner = partial(train, rank=env.rank, timeout=timeout)
+    check_world(config, env.world)
+    runner = _RANK_RUNNERS[spec.kind](config, env.rank, timeout)
     setup = prepare(config)
     run_dir = Path(out_dir) if out_dir is not None and env.rank == 0 else None
     if run_dir is not None:
         check_run_dir(run_dir)
     _init_group(env, timeout)
     try:
-        return run(
+        return train_run(
             config,
             run_dir,
             name=name,
@@ -470,3 +453,25 @@ def _bind_gloo_to_loopback(address: str) -> None:
 def loopback_interface() -> str | None:
     """The name of the loopback network interface (``lo`` on Linux, ``lo0`` on macOS)."""
     return next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
+
+
+def _sgd_ranks(config: Config, rank: int, timeout: float) -> Runner:
+    return partial(_train_rank, rank=rank, timeout=timeout)
+
+
+def _layerwise_ranks(config: Config, rank: int, timeout: float) -> Runner:
+    return partial(run_layerwise_rank, rank=rank, timeout=timeout)
+
+
+def _server_ranks(config: Config, rank: int, timeout: float) -> Runner:
+    """A parameter server on rank 0, workers on the others."""
+    return server_runner(config, rank, ALGORITHMS[config.algorithm.name].processes(
+        config.algorithm, config.topology.agents), timeout)
+
+
+_RANK_RUNNERS: dict[str, Callable[[Config, int, float], Runner]] = {
+    "sgd": _sgd_ranks,
+    "layerwise": _layerwise_ranks,
+    "server": _server_ranks,
+}
+"""The runner of one rank, by the kind of algorithm (``AlgorithmSpec.kind``)."""

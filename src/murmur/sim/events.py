@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from murmur.config import TimingConfig
 from murmur.errors import UsageError
+from murmur.sections import TimingConfig
 from murmur.seeding import generator
 
 

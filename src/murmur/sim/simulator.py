@@ -16,24 +16,10 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from murmur.algorithms.base import Algorithm
-from murmur.data.batches import BatchSampler
+from murmur.algorithms.protocols import Algorithm, Transport
 from murmur.metrics.evaluation import consensus_distance, test_set_metrics
-from murmur.runtime.events import ComputeTimes, LinkDelays
-from murmur.runtime.stacked import StackedModel
-from murmur.runtime.transport import Transport
-
-
-@dataclass
-class Problem:
-    """What every agent trains on: one architecture, the data, the batch streams."""
-
-    model: StackedModel
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-    sampler: BatchSampler
+from murmur.sim.events import ComputeTimes, LinkDelays
+from murmur.training.setup import Problem
 
 
 @dataclass

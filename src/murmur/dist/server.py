@@ -46,7 +46,7 @@ from murmur.config import Config
 from murmur.errors import UsageError
 from murmur.metrics.evaluation import test_set_metrics
 from murmur.metrics.records import Outcome
-from murmur.runtime.mailbox import (
+from murmur.dist.mailbox import (
     Kind,
     Outbox,
     PeerFailure,

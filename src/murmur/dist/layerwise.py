@@ -2,16 +2,16 @@
 
 Synchronous dSSFN runs the simulator's layer driver on the rank's shard
 (:func:`train_layerwise_rank`), each gossip phase through a
-:class:`~murmur.runtime.distributed_transport.DistributedTransport` of float64
+:class:`~murmur.dist.transport.DistributedTransport` of float64
 rows from :class:`DistributedNetwork`. ``murmur run --runtime distributed``
 gathers each layer's record across the ranks (fixed-size tensors) and rank 0
-writes it. The virtual clock is rank-local here, so the distributed records
-and summary leave ``virtual_seconds`` out.
+writes it. Work takes real time here, so the distributed records and summary
+have no ``virtual_seconds``.
 
-Asynchronous dSSFN runs the same driver; its solver asks the network for one
-:class:`~murmur.runtime.push_channel.PushChannel` per layer
-(:meth:`DistributedNetwork.pushes_for`) and carries on without neighbours that
-fail. With ranks possibly gone, results cannot be gathered with collectives:
+Asynchronous dSSFN runs the same driver; the network drives the rank's ARock
+node (:meth:`DistributedNetwork.run_async`) through one
+:class:`~murmur.dist.push_channel.PushChannel` per layer and carries on without
+neighbours that fail. With ranks possibly gone, results cannot be gathered with collectives:
 each rank sends its own to rank 0 (one RESULT message of float64 bits, with
 the neighbours it dropped as one code each), and rank 0 takes them from every
 rank not known to have failed, giving up on a rank that sends nothing for
@@ -29,13 +29,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from murmur.algorithms.protocols import AsyncNode, AsyncWork, RoundsWork
 from murmur.algorithms.ssfn import nme_db
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.metrics.records import Outcome
-from murmur.runtime.distributed_transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
-from murmur.runtime.events import ComputeTimes, EventLoop, LinkDelays
-from murmur.runtime.layerwise import LayerwiseResult, Network, train_layerwise_run
-from murmur.runtime.mailbox import (
+from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
+from murmur.training.layerwise import LayerwiseResult, train_layerwise_run
+from murmur.dist.mailbox import (
     FOREVER,
     MAGIC,
     MALFORMED,
@@ -44,17 +44,21 @@ from murmur.runtime.mailbox import (
     first_line,
     receive_loop,
 )
-from murmur.runtime.push_channel import RESULT_TAGS, Neighbourhood, PushChannel
-from murmur.runtime.transport import MessageCounters
-from murmur.seeding import derive_seed
+from murmur.dist.push_channel import RESULT_TAGS, Neighbourhood
+from murmur.metrics.counters import MessageCounters
+from murmur.topology import Graph
 
 
 @dataclass
-class DistributedNetwork(Network):
-    """The :class:`~murmur.runtime.layerwise.Network` of one node per rank: each gossip
-    phase (``transport_for``) gets a :class:`DistributedTransport` of this rank's node,
-    the previous phase's transport finished first. ``counters`` are this node's."""
+class DistributedNetwork:
+    """The :class:`~murmur.algorithms.protocols.LayerNetwork` of one node per rank: each
+    gossip phase (``transport_for``) gets a :class:`DistributedTransport` of this rank's
+    node, the previous phase's transport finished first; asynchronous nodes push
+    through a :class:`PushChannel`. Work is done for real, so the solvers' reports of
+    it are not needed. ``counters`` are this node's."""
 
+    graph: Graph
+    counters: MessageCounters
     rank: int = 0
     timeout: float = DEFAULT_TIMEOUT
     group: Any = None
@@ -65,6 +69,24 @@ class DistributedNetwork(Network):
     _transport: DistributedTransport | None = field(default=None, repr=False)
     neighbourhood: Neighbourhood | None = field(default=None, repr=False)
     """The asynchronous solver's channels of the run (None until it asks for one)."""
+
+    @property
+    def local_nodes(self) -> list[int]:
+        return [self.rank]
+
+    def live_neighbours(self, node: int) -> list[int]:
+        """This node's neighbours still there (an asynchronous run drops failed ones)."""
+        return self._neighbourhood().live
+
+    def work_alone(self, node: int, flops: float) -> None:
+        """Real work takes real time: nothing to add."""
+
+    def work_in_rounds(self, work: RoundsWork) -> None:
+        """Real work takes real time: nothing to add."""
+
+    @property
+    def virtual_seconds(self) -> None:
+        return None
 
     def transport_for(self, width: int, dtype: torch.dtype) -> DistributedTransport:
         self.close()
@@ -80,8 +102,28 @@ class DistributedNetwork(Network):
         self._transport = transport
         return transport
 
-    def pushes_for(self, width: int, dtype: torch.dtype) -> PushChannel:
-        """The next layer's channel of asynchronous pushes to the neighbours still there."""
+    def run_async(self, nodes: list[AsyncNode], work: AsyncWork) -> None:
+        """This rank's node: update as soon as there is news, push, repeat."""
+        (node,) = nodes
+        channel = self._neighbourhood().channel(work.values, work.dtype)
+        for j in set(node.neighbours) - set(channel.neighbours):
+            node.drop(j)  # failed since the node was built
+        while True:
+            for j in channel.failed():
+                node.drop(j)
+            for j, (stamp, block) in channel.news().items():
+                node.receive(j, stamp, block)
+            action = node.next_action()
+            if action == "done":
+                break
+            if action == "update":
+                stamp = node.updates
+                channel.push(node.update(), stamp)
+            else:
+                channel.wait([j for j, stamp in node.stamps.items() if stamp < node.quota - 1])
+        channel.close()
+
+    def _neighbourhood(self) -> Neighbourhood:
         if self.neighbourhood is None:
             self.neighbourhood = Neighbourhood(
                 self.group if self.group is not None else dist.group.WORLD,
@@ -90,7 +132,7 @@ class DistributedNetwork(Network):
                 self.timeout,
                 self.counters,
             )
-        return self.neighbourhood.channel(width, dtype)
+        return self.neighbourhood
 
     def close(self) -> None:
         """Finish the current gossip phase with the neighbours, if one is open; at the
@@ -134,9 +176,6 @@ def train_layerwise_rank(
     network = DistributedNetwork(
         graph=graph,
         counters=MessageCounters(1),
-        clock=EventLoop(),
-        compute=ComputeTimes(config.timing, graph.agents, derive_seed(config.run.seed, "timing")),
-        links=LinkDelays(config.timing),
         rank=rank,
         timeout=timeout,
     )

@@ -13,11 +13,11 @@ from typing import Any
 
 from murmur.config import Config, load_experiment
 from murmur.errors import UsageError
-from murmur.experiment import check_run_dir
-from murmur.registry import ALGORITHMS
-from murmur.runtime.distributed import check_supported, loopback_interface
-from murmur.runtime.distributed_transport import DEFAULT_TIMEOUT
-from murmur.runtime.mailbox import (
+from murmur.training.runs import check_run_dir
+from murmur.registry import check_runtime
+from murmur.dist.runtime import check_world, loopback_interface
+from murmur.dist.transport import DEFAULT_TIMEOUT
+from murmur.dist.mailbox import (
     first_line,
 )
 
@@ -48,20 +48,8 @@ def launch(
         raise UsageError(f"--port must be a port number (1..65535), not {port}")
     experiment = load_experiment(source, overrides)
     _, config = single_run(experiment)
-    check_supported(config)
-    if ALGORITHMS[config.algorithm.name].kind == "server":
-        from murmur.runtime.distributed_server import check_world
-
-        try:
-            check_world(config, nproc)
-        except UsageError as error:
-            raise UsageError(str(error).replace("WORLD_SIZE", "--nproc")) from None
-    elif config.topology.agents != nproc:
-        raise UsageError(
-            f"--nproc {nproc} but topology.agents is {config.topology.agents}; the "
-            f"distributed runtime runs one agent per process (--nproc {config.topology.agents} "
-            f"or --set topology.agents={nproc})"
-        )
+    check_runtime(config.algorithm.name, "distributed")
+    check_world(config, nproc, what="--nproc")
     root = Path(out) if out else default_run_dir(experiment.name)
     check_run_dir(root)
     check_port_free(LOOPBACK, port)

@@ -1,0 +1,216 @@
+"""What the algorithms are written against; each runtime implements these.
+
+An algorithm owns its rule and nothing else: it never sees a clock, a process
+or a socket. It reaches the network through the objects below, which the
+simulator (``murmur.sim``) implements in memory on a virtual clock and the
+distributed runtime (``murmur.dist``) implements over gloo, one rank each.
+
+Mini-batch SGD (DETSGRAD, DSGD, centralized SGD) is an :class:`Algorithm`:
+three functions over a small state record whose tensors have the agent axis
+first:
+
+- ``init(params)``: the state, from the stacked initial parameters (agents, P);
+- ``params(state)``: the parameters whose gradients are taken and evaluated;
+- ``step(state, grads, iteration, transport)``: the next state, given the
+  stacked mini-batch gradients at ``params(state)``. Communication goes through
+  ``transport`` only.
+
+The state's tensors are large (agents x parameters), so ``step`` updates them in
+place and may use ``grads`` as scratch space: the state passed in is consumed.
+``grads`` belongs to the model and is overwritten by the next gradient call, so
+the state must never keep a reference to it.
+
+A :class:`Transport` offers two calls and one read:
+
+- ``broadcast(senders, values)``: each agent whose ``senders`` flag is set sends
+  its row of ``values`` to every neighbour (one event, ``d_i`` point-to-point
+  messages of ``P`` floats each);
+- ``mix(operator, out, scale)``: ``out += scale * operator @ V`` in place, where
+  row ``j`` of ``V`` is the last value agent ``j`` broadcast, i.e. what each
+  agent can compute from its own last broadcast and the latest values received
+  from its neighbours. ``operator`` must be zero outside the graph's edges and
+  diagonal;
+- ``last_sent``: row ``i`` is the value agent ``i`` itself last broadcast (each
+  agent keeps its own copy, so an event trigger can compare against it).
+
+Layer-wise SSFN is a :class:`LayerSolver` that solves each layer's problem
+through a :class:`LayerNetwork`: it gossips through ``transport_for``, and it
+reports its work (flops, gossip rounds, message sizes) with ``work_alone``,
+``work_in_rounds`` and ``run_async``; the simulator turns that work into
+virtual time, the distributed runtime does the work for real and ignores the
+estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from murmur.metrics.counters import MessageCounters
+from murmur.topology import Graph
+
+
+class Transport(Protocol):
+    """What a synchronous algorithm may do with the network."""
+
+    counters: MessageCounters
+
+    def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None: ...
+
+    def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None: ...
+
+    @property
+    def last_sent(self) -> torch.Tensor: ...
+
+
+class Algorithm(Protocol):
+    """A synchronous mini-batch algorithm over stacked agents; see the module docstring."""
+
+    def init(self, params: torch.Tensor) -> Any: ...
+
+    def params(self, state: Any) -> torch.Tensor: ...
+
+    def step(
+        self, state: Any, grads: torch.Tensor, iteration: int, transport: Transport
+    ) -> Any: ...
+
+
+# ---------------------------------------------------------------- layer-wise training
+
+
+@dataclass(frozen=True)
+class RoundsWork:
+    """One layer of a synchronous solver: every step waits for the slowest node."""
+
+    setup_flops: Sequence[float]
+    """Per node, before the first iteration (layer data, factorizations)."""
+    update_flops: float
+    """Per node and iteration: the local update."""
+    mix_flops: Sequence[float]
+    """Per node and gossip round: combining the neighbours' values."""
+    message_bytes: int
+    """Size of one gossip message."""
+    rounds: int
+    """Gossip rounds per iteration (0: nothing is sent)."""
+    iterations: int
+
+
+@dataclass(frozen=True)
+class AsyncWork:
+    """One layer of an asynchronous solver: each node works at its own pace."""
+
+    setup_flops: Sequence[float]
+    """Per node of this process, before its first update."""
+    update_flops: float
+    """Per update of a node."""
+    values: int
+    """Numbers in one pushed block."""
+    dtype: torch.dtype
+    """Their type."""
+
+    @property
+    def message_bytes(self) -> int:
+        return self.values * self.dtype.itemsize
+
+
+class AsyncNode(Protocol):
+    """One node of an asynchronous solver, as a state machine the runtime drives:
+    it tells the node what arrived and what failed, asks it what to do next, and
+    carries its pushes."""
+
+    index: int
+    """The node's index in the graph."""
+    updates: int
+    """Updates made so far this layer; the stamp of the next push."""
+
+    @property
+    def neighbours(self) -> list[int]: ...
+
+    def receive(self, sender: int, stamp: int, block: torch.Tensor) -> bool:
+        """Take a neighbour's block; False if it is older than one already taken."""
+
+    def drop(self, neighbour: int) -> None:
+        """A neighbour failed: its edge leaves the problem."""
+
+    def next_action(self) -> str:
+        """``"update"``, ``"wait"`` (for news) or ``"done"`` (with this layer)."""
+
+    def update(self) -> dict[int, torch.Tensor]:
+        """One update; returns the block to push to each neighbour."""
+
+    @property
+    def solution(self) -> torch.Tensor:
+        """The node's latest output matrix."""
+
+
+class PushChannel(Protocol):
+    """One layer's messages of an asynchronous node that runs in a process of its own."""
+
+    neighbours: list[int]
+    """The neighbours still there when the layer began."""
+
+    def push(self, blocks: dict[int, torch.Tensor], stamp: int) -> None:
+        """Send ``blocks[j]`` to each neighbour j, without waiting; a newer push to j
+        replaces one not yet on the wire."""
+
+    def news(self) -> dict[int, tuple[int, torch.Tensor]]:
+        """The newest ``(stamp, block)`` from each neighbour heard since the last call."""
+
+    def failed(self) -> list[int]:
+        """Neighbours found gone since the last call (never listed twice)."""
+
+    def wait(self, needed: list[int]) -> None:
+        """Until news or a failure; a neighbour of ``needed`` silent past the
+        deadline is then failed."""
+
+    def close(self) -> None:
+        """The layer is done here: tell the neighbours after the last pushes."""
+
+
+class LayerNetwork(Protocol):
+    """What a layer solver may use: the graph, gossip, the message counters, and
+    where it reports its work."""
+
+    graph: Graph
+    counters: MessageCounters
+
+    @property
+    def local_nodes(self) -> list[int]:
+        """The nodes whose layer data this process holds, in order."""
+
+    def transport_for(self, width: int, dtype: torch.dtype) -> Transport:
+        """A transport for one gossip phase: values of ``width`` floats, every node
+        starting from zeros, messages added to ``counters``."""
+
+    def work_alone(self, node: int, flops: float) -> None:
+        """Node ``node`` computes ``flops`` operations, nobody waiting on anyone."""
+
+    def work_in_rounds(self, work: RoundsWork) -> None:
+        """A synchronous layer's work, reported once it is done."""
+
+    def run_async(self, nodes: list[AsyncNode], work: AsyncWork) -> None:
+        """Drive this process's asynchronous nodes until each is done with the layer."""
+
+    @property
+    def virtual_seconds(self) -> float | None:
+        """Virtual time at which the last node finished (None: real time only)."""
+
+
+class LayerSolver(Protocol):
+    """Solves one layer's problem for the nodes of this process; returns their
+    (local nodes, Q, n) output matrices. ``setup_flops[m]`` is local node m's work
+    to build its layer data before solving; the solver reports it with its own."""
+
+    iterations_per_layer: int
+
+    def solve(
+        self,
+        grams: torch.Tensor,
+        crosses: torch.Tensor,
+        regularizer: Any,
+        setup_flops: list[float],
+        network: LayerNetwork,
+    ) -> torch.Tensor: ...

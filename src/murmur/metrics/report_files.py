@@ -1,0 +1,152 @@
+"""``murmur report``: report.md with the run table and PNG plots, from run folders.
+
+Reading the folders and formatting the table are :mod:`murmur.metrics.report`;
+the plots are :mod:`murmur.metrics.plots` (matplotlib is loaded only here).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from murmur.errors import UsageError
+from murmur.metrics import plots
+from murmur.metrics.report import (
+    Run,
+    as_number,
+    format_table,
+    has_column,
+    has_target,
+    read_run,
+    run_label,
+)
+
+_PLOT_FILES = (
+    ("Mean test accuracy", "accuracy.png"),
+    ("Messages", "messages.png"),
+    ("Events per agent", "events_per_agent.png"),
+)
+# Plots drawn only when the runs have the fields and vary along the x axis.
+_OPTIONAL_PLOT_FILES = (
+    ("Training time vs number of nodes (virtual clock)", "time_vs_nodes.png"),
+    ("Mean test accuracy vs mean degree", "accuracy_vs_degree.png"),
+    ("Speedup vs number of workers (to the target training loss)", "speedup_vs_workers.png"),
+    ("Staleness of applied gradients", "staleness.png"),
+)
+
+
+
+def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
+    """Write out_dir/report.md and its plots for the given run folders; return its path.
+
+    All runs are read before anything is written, so a bad folder leaves
+    out_dir untouched. Re-running overwrites the report and plots.
+
+    Besides the accuracy, messages and events plots, time_vs_nodes.png and
+    accuracy_vs_degree.png are written (and linked) only when some algorithm
+    has runs at two or more node counts / mean degrees, speedup_vs_workers.png
+    only when some algorithm has a W = 1 run and another W that reached the
+    target, and staleness.png only when some run has a staleness histogram;
+    otherwise a stale copy from an earlier report in out_dir is removed.
+    """
+    if not run_dirs:
+        raise UsageError("no run folders given; pass one or more folders written by `murmur run`")
+    runs = [read_run(run_dir) for run_dir in run_dirs]
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"report folder {out} is a file; pass a folder path for the report")
+    out.mkdir(parents=True, exist_ok=True)
+
+    plots.plot_accuracy(runs, out / "accuracy.png")
+    plots.plot_messages(runs, out / "messages.png")
+    plots.plot_events_per_agent(runs, out / "events_per_agent.png")
+    optional = {
+        "time_vs_nodes.png": plots.plot_time_vs_nodes(runs, out / "time_vs_nodes.png"),
+        "accuracy_vs_degree.png": plots.plot_accuracy_vs_degree(
+            runs, out / "accuracy_vs_degree.png"
+        ),
+        "speedup_vs_workers.png": plots.plot_speedup_vs_workers(
+            runs, out / "speedup_vs_workers.png"
+        ),
+        "staleness.png": plots.plot_staleness(runs, out / "staleness.png"),
+    }
+    plot_files = [
+        *_PLOT_FILES,
+        *((title, file) for title, file in _OPTIONAL_PLOT_FILES if optional[file]),
+    ]
+
+    report_path = out / "report.md"
+    report_path.write_text(_report_markdown(runs, out, plot_files), encoding="utf-8")
+    return report_path
+
+
+def _report_markdown(runs: list[Run], out: Path, plot_files: list[tuple[str, str]]) -> str:
+    summaries = [run.summary for run in runs]
+    seconds = (
+        "wall s is wall-clock time, virtual s is simulated time on the virtual clock."
+        if has_column(summaries, "virtual_seconds")
+        else "seconds are wall-clock."
+    )
+    parts = [
+        "# murmur report",
+        "",
+        f"{len(runs)} run{'s' if len(runs) != 1 else ''}. Accuracies are test accuracies over "
+        f"agents at the end of each run; {seconds}",
+        "",
+        "## Results",
+        "",
+        format_table(summaries, markdown=True),
+        "",
+    ]
+    if any(has_target(summary) for summary in summaries):
+        parts += [_target_note(summaries), ""]
+    for title, file in plot_files:
+        parts += [f"## {title}", "", f"![{title}]({file})", ""]
+    parts += ["## Configurations", ""]
+    parts += [_config_line(run, out) for run in runs]
+    return "\n".join(parts) + "\n"
+
+
+def _target_note(summaries: list[dict[str, Any]]) -> str:
+    targets = sorted(
+        {
+            target
+            for summary in summaries
+            if has_target(summary) and (target := as_number(summary.get("target_loss"))) is not None
+        }
+    )
+    stated = f" ({', '.join(f'{target:g}' for target in targets)})" if targets else ""
+    return (
+        f"Runs with W workers train until the training loss reaches its target{stated}; "
+        "its / virtual s to target are the server iterations / simulated seconds it took "
+        '("-": not reached). Speedups are over the W = 1 run of the same algorithm, dataset '
+        "and target: iteration speedup = W * its(1) / its(W), time speedup = "
+        'virtual s(1) / virtual s(W); "-" without such a run or when either did not reach '
+        "the target."
+    )
+
+
+def _config_line(run: Run, out: Path) -> str:
+    label = run_label(run.summary).replace("|", "\\|")
+    details = ", ".join(
+        f"{key} {run.summary[key]}"
+        for key in ("preset", "seed")
+        if run.summary.get(key) is not None
+    )
+    suffix = f" ({details})" if details else ""
+    config = run.path / "config.toml"
+    if not config.is_file():
+        return f"- **{label}**: no config.toml in {run.path}{suffix}"
+    link = _link(config, out)
+    target = f"<{link}>" if " " in link else link
+    return f"- **{label}**: [{link}]({target}){suffix}"
+
+
+def _link(file: Path, out: Path) -> str:
+    """A path to file relative to the report folder, absolute where none exists."""
+    try:
+        relative = os.path.relpath(file.resolve(), out.resolve())
+    except ValueError:  # different drives on Windows
+        return file.resolve().as_posix()
+    return Path(relative).as_posix()

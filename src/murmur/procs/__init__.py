@@ -1,0 +1,1 @@
+"""Real processes on one machine sharing memory (Hogwild!)."""

@@ -1,0 +1,1 @@
+"""What both runtimes share: the training loops, the layer driver and the run records."""

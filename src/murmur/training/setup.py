@@ -1,0 +1,116 @@
+"""A run, built and checked before anything starts: data, split, graph, model.
+
+    config -> dataset -> partition -> graph -> model -> initial parameters
+
+Both runtimes build the same run from the config and its seed (every rank of a
+distributed run builds all of it), so they agree on every agent's shard, batch
+stream and starting point without a message. Everything that can be wrong with
+the input is checked here, before a run folder is created or training starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from murmur.config import Config
+from murmur.data import load_dataset, partition
+from murmur.data.batches import BatchSampler
+from murmur.data.datasets import Dataset
+from murmur.errors import UsageError
+from murmur.models import build_model
+from murmur.models.stacked import StackedModel
+from murmur.registry import ALGORITHMS
+from murmur.seeding import derive_seed
+from murmur.topology import Graph, build_graph, ring
+
+
+@dataclass
+class Problem:
+    """What every agent trains on: one architecture, the data, the batch streams."""
+
+    model: StackedModel
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    sampler: BatchSampler
+
+
+@dataclass
+class Setup:
+    """A run, fully built and checked, not yet started."""
+
+    config: Config
+    dataset: Dataset
+    graph: Graph
+    shards: list[torch.Tensor]
+    """Training-set indices of each agent."""
+    problem: Problem | None
+    """The mini-batch training problem (None for layer-wise algorithms)."""
+    initial: torch.Tensor | None
+    """Stacked initial parameters (None for layer-wise algorithms)."""
+
+
+def prepare(config: Config) -> Setup:
+    """Build and check everything a run needs; raises UsageError on bad input."""
+    torch.set_num_threads(config.run.threads)
+    spec = ALGORITHMS[config.algorithm.name]
+    dataset = load_dataset(config.data.dataset, root=config.data.root or None)
+    if spec.kind == "layerwise" and dataset.task != "classification":
+        raise UsageError(
+            f"{config.algorithm.name} needs a classification dataset; "
+            f"{config.data.dataset} is {dataset.task}"
+        )
+    if spec.decentralized:
+        topology = config.topology
+        graph = build_graph(
+            topology.graph,
+            topology.agents,
+            degree=topology.degree,
+            probability=topology.probability,
+            rows=topology.rows or None,
+            edges_file=topology.edges_file or None,
+            seed=derive_seed(config.run.seed, "graph"),
+        )
+        labels = dataset.y_train if dataset.task == "classification" else None
+        shards = partition(
+            labels,
+            graph.agents,
+            config.data.partition,
+            labels_per_agent=config.data.labels_per_agent,
+            alpha=config.data.dirichlet_alpha,
+            num_classes=dataset.num_classes or None,
+            seed=derive_seed(config.run.seed, "partition"),
+            num_samples=dataset.y_train.shape[0],
+        )
+        batch_size = config.data.batch_size
+    elif spec.kind in ("server", "hogwild"):
+        # W workers on one shared model, each drawing its own batches from all the data.
+        workers = config.algorithm.workers
+        graph = ring(1)
+        shards = [torch.arange(dataset.y_train.shape[0])] * workers
+        batch_size = config.data.batch_size
+    else:
+        # One learner on all the data, as many samples per step as all agents together.
+        graph = ring(1)
+        shards = [torch.arange(dataset.y_train.shape[0])]
+        batch_size = config.data.batch_size * config.topology.agents
+    if spec.kind == "layerwise":
+        return Setup(config, dataset, graph, shards, None, None)
+    module = build_model(
+        config.model, dataset.features, dataset.outputs, seed=derive_seed(config.run.seed, "model")
+    )
+    model = StackedModel(module, dataset.task)
+    problem = Problem(
+        model=model,
+        x_train=dataset.x_train,
+        y_train=dataset.y_train,
+        x_test=dataset.x_test,
+        y_test=dataset.y_test,
+        sampler=BatchSampler(shards, batch_size, seed=config.run.seed),
+    )
+    # One model per agent; the workers of a server or shared-memory run share one.
+    initial = model.initial().expand(graph.agents, -1).contiguous()
+    return Setup(config, dataset, graph, shards, problem, initial)
