@@ -36,14 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "preset", nargs="?", default="default", help="preset name or path to a .toml file"
     )
-    run.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override one config value (repeatable), e.g. --set topology.agents=20",
-    )
+    _add_overrides(run, "override one config value (repeatable), e.g. --set topology.agents=20")
     run.add_argument("--out", help="run folder (default: runs/PRESET-TIMESTAMP)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument(
@@ -60,14 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     launch.add_argument("--nproc", type=int, required=True, help="processes, one per agent")
     launch.add_argument("preset", help="preset name or path to a .toml file")
-    launch.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override one config value (repeatable)",
-    )
+    _add_overrides(launch, "override one config value (repeatable)")
     launch.add_argument("--out", help="run folder (default: runs/PRESET-TIMESTAMP)")
     launch.add_argument(
         "--port", type=int, default=29500, help="rendezvous port on 127.0.0.1 (default 29500)"
@@ -85,6 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="where report.md and the plots go (default: the one folder given, else ./report)",
     )
     return parser
+
+
+def _add_overrides(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help=help,
+    )
 
 
 def _add_timeout(parser: argparse.ArgumentParser) -> None:

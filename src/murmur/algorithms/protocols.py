@@ -82,6 +82,24 @@ class Algorithm(Protocol):
 
 
 @dataclass(frozen=True)
+class Ridge:
+    """Layer 0's regularizer lambda ||O||^2 (for the whole network)."""
+
+    lam: float
+
+
+@dataclass(frozen=True)
+class Ball:
+    """Layers >= 1: the constraint ||O||_F <= radius."""
+
+    radius: float
+
+
+Regularizer = Ridge | Ball
+"""The regularizer of a layer's problem."""
+
+
+@dataclass(frozen=True)
 class RoundsWork:
     """One layer of a synchronous solver: every step waits for the slowest node."""
 
@@ -210,7 +228,7 @@ class LayerSolver(Protocol):
         self,
         grams: torch.Tensor,
         crosses: torch.Tensor,
-        regularizer: Any,
+        regularizer: Regularizer,
         setup_flops: list[float],
         network: LayerNetwork,
     ) -> torch.Tensor: ...

@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
+from murmur.algorithms.protocols import Ball, LayerNetwork, Regularizer, Ridge
 from murmur.errors import UsageError
 from murmur.sections import AlgorithmConfig
 from murmur.seeding import generator
-
-if TYPE_CHECKING:
-    from murmur.algorithms.protocols import LayerNetwork
 
 
 @dataclass(frozen=True)
@@ -122,23 +119,6 @@ def nme_db(residual_square: float, target_square: float) -> float:
 
 
 # ------------------------------------------------------------- the two problems
-
-
-@dataclass(frozen=True)
-class Ridge:
-    """Layer 0's regularizer lambda ||O||^2 (for the whole network)."""
-
-    lam: float
-
-
-@dataclass(frozen=True)
-class Ball:
-    """Layers >= 1: the constraint ||O||_F <= radius."""
-
-    radius: float
-
-
-Regularizer = Ridge | Ball
 
 
 def project_ball(matrices: torch.Tensor, radius: float) -> torch.Tensor:

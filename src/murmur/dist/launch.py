@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from murmur.config import Config, load_experiment
+from murmur.config import Config, Experiment, load_experiment
 from murmur.errors import UsageError
 from murmur.training.runs import check_run_dir
 from murmur.registry import check_runtime
@@ -102,7 +102,7 @@ def _torchrun(argv: list[str]) -> int:
     return 0
 
 
-def single_run(experiment: Any) -> tuple[str, Config]:
+def single_run(experiment: Experiment) -> tuple[str, Config]:
     """The one run of ``experiment``; the distributed runtime runs no comparisons yet."""
     if len(experiment.runs) != 1:
         raise UsageError(

@@ -29,12 +29,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from murmur.algorithms.protocols import AsyncNode, AsyncWork, RoundsWork
-from murmur.algorithms.ssfn import nme_db
-from murmur.metrics.evaluation import accuracy_summary
+from murmur.algorithms.protocols import AsyncNode, AsyncWork, LayerSolver, RoundsWork
 from murmur.metrics.records import Outcome
 from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
-from murmur.training.layerwise import LayerwiseResult, train_layerwise_run
+from murmur.training.layerwise import LayerwiseResult, layerwise_extra, train_layerwise_run
+from murmur.training.reducer import AgentTotals, LayerRows, layer_record, run_outcome
+from murmur.training.setup import Setup
 from murmur.dist.mailbox import (
     FOREVER,
     MAGIC,
@@ -158,8 +158,8 @@ class DistributedNetwork:
 
 
 def train_layerwise_rank(
-    setup: Any,
-    solver: Any,
+    setup: Setup,
+    solver: LayerSolver,
     rank: int,
     timeout: float = DEFAULT_TIMEOUT,
     on_record: Callable[[dict[str, Any]], None] = lambda record: None,
@@ -172,7 +172,7 @@ def train_layerwise_rank(
     message counters. ``network_out``: the rank's :class:`DistributedNetwork` is
     appended to it (for its control-message and rejection counts, and the
     neighbours an asynchronous run dropped). ``progress``: a bar of the layers."""
-    config, graph = setup.config, setup.graph
+    graph = setup.graph
     network = DistributedNetwork(
         graph=graph,
         counters=MessageCounters(1),
@@ -214,8 +214,8 @@ _LAYER_TOTALS = ("events", "messages", "bytes", "control", "rejected", "train_se
 
 
 def run_layerwise_rank(
-    setup: Any,
-    solver: Any,
+    setup: Setup,
+    solver: LayerSolver,
     on_record: Callable[[dict[str, Any]], None],
     progress: bool,
     *,
@@ -231,57 +231,19 @@ def run_layerwise_rank(
     rank sends its results to rank 0 alone (:func:`_collect`), and rank 0 takes
     them from the ranks still there.
     """
-    rows: list[list[float]] = []
-    shard_size = float(setup.shards[rank].numel())
-
-    def keep(record: dict[str, Any]) -> None:
-        # One-hot targets: ||T_m||^2 is the shard's size, and the node's squared
-        # residual comes back from its NME (dB) to within rounding.
-        residual = shard_size * 10.0 ** (record["train_nme"] / 10.0)
-        rows.append(
-            [
-                record["layer"],
-                record["width"],
-                record["admm_iterations"],
-                record["test_accuracy"][0],
-                record["test_loss"][0],
-                record["train_accuracy"][0],
-                residual,
-                shard_size,
-                record["events"],
-                record["messages"],
-                record["bytes"],
-                record["wall_seconds"],
-            ]
-        )
-
+    records: list[dict[str, Any]] = []
     networks: list[DistributedNetwork] = []
     trained, counters = train_layerwise_rank(
         setup,
         solver,
         rank,
         timeout=timeout,
-        on_record=keep,
+        on_record=records.append,
         network_out=networks,
         progress=progress,
     )
     network = networks[0]
-    local = _RankResults(
-        rows=torch.tensor(rows, dtype=torch.float64),
-        totals=torch.tensor(
-            [
-                counters.events,
-                counters.messages,
-                counters.bytes,
-                network.control_messages,
-                network.rejected,
-                trained.train_seconds,
-            ],
-            dtype=torch.float64,
-        ),
-        outputs=[layer[0].contiguous() for layer in trained.history],
-        failures=network.failures,
-    )
+    local = _RankResults.of(records, trained, counters, network)
     if network.neighbourhood is not None:
         return _collect(setup, local, trained, on_record, rank=rank, timeout=timeout)
     try:
@@ -312,6 +274,31 @@ class _RankResults:
     """Every layer's output matrices, (Q, width)."""
     failures: dict[int, str]
     """Neighbours dropped, and why (asynchronous runs)."""
+
+    @classmethod
+    def of(
+        cls,
+        records: list[dict[str, Any]],
+        trained: LayerwiseResult,
+        counters: MessageCounters,
+        network: DistributedNetwork,
+    ) -> _RankResults:
+        """This rank's results: its layers' ``records`` and its node's rows."""
+        rows = [_layer_row(record, row) for record, row in zip(records, trained.rows, strict=True)]
+        totals = [
+            counters.events,
+            counters.messages,
+            counters.bytes,
+            network.control_messages,
+            network.rejected,
+            trained.train_seconds,
+        ]
+        return cls(
+            rows=torch.tensor(rows, dtype=torch.float64),
+            totals=torch.tensor(totals, dtype=torch.float64),
+            outputs=[layer[0].contiguous() for layer in trained.history],
+            failures=network.failures,
+        )
 
     def flat(self, world: int) -> torch.Tensor:
         """Everything in one float64 vector, failures as one code per rank."""
@@ -351,7 +338,7 @@ _FAILURE_CODES = (
 
 
 def _collect(
-    setup: Any,
+    setup: Setup,
     local: _RankResults,
     trained: LayerwiseResult,
     on_record: Callable[[dict[str, Any]], None],
@@ -462,70 +449,75 @@ def _receive_results(
         return dict(arrived), dict(lost)
 
 
+def _layer_row(record: dict[str, Any], rows: LayerRows) -> list[float]:
+    """This rank's row of ``_LAYER_COLUMNS`` for one layer (its node is the only one)."""
+    return [
+        record["layer"],
+        record["width"],
+        record["admm_iterations"],
+        rows.test_accuracy[0],
+        rows.test_loss[0],
+        rows.train_accuracy[0],
+        rows.train_residual[0],
+        rows.train_target[0],
+        rows.events[0],
+        rows.messages[0],
+        rows.bytes[0],
+        record["wall_seconds"],
+    ]
+
+
+def _layer_record(at: torch.Tensor, outputs: torch.Tensor) -> dict[str, Any]:
+    """One layer's record from the rows of the ranks, (ranks, columns), and their
+    output matrices, (ranks, Q, n)."""
+    column = {name: at[:, i] for i, name in enumerate(_LAYER_COLUMNS)}
+    counts = {
+        name: column[name].to(torch.int64).tolist() for name in ("events", "messages", "bytes")
+    }
+    rows = LayerRows(
+        test_accuracy=column["test_accuracy"].tolist(),
+        test_loss=column["test_loss"].tolist(),
+        **counts,
+        train_accuracy=column["train_accuracy"].tolist(),
+        train_residual=column["train_residual"].tolist(),
+        train_target=column["train_target"].tolist(),
+    )
+    return layer_record(
+        int(column["layer"][0]),
+        rows,
+        width=int(column["width"][0]),
+        admm_iterations=int(column["admm_iterations"][0]),
+        outputs=outputs,
+        wall_seconds=float(column["wall"].max()),
+    )
+
+
 def _layer_outcome(
-    setup: Any,
+    setup: Setup,
     results: _RankResults,
     ranks: list[int],
     trained: LayerwiseResult,
     on_record: Callable[[dict[str, Any]], None],
 ) -> Outcome:
     """The run's records and outcome from the stacked results of ``ranks``."""
-    column = {name: i for i, name in enumerate(_LAYER_COLUMNS)}
-    records = []
-    for e in range(results.rows.shape[1]):
-        at = results.rows[:, e]
-        layer_outputs = results.outputs[e]
-        mean = layer_outputs.mean(dim=0, keepdim=True)
-        test = accuracy_summary(at[:, column["test_accuracy"]].tolist())
-        train = accuracy_summary(at[:, column["train_accuracy"]].tolist())
-        events = at[:, column["events"]].to(torch.int64)
-        record = {
-            "iteration": int(at[0, column["layer"]]),
-            "layer": int(at[0, column["layer"]]),
-            "width": int(at[0, column["width"]]),
-            "admm_iterations": int(at[0, column["admm_iterations"]]),
-            "test_accuracy": test["per_agent"],
-            "test_loss": at[:, column["test_loss"]].tolist(),
-            "accuracy_mean": test["mean"],
-            "accuracy_min": test["min"],
-            "accuracy_max": test["max"],
-            "train_accuracy": train["per_agent"],
-            "train_accuracy_mean": train["mean"],
-            "train_nme": nme_db(
-                float(at[:, column["train_residual"]].sum()),
-                float(at[:, column["train_target"]].sum()),
-            ),
-            "consensus_distance": float((layer_outputs - mean).square().sum() / len(ranks)),
-            "events": int(events.sum()),
-            "messages": int(at[:, column["messages"]].sum()),
-            "bytes": int(at[:, column["bytes"]].sum()),
-            "events_per_agent": events.tolist(),
-            "wall_seconds": float(at[:, column["wall"]].max()),
-        }
+    records = [
+        _layer_record(results.rows[:, e], results.outputs[e]) for e in range(results.rows.shape[1])
+    ]
+    for record in records:
         on_record(record)
-        records.append(record)
-
     total = {name: results.totals[:, i] for i, name in enumerate(_LAYER_TOTALS)}
     per_agent = {name: values.to(torch.int64).tolist() for name, values in total.items()}
-    last = records[-1]
     graph = setup.graph
-    return Outcome(
-        agents=graph.agents,
+    return run_outcome(
+        records[-1],
+        AgentTotals(per_agent["events"], per_agent["messages"], per_agent["bytes"]),
         topology=graph.name,
         iterations=trained.admm_iterations,
-        last_record=last,
-        events_per_agent=per_agent["events"],
-        messages=sum(per_agent["messages"]),
-        bytes=sum(per_agent["bytes"]),
         train_seconds=float(total["train_seconds"].max()),
         samples=int(sum(setup.shards[rank].numel() for rank in ranks)),
         parameters=results.outputs[-1],
         extra={
-            "layers": trained.sizes,
-            "train_accuracy": accuracy_summary(last["train_accuracy"]),
-            "train_nme": last["train_nme"],
-            "admm_iterations": trained.admm_iterations,
-            "mean_degree": float(graph.degrees().double().mean()),
+            **layerwise_extra(trained, records[-1], graph, decentralized=True),
             "runtime": "distributed",
             "world_size": graph.agents,
             "ranks": ranks,
@@ -536,4 +528,5 @@ def _layer_outcome(
             "failed_agents": sorted(results.failures),
             "failures": {str(rank): why for rank, why in sorted(results.failures.items())},
         },
+        agents=graph.agents,
     )

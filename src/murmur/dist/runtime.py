@@ -46,22 +46,24 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
 
+from murmur.algorithms.protocols import Algorithm
 from murmur.config import Config, TimingConfig
-from murmur.errors import UsageError
-from murmur.training.runs import Runner, check_run_dir, train_run
-from murmur.training.setup import prepare
-from murmur.metrics.evaluation import accuracy_summary
-from murmur.metrics.records import Outcome, RunResult
-from murmur.registry import ALGORITHMS, check_runtime
 from murmur.dist.layerwise import run_layerwise_rank
-from murmur.dist.server import server_runner
-from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
 from murmur.dist.mailbox import (
     PeerFailure,
     first_line,
 )
+from murmur.dist.server import server_runner
+from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
+from murmur.errors import UsageError
+from murmur.metrics.records import Outcome, RunResult
+from murmur.registry import ALGORITHMS, check_runtime
+from murmur.training.reducer import AgentRows, AgentTotals, run_outcome, sgd_record
+from murmur.training.runs import Runner, check_run_dir, train_run
+from murmur.training.setup import Setup, prepare
+from murmur.training.sgd_loop import Evaluation, SgdTrained, train_sgd
+
 
 @dataclass(frozen=True)
 class RankEnvironment:
@@ -181,8 +183,8 @@ _TOTALS = ("events", "messages", "bytes", "control", "rejected", "train_seconds"
 
 
 def _train_rank(
-    setup: Any,
-    algorithm: Any,
+    setup: Setup,
+    algorithm: Algorithm,
     on_record: Callable[[dict[str, Any]], None],
     progress: bool,
     *,
@@ -213,140 +215,86 @@ class _RankLog:
     """One row of ``_COLUMNS`` per evaluation."""
     snapshots: list[torch.Tensor]
     """This agent's parameters at each evaluation, for the consensus distance."""
-    params: torch.Tensor
-    train_seconds: float
-    samples: int
+    trained: SgdTrained | None = None
 
 
 def _train(
-    setup: Any, algorithm: Any, transport: DistributedTransport, rank: int, progress: bool
+    setup: Setup, algorithm: Algorithm, transport: DistributedTransport, rank: int, progress: bool
 ) -> _RankLog:
+    """Agent ``rank``'s block of the shared SGD loop; its measurements at each evaluation."""
     config, problem = setup.config, setup.problem
-    iterations, eval_every = config.run.iterations, config.run.eval_every
-    started = time.perf_counter()
-    state = algorithm.init(setup.initial[rank : rank + 1])
-    log = _RankLog(
-        rows=[], snapshots=[], params=algorithm.params(state)[0], train_seconds=0.0, samples=0
-    )
-    loss_sum, loss_steps = 0.0, 0
+    log = _RankLog(rows=[], snapshots=[])
 
-    def evaluate(iteration: int, train_loss: float) -> None:
-        params = algorithm.params(state)
-        accuracy, loss = problem.model.evaluate(params, problem.x_test, problem.y_test)
+    def evaluate(at: Evaluation) -> None:
+        accuracy, loss = problem.model.evaluate(at.params, problem.x_test, problem.y_test)
         counters = transport.counters
         log.rows.append(
             [
-                iteration,
-                log.samples,
-                time.perf_counter() - started,
+                at.iteration,
+                at.samples,
+                at.wall_seconds,
                 float(accuracy[0]) if accuracy is not None else float("nan"),
                 float(loss[0]),
-                train_loss,
+                at.train_loss if at.train_loss is not None else float("nan"),
                 counters.events,
                 counters.messages,
                 counters.bytes,
             ]
         )
-        log.snapshots.append(params[0].clone())
+        log.snapshots.append(at.params[0].clone())
 
-    evaluate(0, float("nan"))
-    bar = tqdm(total=iterations, disable=not progress, unit="it", leave=False, dynamic_ncols=True)
-    for iteration in range(iterations):
-        step_started = time.perf_counter()
-        indices = problem.sampler.next_for(rank)
-        losses, grads = problem.model.loss_and_grad(
-            algorithm.params(state), problem.x_train[indices][None], problem.y_train[indices][None]
-        )
-        state = algorithm.step(state, grads, iteration, transport)
-        log.train_seconds += time.perf_counter() - step_started
-        log.samples += indices.numel()
-        loss_sum += float(losses[0])
-        loss_steps += 1
-        done = iteration + 1
-        if done % eval_every == 0 or done == iterations:
-            evaluate(done, loss_sum / loss_steps)
-            loss_sum, loss_steps = 0.0, 0
-        bar.update(1)
-    bar.close()
-    log.params = algorithm.params(state)[0]
+    log.trained = train_sgd(
+        problem,
+        algorithm,
+        transport,
+        setup.initial[rank : rank + 1],
+        lambda: problem.sampler.next_for(rank)[None],
+        config.run.iterations,
+        config.run.eval_every,
+        evaluate,
+        progress=progress,
+    )
     return log
 
 
 def _gather(
-    setup: Any,
+    setup: Setup,
     log: _RankLog,
     transport: DistributedTransport,
     on_record: Callable[[dict[str, Any]], None],
 ) -> Outcome:
     """Every rank's records and counters to every rank, parameters to rank 0."""
     world, rank = dist.get_world_size(), dist.get_rank()
+    trained = log.trained
     rows = all_gather(torch.tensor(log.rows, dtype=torch.float64))  # (world, evals, columns)
     counters = transport.counters
-    totals = all_gather(
-        torch.tensor(
-            [
-                counters.events,
-                counters.messages,
-                counters.bytes,
-                transport.control_messages,
-                transport.rejected,
-                log.train_seconds,
-                log.samples,
-            ],
-            dtype=torch.float64,
-        )
-    )  # (world, totals)
-    snapshots = torch.stack(log.snapshots)  # (evals, P)
-    mean = snapshots.clone()
-    dist.all_reduce(mean)
-    mean /= world
-    spread = (snapshots - mean).pow(2).sum(dim=1, dtype=torch.float64)
-    dist.all_reduce(spread)
-    consensus = (spread / world).tolist()
-    gathered = [torch.empty_like(log.params) for _ in range(world)] if rank == 0 else None
-    dist.gather(log.params.contiguous(), gathered, dst=0)
-
-    column = {name: i for i, name in enumerate(_COLUMNS)}
-    records = []
-    for e in range(rows.shape[1]):
-        at = rows[:, e]
-        accuracy = at[:, column["accuracy"]]
-        summary = accuracy_summary(None if bool(accuracy.isnan().any()) else accuracy.tolist())
-        train_loss = float(at[:, column["train_loss"]].mean())
-        events = at[:, column["events"]].to(torch.int64)
-        record = {
-            "iteration": int(at[0, column["iteration"]]),
-            "samples": int(at[:, column["samples"]].sum()),
-            "wall_seconds": float(at[0, column["wall"]]),
-            "test_accuracy": summary["per_agent"],
-            "test_loss": at[:, column["loss"]].tolist(),
-            "accuracy_mean": summary["mean"],
-            "accuracy_min": summary["min"],
-            "accuracy_max": summary["max"],
-            "train_loss": None if e == 0 else train_loss,
-            "consensus_distance": consensus[e],
-            "events": int(events.sum()),
-            "messages": int(at[:, column["messages"]].sum()),
-            "bytes": int(at[:, column["bytes"]].sum()),
-            "events_per_agent": events.tolist(),
-        }
+    own_totals = [
+        counters.events,
+        counters.messages,
+        counters.bytes,
+        transport.control_messages,
+        transport.rejected,
+        trained.train_seconds,
+        trained.samples,
+    ]
+    totals = all_gather(torch.tensor(own_totals, dtype=torch.float64))  # (world, totals)
+    consensus = _consensus_distances(torch.stack(log.snapshots), world)
+    params = trained.params[0].contiguous()
+    gathered = [torch.empty_like(params) for _ in range(world)] if rank == 0 else None
+    dist.gather(params, gathered, dst=0)
+    records = [_record(rows[:, e], consensus[e]) for e in range(rows.shape[1])]
+    for record in records:
         on_record(record)
-        records.append(record)
-
     total = {name: totals[:, i] for i, name in enumerate(_TOTALS)}
     per_agent = {name: values.to(torch.int64).tolist() for name, values in total.items()}
     iterations = setup.config.run.iterations
-    return Outcome(
-        agents=world,
+    return run_outcome(
+        records[-1],
+        AgentTotals(per_agent["events"], per_agent["messages"], per_agent["bytes"]),
         topology=setup.graph.name,
         iterations=iterations,
-        last_record=records[-1],
-        events_per_agent=per_agent["events"],
-        messages=sum(per_agent["messages"]),
-        bytes=sum(per_agent["bytes"]),
         train_seconds=float(total["train_seconds"].max()),
         samples=sum(per_agent["samples"]),
-        communication_saving=1.0 - sum(per_agent["events"]) / (world * iterations),
         parameters=torch.stack(gathered) if gathered is not None else None,
         extra={
             "runtime": "distributed",
@@ -356,6 +304,40 @@ def _gather(
             "control_messages_per_agent": per_agent["control"],
             "rejected_per_agent": per_agent["rejected"],
         },
+        rounds=iterations,
+    )
+
+
+def _consensus_distances(snapshots: torch.Tensor, world: int) -> list[float]:
+    """(1/N) sum_i ||x_i - x_bar||^2 at each evaluation; ``snapshots``: this rank's
+    parameters at each evaluation, (evals, P)."""
+    mean = snapshots.clone()
+    dist.all_reduce(mean)
+    mean /= world
+    spread = (snapshots - mean).pow(2).sum(dim=1, dtype=torch.float64)
+    dist.all_reduce(spread)
+    return (spread / world).tolist()
+
+
+def _record(at: torch.Tensor, consensus: float) -> dict[str, Any]:
+    """One evaluation's record from every rank's row of ``_COLUMNS``, (world, columns)."""
+    column = {name: at[:, i] for i, name in enumerate(_COLUMNS)}
+    accuracy = column["accuracy"]
+    rows = AgentRows(
+        test_accuracy=None if bool(accuracy.isnan().any()) else accuracy.tolist(),
+        test_loss=column["loss"].tolist(),
+        events=column["events"].to(torch.int64).tolist(),
+        messages=column["messages"].to(torch.int64).tolist(),
+        bytes=column["bytes"].to(torch.int64).tolist(),
+    )
+    iteration = int(column["iteration"][0])
+    return sgd_record(
+        iteration,
+        rows,
+        samples=int(column["samples"].sum()),
+        wall_seconds=float(column["wall"][0]),
+        train_loss=None if iteration == 0 else float(column["train_loss"].mean()),
+        consensus_distance=consensus,
     )
 
 
@@ -465,8 +447,12 @@ def _layerwise_ranks(config: Config, rank: int, timeout: float) -> Runner:
 
 def _server_ranks(config: Config, rank: int, timeout: float) -> Runner:
     """A parameter server on rank 0, workers on the others."""
-    return server_runner(config, rank, ALGORITHMS[config.algorithm.name].processes(
-        config.algorithm, config.topology.agents), timeout)
+    return server_runner(
+        config,
+        rank,
+        ALGORITHMS[config.algorithm.name].processes(config.algorithm, config.topology.agents),
+        timeout,
+    )
 
 
 _RANK_RUNNERS: dict[str, Callable[[Config, int, float], Runner]] = {

@@ -229,6 +229,36 @@ def speedup_lines(
     return lines
 
 
+def _speedup_line(axes: Any, name: str, points: list, not_reached: list, colour: Any) -> None:
+    """One algorithm's iteration speedup (hollow circles) and time speedup (squares)."""
+    workers, iteration = mean_line([(w, s) for w, s, _ in points])
+    # Hollow circles around the time line's squares: the two often coincide.
+    axes.plot(
+        workers,
+        iteration,
+        color=colour,
+        marker="o",
+        markersize=9,
+        markerfacecolor="none",
+        label=f"{name}: iterations",
+    )
+    timed = [(w, t) for w, _, t in points if t is not None]
+    if timed:
+        time_workers, time = mean_line(timed)
+        axes.plot(
+            time_workers,
+            time,
+            color=colour,
+            marker="s",
+            markersize=4,
+            linestyle="--",
+            label=f"{name}: virtual time",
+        )
+    if not_reached:
+        left_out = ", ".join(f"{w:g}" for w in sorted(set(not_reached)))
+        axes.plot([], [], " ", label=f"{name}: not reached, left out: W = {left_out}")
+
+
 def plot_speedup_vs_workers(runs: Sequence[Run], path: str | Path) -> bool:
     """Iteration and time speedup to the target loss vs workers W, with linear speedup y = W.
 
@@ -246,37 +276,10 @@ def plot_speedup_vs_workers(runs: Sequence[Run], path: str | Path) -> bool:
     figure, axes = _new_figure()
     all_workers: set[float] = set()
     for index, (name, (points, not_reached)) in enumerate(lines.items()):
-        if not points:
-            continue
-        colour = _colour(index)
-        workers, iteration = mean_line([(w, s) for w, s, _ in points])
-        # Hollow circles around the time line's squares: the two often coincide.
-        axes.plot(
-            workers,
-            iteration,
-            color=colour,
-            marker="o",
-            markersize=9,
-            markerfacecolor="none",
-            label=f"{name}: iterations",
-        )
-        timed = [(w, t) for w, _, t in points if t is not None]
-        if timed:
-            time_workers, time = mean_line(timed)
-            axes.plot(
-                time_workers,
-                time,
-                color=colour,
-                marker="s",
-                markersize=4,
-                linestyle="--",
-                label=f"{name}: virtual time",
-            )
-        all_workers.update(workers)
-        all_workers.update(not_reached)
-        if not_reached:
-            left_out = ", ".join(f"{w:g}" for w in sorted(set(not_reached)))
-            axes.plot([], [], " ", label=f"{name}: not reached, left out: W = {left_out}")
+        if points:
+            _speedup_line(axes, name, points, not_reached, _colour(index))
+            all_workers.update(w for w, _, _ in points)
+            all_workers.update(not_reached)
     ticks = sorted(all_workers)
     axes.plot(
         [ticks[0], ticks[-1]], [ticks[0], ticks[-1]], color="0.4", linestyle=":", label="linear (W)"

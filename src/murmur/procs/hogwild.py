@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import connection
+from multiprocessing.context import BaseContext
 from multiprocessing.queues import SimpleQueue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Barrier
@@ -192,12 +193,7 @@ def train_shared(
     stall_seconds: float = STALL_SECONDS,
 ) -> SharedTraining:
     """``iterations`` lock-free SGD steps in all, by ``workers`` processes, from ``initial``."""
-    if not 1 <= workers <= len(problem.sampler.shards):
-        raise ValueError(
-            f"workers must be between 1 and the {len(problem.sampler.shards)} shards, not {workers}"
-        )
-    if initial.numel() != problem.model.layout.total:
-        raise ValueError(f"initial must hold one model of {problem.model.layout.total} parameters")
+    _check(problem, initial, workers)
     context = torch_mp.get_context(start_method)
     params = initial.reshape(-1).to(torch.float32).clone().share_memory_()
     status = torch.zeros(workers, 5, dtype=torch.float64).share_memory_()
@@ -227,6 +223,41 @@ def train_shared(
         )
         for w in range(workers)
     ]
+    _run_jobs(context, jobs, step_counts, errors, stall_seconds, iterations, progress)
+    done = status.numpy()
+    total_steps = int(step_counts.sum())
+    return SharedTraining(
+        params=params.clone().view(1, -1),
+        train_seconds=float(done[:, _FINISHED].max() - done[:, _STARTED].min()),
+        samples=total_steps * problem.sampler.batch_size,
+        steps=step_counts.tolist(),
+        train_loss=float(done[:, _LOSS_SUM].sum()) / total_steps if total_steps else None,
+        pids=[int(pid) for pid in done[:, _PID]],
+        intervals=[(float(row[_STARTED]), float(row[_FINISHED])) for row in done],
+        cpu_seconds=[float(seconds) for seconds in done[:, _CPU_SECONDS]],
+    )
+
+
+def _check(problem: Problem, initial: torch.Tensor, workers: int) -> None:
+    if not 1 <= workers <= len(problem.sampler.shards):
+        raise ValueError(
+            f"workers must be between 1 and the {len(problem.sampler.shards)} shards, not {workers}"
+        )
+    if initial.numel() != problem.model.layout.total:
+        raise ValueError(f"initial must hold one model of {problem.model.layout.total} parameters")
+
+
+def _run_jobs(
+    context: BaseContext,
+    jobs: list[_Job],
+    step_counts: torch.Tensor,
+    errors: SimpleQueue,
+    stall_seconds: float,
+    iterations: int,
+    progress: bool,
+) -> None:
+    """Start a process per job and supervise them; every one is stopped and joined
+    whatever happens."""
     started: list[multiprocessing.process.BaseProcess] = []
     bar = tqdm(total=iterations, disable=not progress, unit="it", leave=False, dynamic_ncols=True)
     try:
@@ -240,18 +271,6 @@ def train_shared(
     finally:
         bar.close()
         _stop(started)
-    done = status.numpy()
-    total_steps = int(step_counts.sum())
-    return SharedTraining(
-        params=params.clone().view(1, -1),
-        train_seconds=float(done[:, _FINISHED].max() - done[:, _STARTED].min()),
-        samples=total_steps * problem.sampler.batch_size,
-        steps=step_counts.tolist(),
-        train_loss=float(done[:, _LOSS_SUM].sum()) / total_steps if total_steps else None,
-        pids=[int(pid) for pid in done[:, _PID]],
-        intervals=[(float(row[_STARTED]), float(row[_FINISHED])) for row in done],
-        cpu_seconds=[float(seconds) for seconds in done[:, _CPU_SECONDS]],
-    )
 
 
 def _work(job: _Job) -> None:

@@ -8,7 +8,6 @@ from typing import Any
 
 from murmur.algorithms.protocols import Algorithm, LayerSolver
 from murmur.metrics.counters import MessageCounters
-from murmur.metrics.evaluation import accuracy_summary
 from murmur.metrics.records import Outcome
 from murmur.registry import ALGORITHMS
 from murmur.seeding import derive_seed
@@ -16,7 +15,8 @@ from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.sim.layerwise import SimulatedNetwork
 from murmur.sim.simulator import RoundClock, simulate
 from murmur.sim.transport import InMemoryTransport
-from murmur.training.layerwise import train_layerwise_run
+from murmur.training.layerwise import layerwise_extra, train_layerwise_run
+from murmur.training.reducer import AgentTotals, run_outcome
 from murmur.training.setup import Setup
 
 
@@ -39,6 +39,12 @@ def run_sgd(
         flops_per_agent=6.0 * parameters * setup.problem.sampler.batch_size,
         message_bytes=parameters * setup.initial.element_size(),
     )
+    records: list[dict[str, Any]] = []
+
+    def keep(record: dict[str, Any]) -> None:
+        records.append(record)
+        on_record(record)
+
     trained = simulate(
         setup.problem,
         algorithm,
@@ -46,25 +52,20 @@ def run_sgd(
         setup.initial,
         config.run.iterations,
         config.run.eval_every,
-        on_record,
+        keep,
         progress=progress,
         clock=clock,
     )
-    agents = setup.graph.agents
-    counters = transport.counters
-    return Outcome(
-        agents=agents,
+    return run_outcome(
+        records[-1],
+        AgentTotals.of(transport.counters),
         topology=setup.graph.name if spec.decentralized else "none",
         iterations=config.run.iterations,
-        last_record=trained.last_record,
-        events_per_agent=counters.events_per_agent.tolist(),
-        messages=counters.messages,
-        bytes=counters.bytes,
         train_seconds=trained.train_seconds,
         samples=trained.samples,
-        communication_saving=1.0 - counters.events / (agents * config.run.iterations),
         parameters=trained.params,
         extra={"virtual_seconds": trained.virtual_seconds},
+        rounds=config.run.iterations,
     )
 
 
@@ -84,26 +85,17 @@ def run_layerwise(
         links=LinkDelays(config.timing),
     )
     trained = train_layerwise_run(setup, solver, network, setup.shards, on_record, progress)
-    last = trained.last_record
-    counters = network.counters
     decentralized = ALGORITHMS[config.algorithm.name].decentralized
-    return Outcome(
-        agents=graph.agents,
+    return run_outcome(
+        trained.last_record,
+        AgentTotals.of(network.counters),
         topology=graph.name if decentralized else "none",
         iterations=trained.admm_iterations,
-        last_record=last,
-        events_per_agent=counters.events_per_agent.tolist(),
-        messages=counters.messages,
-        bytes=counters.bytes,
         train_seconds=trained.train_seconds,
         samples=int(sum(shard.numel() for shard in setup.shards)),
         parameters=trained.outputs,
         extra={
             "virtual_seconds": trained.virtual_seconds,
-            "layers": trained.sizes,
-            "train_accuracy": accuracy_summary(last["train_accuracy"]),
-            "train_nme": last["train_nme"],
-            "admm_iterations": trained.admm_iterations,
-            "mean_degree": float(graph.degrees().double().mean()) if decentralized else 0.0,
+            **layerwise_extra(trained, trained.last_record, graph, decentralized),
         },
     )

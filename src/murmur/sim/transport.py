@@ -1,22 +1,10 @@
-"""How agents' messages move, and how every message is counted.
+"""The simulator's transport: agents' messages in memory, every one counted.
 
-Algorithms reach the network through two calls and one read only:
-
-- ``broadcast(senders, values)``: each agent whose ``senders`` flag is set sends
-  its row of ``values`` to every neighbour (one event, ``d_i`` point-to-point
-  messages of ``P`` floats each);
-- ``mix(operator, out, scale)``: ``out += scale * operator @ V`` in place, where
-  row ``j`` of ``V`` is the last value agent ``j`` broadcast, i.e. what each
-  agent can compute from its own last broadcast and the latest values received
-  from its neighbours. ``operator`` must be zero outside the graph's edges and
-  diagonal;
-- ``last_sent``: row ``i`` is the value agent ``i`` itself last broadcast (each
-  agent keeps its own copy, so an event trigger can compare against it).
-
-The in-memory transport below delivers instantly and losslessly, so every
-neighbour of ``j`` holds the same latest value of ``j`` and one stacked tensor
-stands for all mailboxes. Other transports (delays, drops, torch.distributed)
-implement the same two calls.
+It implements :class:`~murmur.algorithms.protocols.Transport` (``broadcast``,
+``mix``, ``last_sent``). Delivery is instant and lossless, so every neighbour of
+``j`` holds the same latest value of ``j`` and one stacked tensor stands for all
+mailboxes. The distributed runtime implements the same calls over gloo
+(``murmur.dist.transport``).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ in steps while the training error improves enough, then layers likewise.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +36,12 @@ from murmur.algorithms.ssfn import (
     random_weights,
 )
 from murmur.errors import UsageError
+from murmur.metrics.counters import MessageCounters
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.seeding import derive_seed
+from murmur.topology import Graph
+from murmur.training.reducer import LayerRows, layer_record
+from murmur.training.setup import Setup
 
 
 @dataclass
@@ -54,6 +59,8 @@ class LayerwiseResult:
     admm_iterations: int
     """ADMM iterations (or asynchronous updates) per node, all layers together."""
     last_record: dict[str, Any]
+    rows: list[LayerRows]
+    """Every kept layer's per-node measurements, layer 0 first."""
 
 
 def train_layerwise(
@@ -67,44 +74,37 @@ def train_layerwise(
     shards: list[torch.Tensor],
     classes: int,
     seed: int,
-    on_record,
+    on_record: Callable[[dict[str, Any]], None],
     progress: bool = False,
 ) -> LayerwiseResult:
     """Train layer 0 and then ``config.layers`` layers (fewer when growing stops)."""
     started = time.perf_counter()
     nodes = len(shards)
-    inputs = [x_train[shard].to(torch.float64) for shard in shards]
-    targets = [one_hot(y_train[shard], classes) for shard in shards]
-    labels = [y_train[shard] for shard in shards]
-    test_inputs = [x_test.to(torch.float64)] * nodes
-    state = _LayerState(inputs, targets, labels, test_inputs, y_test)
+    state = _LayerState.first(x_train, y_train, x_test, y_test, shards, classes)
     grow = isinstance(config, SsfnConfig) and config.grow
     radius = norm_bound(config, classes)
 
     outputs = _solve(state, solver, Ridge(config.lam), network, [0.0] * nodes)
     history = [outputs]
-    record = state.record(0, outputs, network, started, solver.iterations_per_layer)
+    record, rows = state.evaluate(0, outputs, network, started, solver.iterations_per_layer)
+    layer_rows = [rows]
     on_record(record)
     sizes: list[int] = []
     iterations = solver.iterations_per_layer
     bar = tqdm(total=config.layers, disable=not progress, unit="layer", leave=False)
     for layer in range(1, config.layers + 1):
-        if grow:
-            candidate = _grow_layer(state, outputs, solver, network, config, layer, radius, seed)
-        else:
-            candidate = _next_layer(
-                state, outputs, solver, network, config.nodes, layer, radius, seed
-            )
-        next_state, next_outputs, iterations_used = candidate
-        next_record = next_state.record(
+        grown = _grow_layer if grow else _next_layer
+        next_state, next_outputs, iterations_used = grown(
+            state, outputs, solver, network, config, layer, radius, seed
+        )
+        next_record, rows = next_state.evaluate(
             layer, next_outputs, network, started, iterations + iterations_used
         )
-        if (
-            grow
-            and _improvement(record["train_nme"], next_record["train_nme"]) < config.layer_tolerance
-        ):
+        gain = _improvement(record["train_nme"], next_record["train_nme"])
+        if grow and gain < config.layer_tolerance:
             break
         state, outputs, record = next_state, next_outputs, next_record
+        layer_rows.append(rows)
         iterations += iterations_used
         sizes.append(outputs.shape[2])
         history.append(outputs)
@@ -120,15 +120,16 @@ def train_layerwise(
         virtual_seconds=network.virtual_seconds,
         admm_iterations=iterations,
         last_record=record,
+        rows=layer_rows,
     )
 
 
 def train_layerwise_run(
-    setup: Any,
+    setup: Setup,
     solver: LayerSolver,
     network: LayerNetwork,
     shards: list[torch.Tensor],
-    on_record,
+    on_record: Callable[[dict[str, Any]], None],
     progress: bool = False,
 ) -> LayerwiseResult:
     """:func:`train_layerwise` on a prepared run (``experiment.prepare``): its
@@ -160,6 +161,25 @@ class _LayerState:
     test_inputs: list[torch.Tensor]
     test_labels: torch.Tensor
 
+    @classmethod
+    def first(
+        cls,
+        x_train: torch.Tensor,
+        y_train: torch.Tensor,
+        x_test: torch.Tensor,
+        y_test: torch.Tensor,
+        shards: list[torch.Tensor],
+        classes: int,
+    ) -> _LayerState:
+        """Layer 0's features: each node's shard of the inputs, in float64."""
+        return cls(
+            [x_train[shard].to(torch.float64) for shard in shards],
+            [one_hot(y_train[shard], classes) for shard in shards],
+            [y_train[shard] for shard in shards],
+            [x_test.to(torch.float64)] * len(shards),
+            y_test,
+        )
+
     def advanced(self, outputs: torch.Tensor, weights: torch.Tensor) -> _LayerState:
         """The next layer's features given this layer's output matrices and R."""
         return _LayerState(
@@ -180,50 +200,51 @@ class _LayerState:
         ]
         return grams, crosses, flops
 
-    def record(
+    def evaluate(
         self,
         layer: int,
         outputs: torch.Tensor,
         network: LayerNetwork,
         started: float,
         iterations: int,
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], LayerRows]:
+        """This layer's record and the per-node rows it was made from."""
+        rows = self.measure(outputs, network.counters)
+        record = layer_record(
+            layer,
+            rows,
+            width=outputs.shape[2],
+            admm_iterations=iterations,
+            outputs=outputs,
+            wall_seconds=time.perf_counter() - started,
+            virtual_seconds=network.virtual_seconds,
+        )
+        return record, rows
+
+    def measure(self, outputs: torch.Tensor, counters: MessageCounters) -> LayerRows:
+        """Each node's test accuracy and loss, training accuracy and squared residual
+        on its shard, and message counts."""
         train_accuracy, test_accuracy, test_loss = [], [], []
-        residual, total = 0.0, 0.0
+        residuals, targets = [], []
         for node, output in enumerate(outputs):
             estimate = self.inputs[node] @ output.T
-            residual += float((self.targets[node] - estimate).square().sum())
-            total += float(self.targets[node].square().sum())
+            residuals.append(float((self.targets[node] - estimate).square().sum()))
+            targets.append(float(self.targets[node].square().sum()))
             train_accuracy.append(_accuracy(estimate, self.labels[node]))
             test_estimate = self.test_inputs[node] @ output.T
             test_accuracy.append(_accuracy(test_estimate, self.test_labels))
             test_target = one_hot(self.test_labels, output.shape[0])
             test_loss.append(float((test_estimate - test_target).square().sum(1).mean()))
-        summary = accuracy_summary(test_accuracy)
-        train = accuracy_summary(train_accuracy)
-        mean = outputs.mean(dim=0, keepdim=True)
-        counters = network.counters
-        return {
-            "iteration": layer,
-            "layer": layer,
-            "width": outputs.shape[2],
-            "admm_iterations": iterations,
-            "test_accuracy": summary["per_agent"],
-            "test_loss": test_loss,
-            "accuracy_mean": summary["mean"],
-            "accuracy_min": summary["min"],
-            "accuracy_max": summary["max"],
-            "train_accuracy": train["per_agent"],
-            "train_accuracy_mean": train["mean"],
-            "train_nme": nme_db(residual, total),
-            "consensus_distance": float((outputs - mean).square().sum() / outputs.shape[0]),
-            "events": counters.events,
-            "messages": counters.messages,
-            "bytes": counters.bytes,
-            "events_per_agent": counters.events_per_agent.tolist(),
-            "virtual_seconds": network.virtual_seconds,
-            "wall_seconds": time.perf_counter() - started,
-        }
+        return LayerRows(
+            test_accuracy=test_accuracy,
+            test_loss=test_loss,
+            events=counters.events_per_agent.tolist(),
+            messages=counters.messages_per_agent.tolist(),
+            bytes=counters.bytes_per_agent.tolist(),
+            train_accuracy=train_accuracy,
+            train_residual=residuals,
+            train_target=targets,
+        )
 
 
 def _solve(
@@ -247,7 +268,9 @@ def _solve(
     return outputs
 
 
-def _next_layer(state, outputs, solver, network, nodes, layer, radius, seed):
+def _next_layer(state, outputs, solver, network, config, layer, radius, seed, nodes=None):
+    """The next layer with ``nodes`` random nodes (``config.nodes`` by default)."""
+    nodes = config.nodes if nodes is None else nodes
     previous = state.inputs[0].shape[1]
     weights = random_weights(seed, layer, nodes, previous)
     next_state = state.advanced(outputs, weights)
@@ -264,7 +287,7 @@ def _grow_layer(state, outputs, solver, network, config: SsfnConfig, layer, radi
     count = min(config.node_step, config.nodes)
     while True:
         candidate_state, candidate_outputs, iterations = _next_layer(
-            state, outputs, solver, network, count, layer, radius, seed
+            state, outputs, solver, network, config, layer, radius, seed, nodes=count
         )
         used += iterations
         error = _train_nme(candidate_state, candidate_outputs)
@@ -293,3 +316,17 @@ def _improvement(before: float, after: float) -> float:
 
 def _accuracy(estimate: torch.Tensor, labels: torch.Tensor) -> float:
     return float((estimate.argmax(dim=1) == labels).to(torch.float64).mean())
+
+
+def layerwise_extra(
+    trained: LayerwiseResult, last: dict[str, Any], graph: Graph, decentralized: bool
+) -> dict[str, Any]:
+    """What a layer-wise run adds to its summary, in either runtime; ``last``: the
+    run's last record (of every node)."""
+    return {
+        "layers": trained.sizes,
+        "train_accuracy": accuracy_summary(last["train_accuracy"]),
+        "train_nme": last["train_nme"],
+        "admm_iterations": trained.admm_iterations,
+        "mean_degree": float(graph.degrees().double().mean()) if decentralized else 0.0,
+    }

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from murmur.algorithms.asysg import WorkersConfig
+from murmur.algorithms.hogwild import HogwildConfig
 from murmur.config import Config
 from murmur.data import load_dataset, partition
 from murmur.data.batches import BatchSampler
@@ -63,6 +65,30 @@ def prepare(config: Config) -> Setup:
             f"{config.algorithm.name} needs a classification dataset; "
             f"{config.data.dataset} is {dataset.task}"
         )
+    graph, shards, batch_size = _learners(config, dataset)
+    if spec.kind == "layerwise":
+        return Setup(config, dataset, graph, shards, None, None)
+    module = build_model(
+        config.model, dataset.features, dataset.outputs, seed=derive_seed(config.run.seed, "model")
+    )
+    model = StackedModel(module, dataset.task)
+    problem = Problem(
+        model=model,
+        x_train=dataset.x_train,
+        y_train=dataset.y_train,
+        x_test=dataset.x_test,
+        y_test=dataset.y_test,
+        sampler=BatchSampler(shards, batch_size, seed=config.run.seed),
+    )
+    # One model per agent; the workers of a server or shared-memory run share one.
+    initial = model.initial().expand(graph.agents, -1).contiguous()
+    return Setup(config, dataset, graph, shards, problem, initial)
+
+
+def _learners(config: Config, dataset: Dataset) -> tuple[Graph, list[torch.Tensor], int]:
+    """The graph, each learner's training indices and the batch size of a step."""
+    spec = ALGORITHMS[config.algorithm.name]
+    everything = torch.arange(dataset.y_train.shape[0])
     if spec.decentralized:
         topology = config.topology
         graph = build_graph(
@@ -85,32 +111,10 @@ def prepare(config: Config) -> Setup:
             seed=derive_seed(config.run.seed, "partition"),
             num_samples=dataset.y_train.shape[0],
         )
-        batch_size = config.data.batch_size
-    elif spec.kind in ("server", "hogwild"):
+        return graph, shards, config.data.batch_size
+    algorithm = config.algorithm
+    if isinstance(algorithm, WorkersConfig | HogwildConfig):
         # W workers on one shared model, each drawing its own batches from all the data.
-        workers = config.algorithm.workers
-        graph = ring(1)
-        shards = [torch.arange(dataset.y_train.shape[0])] * workers
-        batch_size = config.data.batch_size
-    else:
-        # One learner on all the data, as many samples per step as all agents together.
-        graph = ring(1)
-        shards = [torch.arange(dataset.y_train.shape[0])]
-        batch_size = config.data.batch_size * config.topology.agents
-    if spec.kind == "layerwise":
-        return Setup(config, dataset, graph, shards, None, None)
-    module = build_model(
-        config.model, dataset.features, dataset.outputs, seed=derive_seed(config.run.seed, "model")
-    )
-    model = StackedModel(module, dataset.task)
-    problem = Problem(
-        model=model,
-        x_train=dataset.x_train,
-        y_train=dataset.y_train,
-        x_test=dataset.x_test,
-        y_test=dataset.y_test,
-        sampler=BatchSampler(shards, batch_size, seed=config.run.seed),
-    )
-    # One model per agent; the workers of a server or shared-memory run share one.
-    initial = model.initial().expand(graph.agents, -1).contiguous()
-    return Setup(config, dataset, graph, shards, problem, initial)
+        return ring(1), [everything] * algorithm.workers, config.data.batch_size
+    # One learner on all the data, as many samples per step as all agents together.
+    return ring(1), [everything], config.data.batch_size * config.topology.agents

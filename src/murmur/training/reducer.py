@@ -1,0 +1,195 @@
+"""Per-agent rows -> the run's records and outcome, the same for every runtime.
+
+A runtime measures each agent (its test accuracy and loss, its message counts,
+for SSFN its training residual) in rows with one entry per agent, in agent
+order: the simulator for all its stacked agents at once, the distributed
+runtime on each rank for its own agent, gathered across the ranks afterwards.
+The functions below turn such rows into the ``metrics.jsonl`` record of one
+evaluation and into the run's :class:`~murmur.metrics.records.Outcome`, so that
+both runtimes write the same schema from the same arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from murmur.algorithms.ssfn import nme_db
+from murmur.metrics.counters import MessageCounters
+from murmur.metrics.evaluation import accuracy_summary
+from murmur.metrics.records import Outcome
+
+
+@dataclass
+class AgentRows:
+    """One evaluation's measurements, one entry per agent."""
+
+    test_accuracy: list[float] | None
+    """None for a regression task."""
+    test_loss: list[float]
+    events: list[int]
+    """Cumulative, like the two below."""
+    messages: list[int]
+    bytes: list[int]
+
+    @classmethod
+    def measure(
+        cls,
+        accuracy: torch.Tensor | None,
+        loss: torch.Tensor,
+        counters: MessageCounters,
+    ) -> AgentRows:
+        """Rows from a model's per-agent test accuracy and loss and the counters."""
+        return cls(
+            test_accuracy=accuracy.tolist() if accuracy is not None else None,
+            test_loss=loss.tolist(),
+            events=counters.events_per_agent.tolist(),
+            messages=counters.messages_per_agent.tolist(),
+            bytes=counters.bytes_per_agent.tolist(),
+        )
+
+
+@dataclass
+class LayerRows(AgentRows):
+    """A layer-wise evaluation: the test rows, plus each node's training accuracy and
+    squared residual ||T_m - Y_m O_m^T||^2 and target ||T_m||^2 on its shard."""
+
+    train_accuracy: list[float]
+    train_residual: list[float]
+    train_target: list[float]
+
+
+def _agent_columns(rows: AgentRows) -> dict[str, Any]:
+    summary = accuracy_summary(rows.test_accuracy)
+    return {
+        "test_accuracy": summary["per_agent"],
+        "test_loss": rows.test_loss,
+        "accuracy_mean": summary["mean"],
+        "accuracy_min": summary["min"],
+        "accuracy_max": summary["max"],
+    }
+
+
+def _message_columns(rows: AgentRows) -> dict[str, Any]:
+    return {
+        "events": sum(rows.events),
+        "messages": sum(rows.messages),
+        "bytes": sum(rows.bytes),
+        "events_per_agent": rows.events,
+    }
+
+
+def sgd_record(
+    iteration: int,
+    rows: AgentRows,
+    *,
+    samples: int,
+    wall_seconds: float,
+    train_loss: float | None,
+    consensus_distance: float,
+    virtual_seconds: float | None = None,
+) -> dict[str, Any]:
+    """The record of one evaluation of a mini-batch run (``virtual_seconds``: the
+    simulator's clock; a distributed run leaves it out)."""
+    record = {
+        "iteration": iteration,
+        "samples": samples,
+        "wall_seconds": wall_seconds,
+        **_agent_columns(rows),
+        "train_loss": train_loss,
+        "consensus_distance": consensus_distance,
+        **_message_columns(rows),
+    }
+    if virtual_seconds is not None:
+        record["virtual_seconds"] = virtual_seconds
+    return record
+
+
+def layer_record(
+    layer: int,
+    rows: LayerRows,
+    *,
+    width: int,
+    admm_iterations: int,
+    outputs: torch.Tensor,
+    wall_seconds: float,
+    virtual_seconds: float | None = None,
+) -> dict[str, Any]:
+    """The record of one layer of a layer-wise run; ``outputs`` (nodes, Q, n) are
+    every node's output matrices (for the consensus distance)."""
+    train = accuracy_summary(rows.train_accuracy)
+    mean = outputs.mean(dim=0, keepdim=True)
+    residual, target = 0.0, 0.0
+    for node_residual, node_target in zip(rows.train_residual, rows.train_target, strict=True):
+        residual += node_residual
+        target += node_target
+    record = {
+        "iteration": layer,
+        "layer": layer,
+        "width": width,
+        "admm_iterations": admm_iterations,
+        **_agent_columns(rows),
+        "train_accuracy": train["per_agent"],
+        "train_accuracy_mean": train["mean"],
+        "train_nme": nme_db(residual, target),
+        "consensus_distance": float((outputs - mean).square().sum() / outputs.shape[0]),
+        **_message_columns(rows),
+        "wall_seconds": wall_seconds,
+    }
+    if virtual_seconds is not None:
+        record["virtual_seconds"] = virtual_seconds
+    return record
+
+
+@dataclass
+class AgentTotals:
+    """A run's message counts at its end, one entry per agent."""
+
+    events: list[int]
+    messages: list[int]
+    bytes: list[int]
+
+    @classmethod
+    def of(cls, counters: MessageCounters) -> AgentTotals:
+        return cls(
+            counters.events_per_agent.tolist(),
+            counters.messages_per_agent.tolist(),
+            counters.bytes_per_agent.tolist(),
+        )
+
+
+def run_outcome(
+    last_record: dict[str, Any],
+    totals: AgentTotals,
+    *,
+    topology: str,
+    iterations: int,
+    train_seconds: float,
+    samples: int,
+    parameters: torch.Tensor | None,
+    extra: dict[str, Any],
+    rounds: int | None = None,
+    agents: int | None = None,
+) -> Outcome:
+    """The outcome of a run; ``totals`` has one entry per agent that reported (all of
+    them unless ``agents`` says more took part). ``rounds``: the synchronous rounds
+    each agent could have sent in (the communication saving is 1 - events / (agents
+    x rounds)); None where that is not meaningful."""
+    agents = len(totals.events) if agents is None else agents
+    events = sum(totals.events)
+    return Outcome(
+        agents=agents,
+        topology=topology,
+        iterations=iterations,
+        last_record=last_record,
+        events_per_agent=totals.events,
+        messages=sum(totals.messages),
+        bytes=sum(totals.bytes),
+        train_seconds=train_seconds,
+        samples=samples,
+        communication_saving=1.0 - events / (agents * rounds) if rounds else None,
+        parameters=parameters,
+        extra=extra,
+    )

@@ -1,0 +1,109 @@
+"""One loop of synchronous mini-batch training, for a block of agents.
+
+The block is every agent in the simulator and one agent per rank in the
+distributed runtime: each iteration the block draws its mini-batches, takes the
+gradients of all its model copies in one batched call, and the algorithm steps
+the block, talking through the transport it is given. Every ``eval_every``
+iterations and at the end (and once before the first step) the runtime's
+``evaluate`` measures the block.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from murmur.algorithms.protocols import Algorithm, Transport
+from murmur.training.setup import Problem
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Where a block stands at an evaluation."""
+
+    iteration: int
+    params: torch.Tensor
+    """The block's parameters, (block, P)."""
+    samples: int
+    """Training samples the block has drawn so far."""
+    train_loss: float | None
+    """Mean training loss of the block's steps since the previous evaluation."""
+    wall_seconds: float
+    virtual_seconds: float
+
+
+@dataclass(frozen=True)
+class SgdTrained:
+    """The end of a block's training."""
+
+    params: torch.Tensor
+    train_seconds: float
+    """Real seconds of the training steps alone (evaluations left out)."""
+    samples: int
+    virtual_seconds: float
+
+
+def train_sgd(
+    problem: Problem,
+    algorithm: Algorithm,
+    transport: Transport,
+    initial: torch.Tensor,
+    draw: Callable[[], torch.Tensor],
+    iterations: int,
+    eval_every: int,
+    evaluate: Callable[[Evaluation], dict[str, Any] | None],
+    *,
+    progress: bool = False,
+    round_seconds: Callable[[bool], float] | None = None,
+) -> SgdTrained:
+    """Step ``algorithm`` ``iterations`` times from the block's ``initial`` parameters.
+
+    ``draw()`` gives the block's next mini-batch indices, (block, batch).
+    ``round_seconds(sent)``: the virtual duration of an iteration, given whether
+    any agent sent in it (the simulator's clock; None keeps no virtual time).
+    ``evaluate`` may return the record it made, for the progress bar.
+    """
+    started = time.perf_counter()
+    train_seconds, virtual_seconds, samples = 0.0, 0.0, 0
+    state = algorithm.init(initial)
+    loss_sum, loss_steps = 0.0, 0
+    evaluate(Evaluation(0, algorithm.params(state), 0, None, 0.0, 0.0))
+    bar = tqdm(total=iterations, disable=not progress, unit="it", leave=False, dynamic_ncols=True)
+    for iteration in range(iterations):
+        step_started = time.perf_counter()
+        indices = draw()
+        losses, grads = problem.model.loss_and_grad(
+            algorithm.params(state), problem.x_train[indices], problem.y_train[indices]
+        )
+        events_before = transport.counters.events if round_seconds is not None else 0
+        state = algorithm.step(state, grads, iteration, transport)
+        train_seconds += time.perf_counter() - step_started
+        if round_seconds is not None:
+            virtual_seconds += round_seconds(transport.counters.events > events_before)
+        samples += indices.numel()
+        loss_sum += float(losses.mean())
+        loss_steps += 1
+        done = iteration + 1
+        if done % eval_every == 0 or done == iterations:
+            wall = time.perf_counter() - started
+            record = evaluate(
+                Evaluation(
+                    done,
+                    algorithm.params(state),
+                    samples,
+                    loss_sum / loss_steps,
+                    wall,
+                    virtual_seconds,
+                )
+            )
+            loss_sum, loss_steps = 0.0, 0
+            if record is not None and record["accuracy_mean"] is not None:
+                bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}", msgs=record["messages"])
+        bar.update(1)
+    bar.close()
+    return SgdTrained(algorithm.params(state), train_seconds, samples, virtual_seconds)

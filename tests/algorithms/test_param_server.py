@@ -1,0 +1,110 @@
+"""The parameter server's rule on its own, without a clock or a wire.
+
+Steps of 0.5 and integer gradients: every number below is exact in float32.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from murmur.algorithms.asysg import AsysgConfig, AsysgInconConfig, SyncPsConfig
+from murmur.algorithms.param_server import Arrival, ParameterServer
+
+STEP = {"a": 0.5, "d2": 0.0}
+
+
+def _server(config, iterations=10, eval_every=100, **options) -> ParameterServer:
+    return ParameterServer(config, torch.zeros(2), iterations, eval_every, batch_size=3, **options)
+
+
+def _g(*values: float) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def test_asysg_con_applies_the_mean_of_m_gradients_and_answers_the_pusher():
+    server = _server(AsysgConfig(workers=3, group=2, **STEP))
+    assert server.receive(1, _g(2, 4), 0) == Arrival(applied=False, evaluate=False, answer=(1,))
+    assert server.receive(0, _g(4, 0), 0) == Arrival(applied=True, evaluate=False, answer=(0,))
+    assert torch.equal(server.x, _g(-1.5, -1.0)) and server.version == 1
+    server.receive(2, _g(0, 0), 0)  # read before the update: staleness 1
+    server.receive(1, _g(0, 0), 1)
+    assert server.staleness() == {"mean": 0.25, "max": 1, "histogram": [3, 1]}
+    assert server.pushes == [1, 2, 1] and server.gradients == 4
+
+
+def test_sync_ps_holds_every_answer_until_the_update():
+    server = _server(SyncPsConfig(workers=3, **STEP))
+    assert server.receive(2, _g(1, 1), 0).answer == ()
+    assert server.receive(0, _g(1, 1), 0).answer == ()
+    arrival = server.receive(1, _g(1, 1), 0)
+    assert arrival.applied and arrival.answer == (2, 0, 1)
+    assert torch.equal(server.x, _g(-0.5, -0.5))
+
+
+def test_gradients_are_stacked_in_arrival_order_or_in_worker_order():
+    """Three gradients whose float32 sum depends on the order of addition."""
+    big, small = 2.0**24, 1.0
+    gradients = {0: _g(small, 0), 1: _g(big, 0), 2: _g(-big, 0)}
+    sums = {}
+    for ordered in (False, True):
+        server = _server(SyncPsConfig(workers=3, a=1.0, d2=0.0), order_by_worker=ordered)
+        for worker in (1, 2, 0):
+            server.receive(worker, gradients[worker], 0)
+        sums[ordered] = server.x.clone()
+    by_arrival = -torch.stack([gradients[1], gradients[2], gradients[0]]).mean(dim=0)
+    by_worker = -torch.stack([gradients[0], gradients[1], gradients[2]]).mean(dim=0)
+    assert torch.equal(sums[False], by_arrival) and torch.equal(sums[True], by_worker)
+    assert not torch.equal(by_arrival, by_worker)
+
+
+def test_evaluations_the_target_and_the_end():
+    server = _server(AsysgConfig(workers=1, target_loss=0.5, **STEP), iterations=5, eval_every=2)
+    due = [server.receive(0, _g(1, 1), v).evaluate for v in range(3)]
+    assert due == [False, True, False] and not server.done
+    record = server.record({"wall_seconds": 1.0}, {"train_loss": 0.7})
+    assert not server.reached(record) and not server.done
+    arrival = server.receive(0, _g(1, 1), 3)
+    record = server.record({"wall_seconds": 2.0}, {"train_loss": 0.4})
+    assert server.answers(arrival, lambda: record) == () and server.done
+    assert server.receive(0, _g(1, 1), 4) == Arrival(False, False, ())  # ignored
+    extra = server.extra("wall_seconds")
+    assert extra["iterations_to_target"] == 4 and extra["wall_seconds_to_target"] == 2.0
+    assert record["samples"] == 4 * 3 and record["events_per_agent"] == [4]
+
+
+def test_the_last_update_is_evaluated_and_ends_the_run():
+    server = _server(AsysgConfig(workers=2, **STEP), iterations=3, eval_every=100)
+    arrivals = [server.receive(0, _g(0, 0), v) for v in range(3)]
+    assert [a.evaluate for a in arrivals] == [False, False, True] and server.done
+
+
+def test_a_read_of_a_version_the_server_never_had_is_refused():
+    server = _server(AsysgConfig(workers=2, **STEP))
+    with pytest.raises(ValueError, match="a gradient of version 1 of 0"):
+        server.receive(0, _g(1, 1), 1)
+    assert server.gradients == 0 and server.pushes == [0, 0]
+
+
+def test_messages_and_bytes_count_pushes_and_models_sent():
+    server = _server(AsysgConfig(workers=2, **STEP))
+    server.receive(0, _g(1, 1), 0)
+    server.sent()
+    record = server.record({}, {})
+    assert (record["events"], record["messages"], record["bytes"]) == (1, 2, 2 * 2 * 4)
+
+
+def test_asysg_incon_sends_nothing_and_reads_mix_versions():
+    reads = torch.Generator().manual_seed(0)
+    server = _server(AsysgInconConfig(workers=2, max_delay=2, **STEP), reads=reads)
+    for version in range(3):
+        assert server.receive(0, _g(1, 1), version).answer == ()
+    assert len(server.history) == 3  # the last T + 1 versions: -0.5, -1.0, -1.5
+    record = server.record({}, {})
+    assert record["messages"] == 0 and record["events_per_agent"] == [0, 0]
+    seen = set()
+    for _ in range(20):
+        model, version = server.read()
+        assert version == 3
+        seen |= set(model.tolist())
+    assert seen <= {-0.5, -1.0, -1.5} and len(seen) > 1
