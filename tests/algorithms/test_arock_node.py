@@ -75,3 +75,67 @@ def test_a_ball_that_does_not_bind_adds_no_ridge_and_eta_one_takes_the_full_step
     for j in OWN:
         target = (OWN[j] - INBOX[j]) / 2.0 - GAMMA * x
         torch.testing.assert_close(node.own[j], target, rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------- the node's state machine
+
+
+def _machine(quota: int = 2) -> ArockNode:
+    return ArockNode(0, GRAM, CROSS, [1, 2], Ridge(8.0), NODES, GAMMA, 0.5, quota=quota)
+
+
+def test_a_node_starts_by_updating_then_waits_for_news():
+    """Nothing heard yet: the first update is due; after it, with no news, it waits."""
+    node = _machine()
+    assert node.next_action() == "update"
+    blocks = node.update()
+    assert sorted(blocks) == [1, 2] and node.updates == 1
+    assert node.next_action() == "wait"
+
+
+def test_news_is_taken_only_when_newer_and_only_from_neighbours():
+    """An older or equal stamp, or a stranger's block, changes nothing."""
+    node = _machine()
+    node.update()
+    block = torch.ones(2, 2, dtype=torch.float64)
+    assert node.receive(1, 0, block)
+    assert node.next_action() == "update"
+    assert not node.receive(1, 0, 2 * block)  # same stamp: the first one stays
+    assert torch.equal(node.inbox[1], block)
+    assert not node.receive(3, 5, block)  # not a neighbour
+    assert node.stamps == {1: 0, 2: -1}
+
+
+def test_a_node_answers_without_news_once_its_neighbours_made_the_quota_and_then_finishes():
+    """Neighbours done (stamp quota - 1): update without news until the own quota, then done;
+    a done node takes no more news."""
+    node = _machine(quota=2)
+    node.update()
+    for j in (1, 2):
+        node.receive(j, 1, torch.zeros(2, 2, dtype=torch.float64))
+    node.update()  # the news
+    assert node.updates == 2 and node.next_action() == "done"
+    assert not node.receive(1, 5, torch.zeros(2, 2, dtype=torch.float64))
+
+
+def test_a_node_short_of_its_quota_keeps_updating_for_finished_neighbours():
+    """Every neighbour finished: the node updates again and again without news."""
+    node = _machine(quota=3)
+    for j in (1, 2):
+        node.receive(j, 2, torch.zeros(2, 2, dtype=torch.float64))
+    actions = []
+    while (action := node.next_action()) != "done":
+        actions.append(action)
+        node.update()
+    assert actions == ["update"] * 3
+
+
+def test_a_dropped_neighbour_leaves_the_problem_and_is_no_longer_waited_for():
+    """Dropping the silent neighbour lets the node finish with the other one."""
+    node = _machine(quota=1)
+    node.update()
+    node.receive(1, 0, torch.zeros(2, 2, dtype=torch.float64))
+    node.update()
+    assert node.next_action() == "wait"  # neighbour 2 has not made its quota
+    node.drop(2)
+    assert node.neighbours == [1] and node.next_action() == "done"

@@ -21,12 +21,18 @@ Optimization", arXiv 1506.08272. W workers share one model x:
 
 We average the M gradients of an update (the paper sums them), so that the step
 ``a`` means the same for any M; the paper's gamma is ours divided by M. The
-event loop that runs them is ``murmur.sim.server``.
+server's rule (which gradients make an update, staleness, when to evaluate and
+stop, whom to answer) is ``murmur.algorithms.param_server``; the simulator
+(``murmur.sim.server``) and the distributed runtime (``murmur.dist.server``)
+drive it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import torch
 
 from murmur.algorithms.schedules import SgdConfig
 from murmur.errors import UsageError
@@ -86,3 +92,14 @@ class AsysgInconConfig(WorkersConfig):
         super().__post_init__()
         if self.max_delay < 0:
             raise UsageError(f"algorithm.max_delay must be >= 0, not {self.max_delay}")
+
+
+def inconsistent_read(versions: Sequence[torch.Tensor], generator: torch.Generator) -> torch.Tensor:
+    """AsySG-incon's read: each coordinate from one of ``versions`` (the last T + 1 of
+    x, oldest first), uniformly and independently; a copy of the only one if there is
+    one (no draw then). One draw of ``generator`` per read otherwise."""
+    if len(versions) == 1:
+        return versions[0].clone()
+    stacked = torch.stack(list(versions))
+    choice = torch.randint(0, len(versions), (1, stacked.shape[1]), generator=generator)
+    return stacked.gather(0, choice)[0]

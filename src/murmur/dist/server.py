@@ -7,17 +7,21 @@ Workers loop: compute a mini-batch gradient on their own batch stream (worker
 the server's version) from rank 0. The first model is the initial one, which
 every rank builds from the seed, so no message brings it (as in the simulator).
 The server has one receiving thread per worker (a pending gloo receive cannot be
-polled) feeding one queue; it applies the mean of every M gradients with the
-step schedule as they arrive, counts each one's staleness (server version at
-apply - version read) and answers each push with its current model. It stops
-after ``run.iterations`` updates or once the training loss (evaluated every
+polled) feeding one queue. What it does with each gradient is the rule of
+``murmur.algorithms.param_server.ParameterServer``, shared with the simulator:
+it applies the mean of every M gradients with the step schedule as they
+arrive, counts each one's staleness (server version at apply - version read)
+and answers each push with its current model. It stops after
+``run.iterations`` updates or once the training loss (evaluated every
 ``run.eval_every`` updates) reaches ``algorithm.target_loss``, then sends STOP
-to the workers still there.
+to the workers still there. This module is the wire: threads, outbox,
+deadlines, failures, STOP and ABORT, and the workers' loop.
 
 Every wait has a deadline (``timeout``). A worker whose connection closes, that
 sends something malformed, or that sends nothing for ``timeout`` seconds since
-the start or since it was sent the model is dropped and listed in ``failed_workers``; the server
-carries on with the others, and fails (PeerFailure) only when none is left. A
+the start or since it was sent the model is dropped and listed in
+``failed_workers`` (so is one that pushes a gradient of a version the server
+never had); the server carries on with the others, and fails (PeerFailure) only when none is left. A
 worker whose server stops answering fails on its own deadline. Rank 0 writes
 the run folder; the records carry real wall-clock times only.
 
@@ -33,7 +37,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -42,10 +45,9 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from murmur.algorithms.asysg import SyncPsConfig, WorkersConfig
+from murmur.algorithms.param_server import ParameterServer, model_metrics
 from murmur.config import Config
-from murmur.errors import UsageError
-from murmur.metrics.evaluation import test_set_metrics
-from murmur.metrics.records import Outcome
 from murmur.dist.mailbox import (
     Kind,
     Outbox,
@@ -53,8 +55,16 @@ from murmur.dist.mailbox import (
     PeerTimeout,
     receive_loop,
 )
+from murmur.errors import UsageError
+from murmur.metrics.records import Outcome
+from murmur.training.setup import Setup
 
 SERVER = 0
+
+OnRecord = Callable[[dict[str, Any]], None]
+Message = tuple[int | None, Kind | None, Any, torch.Tensor | None]
+"""What a receiving thread queues: (source, kind, step, payload); (source, None,
+reason, None) once the source failed; all None from ``_Server._next`` when nothing came."""
 
 
 def check_world(config: Config, world: int) -> None:
@@ -80,12 +90,12 @@ def server_runner(config: Config, rank: int, world: int, timeout: float) -> Call
 
 
 def _listen(
-    group: Any, rank: int, sources: list[int], kinds: dict[int, int]
-) -> tuple[queue.Queue, list[threading.Thread]]:
+    group: dist.ProcessGroup, rank: int, sources: list[int], kinds: dict[int, int]
+) -> tuple[queue.Queue[Message], list[threading.Thread]]:
     """One receiving thread per source, all feeding one queue: ``(source, kind, step,
     payload)`` per message, ``(source, None, reason, None)`` once a source's connection
     fails or it sends garbage. ``kinds``: accepted kind -> payload length (0: none)."""
-    arrivals: queue.Queue = queue.Queue()
+    arrivals: queue.Queue[Message] = queue.Queue()
 
     def listen(source: int) -> None:
         def take(kind: Kind, step: int, payload: torch.Tensor | None) -> bool:
@@ -120,7 +130,13 @@ def _close(outbox: Outbox, threads: list[threading.Thread], timeout: float) -> N
 
 
 def _work(
-    setup: Any, algorithm: Any, on_record: Callable, progress: bool, *, rank: int, timeout: float
+    setup: Setup,
+    algorithm: WorkersConfig,
+    on_record: OnRecord,
+    progress: bool,
+    *,
+    rank: int,
+    timeout: float,
 ) -> Outcome:
     """Worker ``rank - 1``: compute, push, pull until the server says STOP. The first
     model is the initial one, which every rank builds from the seed (as in the
@@ -152,19 +168,7 @@ def _work(
             computing += time.perf_counter() - began
             outbox.send(Kind.PUSH, version, [SERVER], timeout, gradient)
             pushes += 1
-            try:
-                _, kind, version, model = arrivals.get(timeout=patience)
-            except queue.Empty:
-                raise PeerTimeout(
-                    [SERVER], f"the server (rank 0) sent nothing within {patience:g} s"
-                ) from None
-            if kind is None:
-                raise PeerFailure([SERVER], f"the server (rank 0) {version}")
-            if kind == Kind.ABORT:
-                failed = version
-                raise PeerFailure(
-                    [failed], f"rank {failed} failed (the server stopped because of it)"
-                )
+            kind, version, model = _from_server(arrivals, patience)
             if kind == Kind.STOP:
                 outbox.send(Kind.STOP, version, [SERVER], timeout)  # done: nothing more comes
                 break
@@ -184,65 +188,86 @@ def _work(
     )
 
 
+def _from_server(
+    arrivals: queue.Queue[Message], patience: float
+) -> tuple[Kind, int, torch.Tensor | None]:
+    """The server's next word to a worker: (kind, step, payload) of a MODEL or STOP;
+    PeerTimeout after ``patience`` s of silence, PeerFailure if its connection failed
+    or it sent ABORT (naming the rank that failed)."""
+    try:
+        _, kind, step, payload = arrivals.get(timeout=patience)
+    except queue.Empty:
+        raise PeerTimeout(
+            [SERVER], f"the server (rank 0) sent nothing within {patience:g} s"
+        ) from None
+    if kind is None:
+        raise PeerFailure([SERVER], f"the server (rank 0) {step}")
+    if kind == Kind.ABORT:
+        raise PeerFailure([step], f"rank {step} failed (the server stopped because of it)")
+    return kind, step, payload
+
+
 # ---------------------------------------------------------------- the server
 
 
 def _serve(
-    setup: Any, config: Any, on_record: Callable, progress: bool, *, timeout: float
+    setup: Setup, config: WorkersConfig, on_record: OnRecord, progress: bool, *, timeout: float
 ) -> Outcome:
     return _Server(setup, config, on_record, progress, timeout).train()
 
 
 class _Server:
+    """The wire side of the server: receiving, answering, deadlines and failures. What
+    to do with each gradient is ``self.server``'s (``ParameterServer``)."""
+
     def __init__(
-        self, setup: Any, config: Any, on_record: Callable, progress: bool, timeout: float
+        self,
+        setup: Setup,
+        config: WorkersConfig,
+        on_record: OnRecord,
+        progress: bool,
+        timeout: float,
     ) -> None:
         run_config = setup.config.run
-        self.setup, self.config, self.on_record = setup, config, on_record
+        self.on_record = on_record
         self.problem = setup.problem
         self.timeout = timeout
         self.workers = config.workers
         self.ranks = list(range(1, self.workers + 1))
-        self.synchronous = config.name == "sync-ps"
-        self.group = self.workers if self.synchronous else config.group
-        self.held: list[int] = []
-        """sync-ps: workers whose gradient is in, waiting for the next model."""
-        self.iterations = run_config.iterations
-        self.eval_every = run_config.eval_every
-        self.step = config.gradient_step()
-        self.x = setup.initial[0].to(torch.float32).clone()
-        self.message_bytes = self.x.numel() * 4
-        self.version = 0
-        self.pending: list[tuple[int, torch.Tensor, int]] = []
-        """(rank, gradient, version read) of the gradients of the next update."""
-        self.staleness: Counter[int] = Counter()
-        self.gradients = 0
-        self.pushes = [0] * self.workers
-        self.server_messages = 0
-        """MODEL messages sent."""
+        self.server = ParameterServer(
+            config,
+            setup.initial[0].to(torch.float32),
+            run_config.iterations,
+            run_config.eval_every,
+            batch_size=self.problem.sampler.batch_size,
+            # sync-ps: the arrival order of a round is not reproducible, worker order is
+            order_by_worker=isinstance(config, SyncPsConfig),
+        )
         self.control_messages = 0
         """STOP messages sent (headers only, not in ``messages`` or ``bytes``)."""
         self.failed: dict[int, str] = {}
         self.waiting_since: dict[int, float] = {}
-        self.reached: dict[str, Any] | None = None
-        self.last_record: dict[str, Any] = {}
         self.bar = tqdm(
-            total=self.iterations, disable=not progress, unit="it", leave=False, dynamic_ncols=True
+            total=run_config.iterations,
+            disable=not progress,
+            unit="it",
+            leave=False,
+            dynamic_ncols=True,
         )
         self.started = time.perf_counter()
         self.outbox = Outbox(dist.group.WORLD, SERVER, self.ranks)
         self.arrivals, self.threads = _listen(
-            dist.group.WORLD, SERVER, self.ranks, {Kind.PUSH: self.x.numel(), Kind.STOP: 0}
+            dist.group.WORLD, SERVER, self.ranks, {Kind.PUSH: self.server.x.numel(), Kind.STOP: 0}
         )
 
     def train(self) -> Outcome:
+        server = self.server
         self.outbox.start()
         self._evaluate()
         try:
             started = time.monotonic()  # every worker starts from the initial model
             self.waiting_since = dict.fromkeys(self.ranks, started)
-            done = self.iterations <= 0
-            while not done:
+            while not server.done:
                 self._require_workers()
                 rank, kind, step, payload = self._next()
                 if rank is None or rank in self.failed:
@@ -250,21 +275,9 @@ class _Server:
                 if kind != Kind.PUSH:
                     self._fail(rank, step if kind is None else "stopped before it was told to")
                     continue
-                done = self._arrive(rank, payload, step)
-                if done:
-                    break
-                if rank in self.failed:  # its gradient was refused
-                    continue
-                if not self.synchronous:
-                    self._send_model(rank)
-                    continue
-                self.held.append(rank)
-                if not self.pending:  # just updated: everyone gets the new model
-                    for held in self.held:
-                        self._send_model(held)
-                    self.held = []
+                self._arrive(rank, payload, step)
             self.bar.close()
-            if self.last_record.get("iteration") != self.version:
+            if server.final_evaluation_due:
                 self._evaluate()
             self._stop_workers()
         finally:
@@ -272,8 +285,23 @@ class _Server:
             _close(self.outbox, live, self.timeout)
         return self._outcome()
 
+    def _arrive(self, rank: int, gradient: torch.Tensor, read_version: int) -> None:
+        """Take worker ``rank``'s gradient (refused, failing the worker, unless its
+        version is one the server has had) and send the models it is owed."""
+        server = self.server
+        self.waiting_since.pop(rank, None)
+        try:
+            arrival = server.receive(rank - 1, gradient, read_version)
+        except ValueError as refused:
+            self._fail(rank, f"pushed {refused}")
+            return
+        if arrival.applied:
+            self.bar.update(1)
+        for worker in server.answers(arrival, self._evaluate):
+            self._send_model(worker + 1)
+
     def _require_workers(self) -> None:
-        if self.synchronous and self.failed:
+        if self.server.synchronous and self.failed:
             rank, why = min(self.failed.items())
             self._abort_workers(rank)
             raise PeerFailure([rank], f"worker rank {rank} {why}; sync-ps cannot go on without it")
@@ -291,7 +319,7 @@ class _Server:
                 pass  # going down too; nothing more to tell
             self.control_messages += len(live)
 
-    def _next(self) -> tuple[Any, Any, Any, Any]:
+    def _next(self) -> Message:
         """The next arrival, or (None, ...) once a silent worker has been dropped: one
         that sent nothing for ``timeout`` s after it was sent the model, checked at every
         arrival (the others may keep the queue busy) and at the earliest deadline."""
@@ -313,41 +341,12 @@ class _Server:
 
     def _send_model(self, rank: int) -> None:
         try:
-            self.outbox.send(Kind.MODEL, self.version, [rank], self.timeout, self.x)
+            self.outbox.send(Kind.MODEL, self.server.version, [rank], self.timeout, self.server.x)
         except PeerFailure as failure:
             self._fail(rank, f"did not take the model ({failure})")
             return
-        self.server_messages += 1
+        self.server.sent()
         self.waiting_since[rank] = time.monotonic()
-
-    def _arrive(self, rank: int, gradient: torch.Tensor, read_version: int) -> bool:
-        """Take worker ``rank``'s gradient; True when the run is over."""
-        self.waiting_since.pop(rank, None)
-        if not 0 <= read_version <= self.version:
-            self._fail(rank, f"pushed a gradient of version {read_version} of {self.version}")
-            return False
-        self.pushes[rank - 1] += 1
-        self.gradients += 1
-        self.pending.append((rank, gradient, read_version))
-        if len(self.pending) < self.group:
-            return False
-        if self.synchronous:  # summed in worker order, whatever the order of arrival
-            self.pending.sort(key=lambda item: item[0])
-        alpha = self.step(self.version)
-        total = torch.stack([g for _, g, _ in self.pending]).mean(dim=0)
-        self.x.add_(total.to(self.x.dtype), alpha=-alpha)
-        for _, _, read in self.pending:
-            self.staleness[self.version - read] += 1
-        self.pending = []
-        self.version += 1
-        self.bar.update(1)
-        if self.version % self.eval_every == 0 or self.version >= self.iterations:
-            record = self._evaluate()
-            target = self.config.target_loss
-            if self.reached is None and target > 0 and record["train_loss"] <= target:
-                self.reached = record
-                return True
-        return self.version >= self.iterations
 
     def _stop_workers(self) -> None:
         """STOP to the workers still there, and wait (with the deadline) for theirs: a
@@ -357,7 +356,7 @@ class _Server:
         if not live:
             return
         try:
-            self.outbox.send(Kind.STOP, self.version, live, self.timeout)
+            self.outbox.send(Kind.STOP, self.server.version, live, self.timeout)
         except PeerFailure as failure:
             for rank in failure.ranks:
                 self.failed.setdefault(rank, f"did not take STOP ({failure})")
@@ -381,65 +380,21 @@ class _Server:
                 waiting.discard(rank)
                 self.failed[rank] = f"{step} before it finished"
 
-    def _staleness_mean(self) -> float:
-        applied = sum(self.staleness.values())
-        total = sum(tau * count for tau, count in self.staleness.items())
-        return total / applied if applied else 0.0
-
     def _evaluate(self) -> dict[str, Any]:
         problem = self.problem
-        flat = self.x.view(1, -1)
-        train_accuracy, train_loss = problem.model.evaluate(flat, problem.x_train, problem.y_train)
-        record = {
-            "iteration": self.version,
-            "samples": self.gradients * problem.sampler.batch_size,
-            "wall_seconds": time.perf_counter() - self.started,
-            **test_set_metrics(problem.model, flat, problem.x_test, problem.y_test),
-            "train_loss": float(train_loss[0]),
-            "train_accuracy": float(train_accuracy[0]) if train_accuracy is not None else None,
-            "consensus_distance": 0.0,
-            "events": self.gradients,
-            "messages": self.gradients + self.server_messages,
-            "bytes": (self.gradients + self.server_messages) * self.message_bytes,
-            "events_per_agent": list(self.pushes),
-            "staleness_mean": self._staleness_mean(),
-        }
+        clock = {"wall_seconds": time.perf_counter() - self.started}
+        train, test = (problem.x_train, problem.y_train), (problem.x_test, problem.y_test)
+        record = self.server.record(clock, model_metrics(problem.model, self.server.x, train, test))
         self.on_record(record)
-        self.last_record = record
         return record
 
     def _outcome(self) -> Outcome:
-        largest = max(self.staleness, default=0)
-        histogram = [self.staleness.get(tau, 0) for tau in range(largest + 1)]
         extra = {
             "runtime": "distributed",
             "world_size": self.workers + 1,
-            "workers": self.workers,
-            "group": self.group,
-            "staleness": {
-                "mean": self._staleness_mean(),
-                "max": largest,
-                "histogram": histogram,
-            },
-            "train_loss": self.last_record["train_loss"],
-            "target_loss": self.config.target_loss,
-            "iterations_to_target": self.reached["iteration"] if self.reached else None,
-            "wall_seconds_to_target": self.reached["wall_seconds"] if self.reached else None,
-            "server_messages": self.server_messages,
+            **self.server.extra("wall_seconds"),
             "control_messages": self.control_messages,
             "failed_workers": sorted(self.failed),
             "failures": {str(rank): why for rank, why in sorted(self.failed.items())},
         }
-        return Outcome(
-            agents=self.workers,
-            topology="parameter server",
-            iterations=self.version,
-            last_record=self.last_record,
-            events_per_agent=list(self.pushes),
-            messages=self.gradients + self.server_messages,
-            bytes=(self.gradients + self.server_messages) * self.message_bytes,
-            train_seconds=time.perf_counter() - self.started,
-            samples=self.gradients * self.problem.sampler.batch_size,
-            parameters=self.x.view(1, -1).clone(),
-            extra=extra,
-        )
+        return self.server.outcome(time.perf_counter() - self.started, extra)

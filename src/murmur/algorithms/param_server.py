@@ -1,0 +1,306 @@
+"""The server's rule of AsySG-con, sync-ps and AsySG-incon, whatever runs it.
+
+W workers share one model x (a 1-D tensor) held by the server. A worker reads x
+(and its version k, the number of updates so far), computes a mini-batch
+gradient G and hands over ``(G, k)``. The server collects the gradients in
+arrival order and, once it has M of them (M = ``algorithm.group`` for
+asysg-con, W for sync-ps, 1 for asysg-incon), applies their mean with the step
+schedule::
+
+    x_{k+1} = x_k - alpha_k * (1/M) sum_{m=1..M} G_m,    alpha_k = step(k)
+
+(``torch.stack(G).mean(dim=0)``, converted to x's dtype, then
+``x.add_(mean, alpha=-alpha_k)``). With ``order_by_worker`` the M gradients are
+stacked in worker order instead of arrival order. Each applied gradient's
+staleness is tau = k - (version read); their counts make the histogram.
+
+- asysg-con answers each push at once with the current x (to that worker);
+- sync-ps holds every answer until the update is applied (all W gradients of
+  the current x are in), then answers every held worker, in arrival order;
+- asysg-incon sends nothing (shared memory): a worker reads again at once, each
+  coordinate from one of the last T + 1 versions (``inconsistent_read``).
+
+The model is evaluated at the start, every ``run.eval_every`` updates and after
+the last; the run is over after ``run.iterations`` updates or at the first
+evaluation whose training loss is at most ``algorithm.target_loss`` (when > 0).
+Gradients that arrive after that are ignored.
+
+:class:`ParameterServer` holds this state and decides; the drivers move the
+messages: ``murmur.sim.server`` on the virtual clock, ``murmur.dist.server``
+over torch.distributed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from murmur.algorithms.asysg import (
+    AsysgConfig,
+    AsysgInconConfig,
+    SyncPsConfig,
+    WorkersConfig,
+    inconsistent_read,
+)
+from murmur.metrics.evaluation import test_set_metrics
+from murmur.metrics.records import Outcome
+
+if TYPE_CHECKING:
+    from murmur.models.stacked import StackedModel
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """What the server did with one gradient."""
+
+    applied: bool
+    """It completed a group of M: x was updated and the version went up by one."""
+    evaluate: bool
+    """An evaluation is due now (every ``eval_every`` updates and after the last)."""
+    answer: tuple[int, ...]
+    """The workers to send the current x to now, in this order (unless the run is
+    over once the evaluation is done)."""
+
+
+_IGNORED = Arrival(applied=False, evaluate=False, answer=())
+
+
+class ParameterServer:
+    """x, its version and the rule of one AsySG-con, sync-ps or AsySG-incon run.
+
+    Workers are numbered 0..W-1. ``batch_size``: samples per gradient.
+    ``order_by_worker``: stack an update's gradients in worker order (the
+    distributed sync-ps, whose arrival order is not reproducible) rather than in
+    arrival order. ``reads``: the generator of AsySG-incon's mixed reads
+    (required for it, unused otherwise).
+    """
+
+    def __init__(
+        self,
+        config: WorkersConfig,
+        x: torch.Tensor,
+        iterations: int,
+        eval_every: int,
+        *,
+        batch_size: int,
+        order_by_worker: bool = False,
+        reads: torch.Generator | None = None,
+    ) -> None:
+        self.config = config
+        self.workers = config.workers
+        self.shared_memory = isinstance(config, AsysgInconConfig)
+        """AsySG-incon: no messages, mixed reads."""
+        self.synchronous = isinstance(config, SyncPsConfig)
+        self.group = (
+            config.group
+            if isinstance(config, AsysgConfig)
+            else self.workers
+            if self.synchronous
+            else 1
+        )
+        self.iterations = iterations
+        self.eval_every = eval_every
+        self.batch_size = batch_size
+        self.order_by_worker = order_by_worker
+        self.step = config.gradient_step()
+        self.x = x.clone()
+        self.message_bytes = self.x.numel() * self.x.element_size()
+        """Bytes of one message: a gradient or the model."""
+        self.version = 0
+        self.pending: list[tuple[int, torch.Tensor, int]] = []
+        """(worker, gradient, version read) of the gradients of the next update."""
+        self.held: list[int] = []
+        """sync-ps: workers whose gradient is in, waiting for the next x."""
+        self.staleness_counts: Counter[int] = Counter()
+        self.gradients = 0
+        self.pushes = [0] * self.workers
+        self.server_messages = 0
+        """Models sent (``sent``)."""
+        self.last_record: dict[str, Any] = {}
+        self.target_record: dict[str, Any] | None = None
+        """The first record whose training loss reached the target."""
+        self.history: deque[torch.Tensor] = deque(maxlen=getattr(config, "max_delay", 0) + 1)
+        """AsySG-incon: the last T + 1 versions of x, oldest first."""
+        self.history.append(self.x.clone())
+        if self.shared_memory and reads is None:
+            raise ValueError("asysg-incon needs a generator for its mixed reads")
+        self.reads = reads
+
+    # ------------------------------------------------------------ the rule
+
+    @property
+    def done(self) -> bool:
+        """``iterations`` updates applied, or the target reached."""
+        return self.version >= self.iterations or self.target_record is not None
+
+    def receive(self, worker: int, gradient: torch.Tensor, read_version: int) -> Arrival:
+        """Take ``worker``'s gradient of version ``read_version`` of x (ignored once the
+        run is over); ValueError unless 0 <= ``read_version`` <= ``version``."""
+        if self.done:
+            return _IGNORED
+        if not 0 <= read_version <= self.version:
+            raise ValueError(f"a gradient of version {read_version} of {self.version}")
+        self.pushes[worker] += 1
+        self.gradients += 1
+        self.pending.append((worker, gradient, read_version))
+        applied = len(self.pending) == self.group
+        if applied:
+            self._apply()
+        due = self.version % self.eval_every == 0 or self.version >= self.iterations
+        return Arrival(applied, applied and due, self._answer(worker, applied))
+
+    def _apply(self) -> None:
+        pending = self.pending
+        if self.order_by_worker:  # summed in worker order, whatever the order of arrival
+            pending = sorted(pending, key=lambda item: item[0])
+        alpha = self.step(self.version)
+        total = torch.stack([gradient for _, gradient, _ in pending]).mean(dim=0)
+        self.x.add_(total.to(self.x.dtype), alpha=-alpha)
+        for _, _, read_version in pending:
+            self.staleness_counts[self.version - read_version] += 1
+        self.pending = []
+        self.version += 1
+        if self.shared_memory:
+            self.history.append(self.x.clone())
+
+    def _answer(self, worker: int, applied: bool) -> tuple[int, ...]:
+        if self.shared_memory:
+            return ()
+        if not self.synchronous:
+            return (worker,)
+        self.held.append(worker)
+        if not applied:
+            return ()
+        answer, self.held = tuple(self.held), []
+        return answer
+
+    def read(self) -> tuple[torch.Tensor, int]:
+        """What a worker reads now: a copy of x (AsySG-incon: each coordinate from one of
+        the stored versions), and the version."""
+        if self.shared_memory:
+            assert self.reads is not None
+            return inconsistent_read(self.history, self.reads), self.version
+        return self.x.clone(), self.version
+
+    def answers(
+        self, arrival: Arrival, evaluate: Callable[[], Mapping[str, Any]]
+    ) -> tuple[int, ...]:
+        """After ``arrival``: the evaluation if one is due (``evaluate``, the driver's,
+        returns the record, which may reach the target), then the workers to send x to
+        now: ``arrival.answer``, or none once the run is over."""
+        if arrival.evaluate:
+            self.reached(evaluate())
+        return () if self.done else arrival.answer
+
+    def sent(self, count: int = 1) -> None:
+        """``count`` models were sent to workers."""
+        self.server_messages += count
+
+    def reached(self, record: Mapping[str, Any]) -> bool:
+        """After an evaluation: True when ``record`` is the first whose training loss
+        reached the target (which ends the run)."""
+        target = self.config.target_loss
+        if self.target_record is None and target > 0 and record["train_loss"] <= target:
+            self.target_record = dict(record)
+            return True
+        return False
+
+    @property
+    def final_evaluation_due(self) -> bool:
+        """The run is over but the last record is not of the current x."""
+        return self.last_record.get("iteration") != self.version
+
+    # ------------------------------------------------------------ reports
+
+    def staleness(self) -> dict[str, Any]:
+        """Mean, max and histogram (count of tau = 0, 1, ...) of the applied gradients."""
+        applied = sum(self.staleness_counts.values())
+        total = sum(tau * count for tau, count in self.staleness_counts.items())
+        largest = max(self.staleness_counts, default=0)
+        return {
+            "mean": total / applied if applied else 0.0,
+            "max": largest,
+            "histogram": [self.staleness_counts.get(tau, 0) for tau in range(largest + 1)],
+        }
+
+    def _events_per_agent(self) -> list[int]:
+        """Pushes per worker; none in shared memory, where nothing is a message."""
+        return [0] * self.workers if self.shared_memory else list(self.pushes)
+
+    def _traffic(self) -> tuple[int, int]:
+        """Messages (gradients pushed and models sent) and their bytes."""
+        messages = (0 if self.shared_memory else self.gradients) + self.server_messages
+        return messages, messages * self.message_bytes
+
+    def record(self, clock: Mapping[str, float], metrics: Mapping[str, Any]) -> dict[str, Any]:
+        """The evaluation record of x now: the rule's counts around ``clock`` (the
+        driver's times) and ``metrics`` (``model_metrics``); kept as ``last_record``."""
+        messages, size = self._traffic()
+        events_per_agent = self._events_per_agent()
+        record = {
+            "iteration": self.version,
+            "samples": self.gradients * self.batch_size,
+            **clock,
+            **metrics,
+            "events": sum(events_per_agent),
+            "messages": messages,
+            "bytes": size,
+            "events_per_agent": events_per_agent,
+            "staleness_mean": self.staleness()["mean"],
+        }
+        self.last_record = record
+        return record
+
+    def extra(self, clock: str) -> dict[str, Any]:
+        """The rule's part of the summary's ``extra``; ``clock``: the records' time
+        field reported at the target (as ``<clock>_to_target``)."""
+        reached = self.target_record
+        return {
+            "workers": self.workers,
+            "group": self.group,
+            "staleness": self.staleness(),
+            "train_loss": self.last_record["train_loss"],
+            "target_loss": self.config.target_loss,
+            "iterations_to_target": reached["iteration"] if reached else None,
+            f"{clock}_to_target": reached[clock] if reached else None,
+            "server_messages": self.server_messages,
+        }
+
+    def outcome(self, train_seconds: float, extra: dict[str, Any]) -> Outcome:
+        """The run's outcome: x and the counts now, with ``extra``."""
+        messages, size = self._traffic()
+        return Outcome(
+            agents=self.workers,
+            topology="shared memory" if self.shared_memory else "parameter server",
+            iterations=self.version,
+            last_record=self.last_record,
+            events_per_agent=self._events_per_agent(),
+            messages=messages,
+            bytes=size,
+            train_seconds=train_seconds,
+            samples=self.gradients * self.batch_size,
+            parameters=self.x.view(1, -1).clone(),
+            extra=extra,
+        )
+
+
+def model_metrics(
+    model: StackedModel,
+    x: torch.Tensor,
+    train: tuple[torch.Tensor, torch.Tensor],
+    test: tuple[torch.Tensor, torch.Tensor],
+) -> dict[str, Any]:
+    """The model's part of an evaluation record of the one model ``x``: test-set
+    metrics, training loss and accuracy on ``train`` (inputs, targets)."""
+    flat = x.view(1, -1)
+    train_accuracy, train_loss = model.evaluate(flat, *train)
+    return {
+        **test_set_metrics(model, flat, *test),
+        "train_loss": float(train_loss[0]),
+        "train_accuracy": float(train_accuracy[0]) if train_accuracy is not None else None,
+        "consensus_distance": 0.0,
+    }

@@ -1,0 +1,90 @@
+"""The one reducer from per-agent rows to records and outcomes, on hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from murmur.training.reducer import (
+    AgentRows,
+    AgentTotals,
+    LayerRows,
+    layer_record,
+    run_outcome,
+    sgd_record,
+)
+
+ROWS = AgentRows(
+    test_accuracy=[0.5, 1.0, 0.75],
+    test_loss=[0.25, 0.5, 1.0],
+    events=[1, 2, 3],
+    messages=[2, 4, 6],
+    bytes=[20, 40, 60],
+)
+
+
+def test_an_sgd_record_sums_the_counts_and_summarizes_the_accuracies():
+    """Totals are the sums over agents; the accuracy summary is mean, min and max."""
+    record = sgd_record(
+        7,
+        ROWS,
+        samples=96,
+        wall_seconds=1.5,
+        train_loss=0.3,
+        consensus_distance=0.125,
+        virtual_seconds=2.0,
+    )
+    assert record["iteration"] == 7 and record["samples"] == 96
+    assert (record["events"], record["messages"], record["bytes"]) == (6, 12, 120)
+    assert record["events_per_agent"] == [1, 2, 3]
+    assert record["accuracy_mean"] == pytest.approx(0.75)
+    assert (record["accuracy_min"], record["accuracy_max"]) == (0.5, 1.0)
+    assert record["test_loss"] == [0.25, 0.5, 1.0]
+    assert record["virtual_seconds"] == 2.0
+
+
+def test_a_record_without_a_virtual_clock_has_no_virtual_seconds_and_regression_no_accuracy():
+    """A distributed run leaves virtual_seconds out; a regression task has no accuracy."""
+    rows = AgentRows(None, [1.0], [0], [0], [0])
+    record = sgd_record(
+        0, rows, samples=0, wall_seconds=0.0, train_loss=None, consensus_distance=0.0
+    )
+    assert "virtual_seconds" not in record
+    assert record["accuracy_mean"] is None and record["test_accuracy"] is None
+
+
+def test_a_layer_record_takes_the_nme_of_the_summed_residuals_and_the_spread_of_outputs():
+    """train_nme = 10 log10(sum residual / sum target); consensus = mean ||O_m - O_bar||^2."""
+    rows = LayerRows(
+        test_accuracy=[0.5, 0.5],
+        test_loss=[1.0, 2.0],
+        events=[3, 3],
+        messages=[6, 6],
+        bytes=[48, 48],
+        train_accuracy=[0.25, 0.75],
+        train_residual=[1.0, 3.0],
+        train_target=[20.0, 20.0],
+    )
+    outputs = torch.tensor([[[1.0, 0.0]], [[3.0, 0.0]]], dtype=torch.float64)
+    record = layer_record(2, rows, width=2, admm_iterations=50, outputs=outputs, wall_seconds=0.5)
+    assert record["train_nme"] == pytest.approx(10 * math.log10(4.0 / 40.0))
+    assert record["consensus_distance"] == pytest.approx(1.0)  # each is 1 from the mean 2
+    assert record["train_accuracy_mean"] == pytest.approx(0.5)
+    assert (record["layer"], record["width"], record["admm_iterations"]) == (2, 2, 50)
+    assert record["messages"] == 12 and record["events_per_agent"] == [3, 3]
+
+
+def test_an_outcome_counts_the_saving_against_every_agent_sending_every_round():
+    """communication_saving = 1 - events / (agents x rounds); None without rounds."""
+    totals = AgentTotals(events=[5, 10], messages=[10, 20], bytes=[100, 200])
+    kwargs = dict(
+        topology="ring", iterations=20, train_seconds=1.0, samples=64, parameters=None, extra={}
+    )
+    outcome = run_outcome({"iteration": 20}, totals, rounds=20, **kwargs)
+    assert outcome.agents == 2
+    assert outcome.communication_saving == pytest.approx(1 - 15 / 40)
+    assert (outcome.messages, outcome.bytes, outcome.events_per_agent) == (30, 300, [5, 10])
+    assert run_outcome({}, totals, **kwargs).communication_saving is None
+    assert run_outcome({}, totals, agents=4, **kwargs).agents == 4
