@@ -50,10 +50,10 @@ from tqdm import tqdm
 from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.schedules import Decaying
 from murmur.data.batches import BatchSampler
-from murmur.metrics.evaluation import test_set_metrics
 from murmur.metrics.records import Outcome
 from murmur.models.stacked import StackedModel
 from murmur.seeding import derive_seed
+from murmur.training.reducer import AgentRows, sgd_record
 from murmur.training.setup import Problem, Setup
 
 START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
@@ -373,16 +373,20 @@ def _record(
     train_loss: float | None,
     wall_seconds: float,
 ) -> dict[str, Any]:
-    """An evaluation record with the keys of the simulator's (one model, nothing sent)."""
-    return {
-        "iteration": iteration,
-        "samples": samples,
-        "wall_seconds": wall_seconds,
-        **test_set_metrics(problem.model, params, problem.x_test, problem.y_test),
-        "train_loss": train_loss,
-        "consensus_distance": 0.0,
-        "events": 0,
-        "messages": 0,
-        "bytes": 0,
-        "events_per_agent": [0],
-    }
+    """An evaluation record of the simulator's schema (one model, nothing sent)."""
+    accuracy, loss = problem.model.evaluate(params, problem.x_test, problem.y_test)
+    rows = AgentRows(
+        test_accuracy=accuracy.tolist() if accuracy is not None else None,
+        test_loss=loss.tolist(),
+        events=[0],
+        messages=[0],
+        bytes=[0],
+    )
+    return sgd_record(
+        iteration,
+        rows,
+        samples=samples,
+        wall_seconds=wall_seconds,
+        train_loss=train_loss,
+        consensus_distance=0.0,
+    )
