@@ -61,7 +61,7 @@ class DistributedNetwork:
     counters: MessageCounters
     rank: int = 0
     timeout: float = DEFAULT_TIMEOUT
-    group: Any = None
+    group: dist.ProcessGroup | None = None
     control_messages: int = 0
     """NONE/STOP/PING headers this node sent, all gossip phases together."""
     rejected: int = 0
@@ -376,7 +376,7 @@ def _collect(
     return _layer_outcome(setup, stacked, ranks, trained, on_record)
 
 
-def _send_result(group: Any, rank: int, flat: torch.Tensor, timeout: float) -> None:
+def _send_result(group: dist.ProcessGroup, rank: int, flat: torch.Tensor, timeout: float) -> None:
     words = flat.view(torch.float32)
     header = torch.tensor([MAGIC, int(Kind.RESULT), rank, 0, words.numel()], dtype=torch.int64)
     failure: list[str] = []
@@ -397,7 +397,7 @@ def _send_result(group: Any, rank: int, flat: torch.Tensor, timeout: float) -> N
 
 
 def _receive_results(
-    group: Any, world: int, words: int, local: _RankResults, timeout: float
+    group: dist.ProcessGroup, world: int, words: int, local: _RankResults, timeout: float
 ) -> tuple[dict[int, torch.Tensor], dict[int, str]]:
     """Rank 0 takes every rank's results (``words`` float32: float64 bits) until each
     rank has sent them, has failed, or is reported dropped by a rank that sent them;

@@ -55,6 +55,7 @@ from enum import IntEnum
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 MAGIC = 0x6D726D72  # "mrmr"
 HEADER_FIELDS = 5
@@ -110,7 +111,7 @@ def encode_header(kind: Kind, sender: int, step: int, length: int) -> torch.Tens
 
 
 def receive_loop(
-    group: Any,
+    group: dist.ProcessGroup,
     source: int,
     accept: Mapping[int, int],
     on_message: Callable[[Kind, int, torch.Tensor | None], bool],
@@ -174,7 +175,7 @@ class Mailbox:
     """
 
     def __init__(
-        self, group: Any, rank: int, neighbours: Sequence[int], initial: torch.Tensor
+        self, group: dist.ProcessGroup, rank: int, neighbours: Sequence[int], initial: torch.Tensor
     ) -> None:
         if initial.shape[0] != len(neighbours) or initial.dtype != torch.float32:
             raise ValueError(
@@ -335,7 +336,7 @@ class Mailbox:
 class Outbox:
     """Sends to neighbours: posted by the caller, waited for by one thread per neighbour."""
 
-    def __init__(self, group: Any, rank: int, neighbours: Sequence[int]) -> None:
+    def __init__(self, group: dist.ProcessGroup, rank: int, neighbours: Sequence[int]) -> None:
         self.rank = rank
         self._group = group
         self._posted = dict.fromkeys(neighbours, 0)

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from murmur.dist.mailbox import (
     FOREVER,
@@ -57,7 +58,7 @@ class Neighbourhood:
 
     def __init__(
         self,
-        group: Any,
+        group: dist.ProcessGroup,
         rank: int,
         neighbours: Sequence[int],
         timeout: float,
@@ -102,7 +103,7 @@ class Neighbourhood:
                 self.rejected += 1
             self.condition.notify_all()
 
-    def start(self, neighbour: int, target: Any, name: str) -> None:
+    def start(self, neighbour: int, target: Callable[[], None], name: str) -> None:
         """Start a thread that talks to ``neighbour``."""
         thread = threading.Thread(target=target, name=name, daemon=True)
         self._threads.append((neighbour, thread))

@@ -57,7 +57,7 @@ class DistributedTransport:
 
     def __init__(
         self,
-        group: Any,
+        group: dist.ProcessGroup,
         graph: Graph,
         rank: int,
         initial: torch.Tensor,
