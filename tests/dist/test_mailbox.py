@@ -20,12 +20,14 @@ from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.dist.mailbox import (
     HEADER_TAG,
     MAGIC,
+    MALFORMED,
     PAYLOAD_TAG,
     Kind,
     Mailbox,
     PeerFailure,
     PeerTimeout,
     encode_header,
+    receive_loop,
 )
 from murmur.dist.transport import DistributedTransport
 from murmur.sim.transport import InMemoryTransport
@@ -179,3 +181,49 @@ def test_detsgrad_over_the_gloo_transport_equals_the_in_memory_one():
         assert transport.control_messages == 2 * (steps - counters.events) + 2  # NONEs, STOPs
         assert transport.rejected == 0
     assert silent > 0, "pick a threshold under which some agents stay silent"
+
+
+# ---------------------------------------------------------------- announced lengths
+
+
+@pytest.mark.parametrize("length", [P - 1, 1, 0, P + 1])
+def test_a_value_header_with_another_length_is_rejected_and_counted(length):
+    """VALUE announcing ``length`` != P floats: refused before any payload is read."""
+    groups = gloo_groups(3)
+    mailbox = Mailbox(groups[0], 0, [1, 2], torch.tensor([[-1.0] * P, [-2.0] * P]))
+    mailbox.start()
+    send(groups[2], 0, encode_header(Kind.VALUE, 2, 1, length))  # no payload follows
+    send(groups[1], 0, encode_header(Kind.VALUE, 1, 1, P), torch.ones(P))
+    started = time.monotonic()
+    with pytest.raises(PeerFailure, match=f"rank 2: .*VALUE of {length} floats, expected {P}"):
+        mailbox.values_at(1, timeout=5.0)
+    assert time.monotonic() - started < 4.0, "a known-bad sender must not be waited for"
+    send(groups[1], 0, encode_header(Kind.STOP, 1, 1, 0))
+    deadline = time.monotonic() + 5.0
+    while (mailbox.received, mailbox.rejected) != (2, 1) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (mailbox.received, mailbox.rejected) == (2, 1)
+
+
+def test_a_short_push_header_ends_the_receiving_loop_as_malformed():
+    """The server's loop (PUSH of P floats) refuses a PUSH announcing fewer floats."""
+    groups = gloo_groups(2)
+    taken: list[Kind] = []
+    ended: list[str] = []
+    thread = threading.Thread(
+        target=receive_loop,
+        args=(
+            groups[0],
+            1,
+            {Kind.PUSH: P, Kind.STOP: 0},
+            lambda kind, step, payload: taken.append(kind) or True,
+            ended.append,
+        ),
+        daemon=True,
+    )
+    thread.start()
+    send(groups[1], 0, encode_header(Kind.PUSH, 1, 0, P - 2))
+    thread.join(timeout=5.0)
+    assert not thread.is_alive(), "the loop waited for a payload it must not read"
+    assert taken == []
+    assert ended == [f"{MALFORMED} (PUSH of {P - 2} floats, expected {P})"]
