@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from murmur.algorithms.arock import ArockNode
+from murmur.algorithms.arock import ArockNode, ball_constrained_solve
 from murmur.algorithms.ssfn import Ball, Ridge
 
 GRAM = torch.tensor([[2.0, 1.0], [1.0, 3.0]], dtype=torch.float64)
@@ -139,3 +139,41 @@ def test_a_dropped_neighbour_leaves_the_problem_and_is_no_longer_waited_for():
     assert node.next_action() == "wait"  # neighbour 2 has not made its quota
     node.drop(2)
     assert node.neighbours == [1] and node.next_action() == "done"
+
+
+def test_after_a_drop_the_update_uses_only_the_remaining_neighbours_blocks():
+    """x_i and the relaxed blocks as if the node had only neighbour 1 (d_i = 1)."""
+    node = _node(Ridge(lam=2.0), eta=0.5)
+    node.drop(2)
+    own = node.update()
+    curvature = 2.0 * GRAM + (GAMMA * 1 + 2.0 * 2.0 / NODES) * torch.eye(2, dtype=GRAM.dtype)
+    x = torch.linalg.solve(curvature, (2.0 * CROSS - INBOX[1]).T).T
+    torch.testing.assert_close(node.solution, x)
+    target = (OWN[1] - INBOX[1]) / 2.0 - GAMMA * x
+    assert list(own) == [1]
+    torch.testing.assert_close(own[1], OWN[1] - 0.5 * (OWN[1] - target))
+
+
+def test_dropping_a_node_that_is_not_a_neighbour_changes_nothing():
+    """A failure report about a stranger is ignored."""
+    node = _node(Ball(radius=100.0), eta=0.5)
+    node.drop(7)
+    assert node.neighbours == [1, 2] and sorted(node.inbox) == [1, 2]
+    assert sorted(node.stamps) == [1, 2]
+
+
+def test_a_binding_ball_with_small_curvature_scales_the_free_solution_onto_the_sphere():
+    """Curvature 0.5 everywhere: the free X = 2 W has norm 10 > 5, and nu = 1/4 gives X = W."""
+    rotated = torch.tensor([[3.0, 4.0, 0.0]], dtype=torch.float64)
+    curvature = torch.full((3,), 0.5, dtype=torch.float64)
+    basis = torch.eye(3, dtype=torch.float64)
+    torch.testing.assert_close(ball_constrained_solve(rotated, curvature, basis, 5.0), rotated)
+    torch.testing.assert_close(ball_constrained_solve(rotated, curvature, basis, 20.0), 2 * rotated)
+
+
+def test_the_update_count_grows_by_one_per_update():
+    """Three updates are stamped 0, 1, 2 and counted as 3."""
+    node = _machine(quota=5)
+    for _ in range(3):
+        node.update()
+    assert node.updates == 3

@@ -8,7 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from murmur.algorithms.asysg import AsysgConfig, AsysgInconConfig, SyncPsConfig
+from murmur.algorithms.asysg import (
+    AsysgConfig,
+    AsysgInconConfig,
+    SyncPsConfig,
+    inconsistent_read,
+)
 from murmur.algorithms.param_server import Arrival, ParameterServer
 
 STEP = {"a": 0.5, "d2": 0.0}
@@ -108,3 +113,123 @@ def test_asysg_incon_sends_nothing_and_reads_mix_versions():
         assert version == 3
         seen |= set(model.tolist())
     assert seen <= {-0.5, -1.0, -1.5} and len(seen) > 1
+
+
+def test_staleness_of_no_update_is_zero_and_the_mean_weights_each_tau_by_its_count():
+    """No gradient applied: mean 0, max 0, histogram [0]; taus 0, 1, 2, 2 have mean 5/4."""
+    server = _server(AsysgConfig(workers=3, **STEP))
+    assert server.staleness() == {"mean": 0.0, "max": 0, "histogram": [0]}
+    for worker, read in ((0, 0), (1, 0), (2, 0), (0, 1)):
+        server.receive(worker, _g(0, 0), read)
+    assert server.staleness() == {"mean": 1.25, "max": 2, "histogram": [1, 1, 2]}
+
+
+def test_a_record_holds_exactly_the_counts_the_clock_and_the_metrics():
+    """The record's keys and values after one applied push and one model sent."""
+    server = _server(AsysgConfig(workers=2, **STEP))
+    server.receive(1, _g(1, 1), 0)
+    server.sent()
+    record = server.record({"wall_seconds": 1.5}, {"train_loss": 0.25})
+    assert record == {
+        "iteration": 1,
+        "samples": 3,
+        "wall_seconds": 1.5,
+        "train_loss": 0.25,
+        "events": 1,
+        "messages": 2,
+        "bytes": 2 * 2 * 4,
+        "events_per_agent": [0, 1],
+        "staleness_mean": 0.0,
+    }
+    assert server.last_record is record
+
+
+def test_the_extra_summary_names_every_field_and_the_clock_to_target():
+    """workers, group, staleness, losses, the target's iteration and time, models sent."""
+    server = _server(AsysgConfig(workers=2, group=2, target_loss=0.5, **STEP), eval_every=1)
+    server.receive(0, _g(1, 1), 0)
+    arrival = server.receive(1, _g(1, 1), 0)
+    server.answers(arrival, lambda: server.record({"virtual_seconds": 4.0}, {"train_loss": 0.5}))
+    server.sent(3)
+    assert server.extra("virtual_seconds") == {
+        "workers": 2,
+        "group": 2,
+        "staleness": {"mean": 0.0, "max": 0, "histogram": [2]},
+        "train_loss": 0.5,
+        "target_loss": 0.5,
+        "iterations_to_target": 1,
+        "virtual_seconds_to_target": 4.0,
+        "server_messages": 3,
+    }
+
+
+def test_the_target_is_reached_at_equality_and_a_zero_target_never_ends_the_run():
+    """train_loss <= target ends the run (True once); target 0 means no target, even at loss 0."""
+    server = _server(AsysgConfig(workers=1, target_loss=0.5, **STEP))
+    assert server.reached({"train_loss": 0.5}) is True and server.done
+    assert server.reached({"train_loss": 0.1}) is False
+    assert server.target_record == {"train_loss": 0.5}
+    untargeted = _server(AsysgConfig(workers=1, **STEP))
+    assert untargeted.reached({"train_loss": 0.0}) is False and not untargeted.done
+
+
+def test_the_outcome_names_the_topology_and_counts_agents_bytes_and_samples():
+    """A parameter server or shared memory; samples = gradients x batch size."""
+    server = _server(SyncPsConfig(workers=2, **STEP))
+    server.receive(0, _g(1, 1), 0)
+    server.receive(1, _g(1, 1), 0)
+    server.sent(2)
+    server.record({}, {"train_loss": 1.0})
+    outcome = server.outcome(0.5, {"k": 1})
+    assert (outcome.agents, outcome.topology) == (2, "parameter server")
+    assert (outcome.messages, outcome.bytes, outcome.samples) == (4, 4 * 2 * 4, 2 * 3)
+    assert outcome.iterations == 1 and outcome.extra == {"k": 1}
+    incon = _server(AsysgInconConfig(workers=2, **STEP), reads=torch.Generator())
+    incon.record({}, {"train_loss": 1.0})
+    assert incon.outcome(0.5, {}).topology == "shared memory"
+
+
+def test_gradients_are_stacked_in_arrival_order_unless_asked_otherwise():
+    """Without order_by_worker, the float32 mean is that of the arrival order."""
+    big = 2.0**24
+    server = _server(SyncPsConfig(workers=3, a=1.0, d2=0.0))
+    for worker, gradient in ((1, _g(big, 0)), (2, _g(-big, 0)), (0, _g(1, 0))):
+        server.receive(worker, gradient, 0)
+    expected = -torch.stack([_g(big, 0), _g(-big, 0), _g(1, 0)]).mean(dim=0)
+    assert torch.equal(server.x, expected)
+
+
+def test_ordering_by_worker_keeps_two_gradients_of_one_worker_in_arrival_order():
+    """The sort looks at the worker only, so one worker's two gradients in a group are fine."""
+    server = _server(AsysgConfig(workers=2, group=2, **STEP), order_by_worker=True)
+    server.receive(1, _g(2, 0), 0)
+    server.receive(1, _g(0, 2), 0)
+    assert torch.equal(server.x, _g(-0.5, -0.5))
+
+
+def test_a_float64_gradient_is_rounded_to_the_models_dtype_before_the_step():
+    """1 - (-(2^-24 + 2^-50)): rounded first, the float32 sum is a tie and stays 1.0."""
+    server = ParameterServer(
+        AsysgConfig(workers=1, a=1.0, d2=0.0), torch.ones(1), 5, 100, batch_size=1
+    )
+    server.receive(0, torch.tensor([-(2.0**-24 + 2.0**-50)], dtype=torch.float64), 0)
+    assert server.x.dtype == torch.float32 and server.x.item() == 1.0
+
+
+def test_shared_memory_reads_draw_from_the_servers_generator():
+    """Mixed reads are those of inconsistent_read with the generator handed in."""
+    config = AsysgInconConfig(workers=1, max_delay=2, **STEP)
+    server = ParameterServer(
+        config, torch.zeros(64), 5, 100, batch_size=1, reads=torch.Generator().manual_seed(9)
+    )
+    for version in range(2):
+        server.receive(0, torch.arange(64.0), version)
+    expected = inconsistent_read(list(server.history), torch.Generator().manual_seed(9))
+    assert torch.equal(server.read()[0], expected)
+
+
+def test_shared_memory_without_a_generator_is_refused_and_a_fresh_server_needs_an_evaluation():
+    """asysg-incon needs its reads' generator; nothing is evaluated before the first record."""
+    with pytest.raises(ValueError, match="^asysg-incon needs a generator for its mixed reads$"):
+        _server(AsysgInconConfig(workers=1, **STEP))
+    assert _server(AsysgConfig(workers=1, **STEP)).final_evaluation_due

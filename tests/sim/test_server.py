@@ -109,11 +109,11 @@ def test_inconsistent_reads_mix_stored_versions_coordinate_by_coordinate():
     from murmur.sim.server import _ServerRun
 
     setup = prepare(config)
-    server = _ServerRun(setup, config.algorithm, lambda record: None, progress=False)
+    server = _ServerRun(setup, config.algorithm, lambda record: None, progress=False).server
     versions = [torch.full_like(server.x, float(value)) for value in range(4)]
     server.history.clear()
     server.history.extend(versions)
-    mixed = server._mixed_read()
+    mixed, _ = server.read()
     assert set(mixed.unique().tolist()) == {0.0, 1.0, 2.0, 3.0}
 
 

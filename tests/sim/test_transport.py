@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from murmur.metrics.counters import MessageCounters
 from murmur.sim.transport import InMemoryTransport
 from murmur.topology import as_sparse, star
 
@@ -32,3 +34,16 @@ def test_mix_sees_only_the_latest_broadcast_values():
     published = torch.tensor([[0.0, 0.0], [2.0, 2.0], [0.0, 0.0]])
     expected = 1.0 + 2.0 * graph.laplacian().float() @ published
     torch.testing.assert_close(mixed, expected)
+
+
+def test_initial_values_need_one_row_per_agent_and_given_counters_are_added_to():
+    """A wrong row count is refused with both counts; shared counters keep counting."""
+    graph = star(3)
+    with pytest.raises(ValueError, match="^initial values have 2 rows for 3 agents$"):
+        InMemoryTransport(graph, torch.zeros(2, 4))
+    shared = MessageCounters(3)
+    shared.record_event(0, 1, 1)
+    transport = InMemoryTransport(graph, torch.zeros(3, 4), counters=shared)
+    transport.broadcast(torch.tensor([False, True, False]), torch.ones(3, 4))
+    assert transport.counters is shared
+    assert shared.events_per_agent.tolist() == [1, 1, 0] and shared.bytes == 1 + 16

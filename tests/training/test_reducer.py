@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from murmur.metrics.counters import MessageCounters
 from murmur.training.reducer import (
     AgentRows,
     AgentTotals,
@@ -88,3 +89,94 @@ def test_an_outcome_counts_the_saving_against_every_agent_sending_every_round():
     assert (outcome.messages, outcome.bytes, outcome.events_per_agent) == (30, 300, [5, 10])
     assert run_outcome({}, totals, **kwargs).communication_saving is None
     assert run_outcome({}, totals, agents=4, **kwargs).agents == 4
+
+
+def test_rows_are_measured_from_the_per_agent_tensors_and_the_counters():
+    """Accuracy and loss as lists (accuracy None for regression), counts from the counters."""
+    counters = MessageCounters(2)
+    counters.record_event(1, 3, 8)
+    rows = AgentRows.measure(torch.tensor([0.5, 1.0]), torch.tensor([0.25, 2.0]), counters)
+    assert rows == AgentRows([0.5, 1.0], [0.25, 2.0], [0, 1], [0, 3], [0, 24])
+    assert AgentRows.measure(None, torch.tensor([1.0, 2.0]), counters).test_accuracy is None
+
+
+def test_an_sgd_record_has_exactly_the_schema_fields():
+    """Every key of a mini-batch record, with its value."""
+    record = sgd_record(
+        3, ROWS, samples=24, wall_seconds=1.5, train_loss=0.3, consensus_distance=0.125
+    )
+    assert record == {
+        "iteration": 3,
+        "samples": 24,
+        "wall_seconds": 1.5,
+        "test_accuracy": [0.5, 1.0, 0.75],
+        "test_loss": [0.25, 0.5, 1.0],
+        "accuracy_mean": pytest.approx(0.75),
+        "accuracy_min": 0.5,
+        "accuracy_max": 1.0,
+        "train_loss": 0.3,
+        "consensus_distance": 0.125,
+        "events": 6,
+        "messages": 12,
+        "bytes": 120,
+        "events_per_agent": [1, 2, 3],
+    }
+
+
+def test_a_layer_record_has_exactly_the_schema_fields():
+    """Every key of a layer record, with its value, virtual clock included."""
+    rows = LayerRows([1.0], [0.5], [2], [4], [32], [0.75], [1.0], [100.0])
+    outputs = torch.ones(1, 1, 2, dtype=torch.float64)
+    record = layer_record(
+        1, rows, width=4, admm_iterations=9, outputs=outputs, wall_seconds=0.5, virtual_seconds=3.0
+    )
+    assert record == {
+        "iteration": 1,
+        "layer": 1,
+        "width": 4,
+        "admm_iterations": 9,
+        "test_accuracy": [1.0],
+        "test_loss": [0.5],
+        "accuracy_mean": 1.0,
+        "accuracy_min": 1.0,
+        "accuracy_max": 1.0,
+        "train_accuracy": [0.75],
+        "train_accuracy_mean": 0.75,
+        "train_nme": pytest.approx(-20.0),
+        "consensus_distance": 0.0,
+        "events": 2,
+        "messages": 4,
+        "bytes": 32,
+        "events_per_agent": [2],
+        "wall_seconds": 0.5,
+        "virtual_seconds": 3.0,
+    }
+
+
+def test_an_outcome_keeps_the_topology_iterations_and_the_run_fields():
+    """The fields passed through to the outcome unchanged."""
+    totals = AgentTotals.of(MessageCounters(2))
+    parameters = torch.zeros(2, 3)
+    outcome = run_outcome(
+        {"iteration": 20},
+        totals,
+        topology="ring",
+        iterations=20,
+        train_seconds=1.5,
+        samples=64,
+        parameters=parameters,
+        extra={"k": 1},
+    )
+    assert (outcome.topology, outcome.iterations, outcome.samples) == ("ring", 20, 64)
+    assert outcome.train_seconds == 1.5 and outcome.last_record == {"iteration": 20}
+    assert outcome.parameters is parameters and outcome.extra == {"k": 1}
+    assert (outcome.events_per_agent, outcome.messages, outcome.bytes) == ([0, 0], 0, 0)
+
+
+def test_a_layer_record_refuses_residuals_and_targets_of_different_node_counts():
+    """One residual and one target per node, or an error."""
+    rows = LayerRows([1.0], [0.5], [0], [0], [0], [1.0], [1.0, 2.0], [4.0])
+    with pytest.raises(ValueError):
+        layer_record(
+            0, rows, width=1, admm_iterations=1, outputs=torch.ones(1, 1, 1), wall_seconds=0
+        )

@@ -46,6 +46,8 @@ __all__ = [
 
 MISSING = "-"
 _BYTE_UNITS = ("KB", "MB", "GB", "TB", "PB")
+
+
 @dataclass(frozen=True)
 class Run:
     """One finished run read from its folder.

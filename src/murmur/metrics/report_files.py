@@ -36,7 +36,6 @@ _OPTIONAL_PLOT_FILES = (
 )
 
 
-
 def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
     """Write out_dir/report.md and its plots for the given run folders; return its path.
 

@@ -14,7 +14,6 @@ compute times, message delays, the event loop.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -68,11 +67,6 @@ class _ServerRun:
     def x(self) -> torch.Tensor:
         return self.server.x
 
-    @property
-    def history(self) -> deque[torch.Tensor]:
-        """AsySG-incon's stored versions of x (the server's)."""
-        return self.server.history
-
     # ------------------------------------------------------------------ run
 
     def train(self) -> Outcome:
@@ -116,10 +110,6 @@ class _ServerRun:
         model, version = self.server.read()
         self.server.sent()
         self.loop.after(self.message_seconds, lambda: self._start(worker, model, version))
-
-    def _mixed_read(self) -> torch.Tensor:
-        """AsySG-incon: each coordinate from one of the stored versions."""
-        return self.server.read()[0]
 
     # ----------------------------------------------------------- evaluation
 
