@@ -199,6 +199,9 @@ class LayerNetwork(Protocol):
     def local_nodes(self) -> list[int]:
         """The nodes whose layer data this process holds, in order."""
 
+    def live_neighbours(self, node: int) -> list[int]:
+        """``node``'s neighbours still there (an asynchronous run drops failed ones)."""
+
     def transport_for(self, width: int, dtype: torch.dtype) -> Transport:
         """A transport for one gossip phase: values of ``width`` floats, every node
         starting from zeros, messages added to ``counters``."""

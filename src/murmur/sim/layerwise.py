@@ -60,10 +60,7 @@ class SimulatedNetwork:
         mix_seconds = compute.round_seconds(list(work.mix_flops))
         message_seconds = self.links.seconds(work.message_bytes)
         for _ in range(work.iterations):
-            if work.rounds > 0:
-                self.clock.advance(update_seconds + work.rounds * (message_seconds + mix_seconds))
-            else:
-                self.clock.advance(update_seconds)
+            self.clock.advance(update_seconds + work.rounds * (message_seconds + mix_seconds))
         self.ready = [self.clock.now] * self.graph.agents
 
     def run_async(self, nodes: list[AsyncNode], work: AsyncWork) -> None:
