@@ -1,4 +1,6 @@
-"""Plots of layer-wise runs: time vs nodes, accuracy vs degree, and the x-axis label."""
+"""Plots beyond the per-iteration ones: time vs nodes, accuracy vs degree and the x-axis
+label (layer-wise runs), speedup and staleness (worker-based runs), and accuracy against
+cumulative bytes and messages."""
 
 from __future__ import annotations
 
@@ -371,3 +373,85 @@ def test_staleness_plot_is_not_written_without_a_histogram(tmp_path, staleness):
     runs = [fake_run([], name="a", algorithm="dsgd", staleness=staleness)]
     assert not plots.plot_staleness(runs, stale)
     assert not stale.exists()
+
+
+# Accuracy against cumulative bytes and messages.
+
+COMMUNICATION_PLOTS = ("accuracy_vs_bytes.png", "accuracy_vs_messages.png")
+
+
+def communication_records(messages_per_step: int) -> list[dict]:
+    """Evaluations at iterations 0, 10, 20: nothing sent yet at 0, accuracy 50, 60, 70 %."""
+    return [
+        {
+            "iteration": 10 * step,
+            "test_accuracy": [0.45 + 0.1 * step, 0.55 + 0.1 * step],
+            "accuracy_mean": 0.5 + 0.1 * step,
+            "messages": messages_per_step * step,
+            "bytes": 400 * messages_per_step * step,
+        }
+        for step in range(3)
+    ]
+
+
+def communication_runs() -> list[Run]:
+    records = communication_records(8)
+    for record in records:  # the mean comes from per-agent accuracy when the record lacks it
+        del record["accuracy_mean"]
+    return [
+        fake_run(communication_records(20), name="base", algorithm="dsgd"),
+        fake_run([], name="empty", algorithm="dsgd"),
+        fake_run(communication_records(0), name="central", algorithm="centralized"),
+        fake_run(records, name="event", algorithm="detsgrad"),
+    ]
+
+
+def test_accuracy_vs_bytes_starts_at_the_first_byte_on_a_log_axis(tmp_path, monkeypatch):
+    figures = drawn_figures(monkeypatch)
+    plots.plot_accuracy_vs_bytes(communication_runs(), tmp_path / "bytes.png")
+    assert is_png(tmp_path / "bytes.png")
+    (axes,) = figures[0].axes
+    assert axes.get_xscale() == "log"
+    lines = {line.get_label(): line for line in axes.get_lines()}
+    assert list(lines) == ["base", "event", "left out, no bytes: central"]
+    assert list(lines["base"].get_xdata()) == [8_000, 16_000]  # the evaluation at 0 bytes goes
+    assert list(lines["base"].get_ydata()) == pytest.approx([60.0, 70.0])
+    assert list(lines["event"].get_xdata()) == [3_200, 6_400]
+    assert list(lines["event"].get_ydata()) == pytest.approx([60.0, 70.0])
+    assert lines["event"].get_color() == "C3"  # runs keep their colour by position
+
+
+def test_accuracy_vs_messages_keeps_the_start_on_a_linear_axis(tmp_path, monkeypatch):
+    figures = drawn_figures(monkeypatch)
+    plots.plot_accuracy_vs_messages(communication_runs(), tmp_path / "messages.png")
+    (axes,) = figures[0].axes
+    assert axes.get_xscale() == "linear"
+    lines = {line.get_label(): line for line in axes.get_lines()}
+    assert list(lines) == ["base", "event", "left out, no messages: central"]
+    assert list(lines["base"].get_xdata()) == [0, 20, 40]
+    assert list(lines["base"].get_ydata()) == pytest.approx([50.0, 60.0, 70.0])
+    assert list(lines["event"].get_xdata()) == [0, 8, 16]
+
+
+@pytest.mark.parametrize("plot", [plots.plot_accuracy_vs_bytes, plots.plot_accuracy_vs_messages])
+def test_communication_plots_without_a_run_that_sends_still_write_a_png(plot, tmp_path):
+    central = fake_run(communication_records(0), name="central", algorithm="centralized")
+    plot([central], tmp_path / "plot.png")
+    assert is_png(tmp_path / "plot.png")
+
+
+def test_report_writes_and_links_the_communication_plots(tmp_path):
+    out = tmp_path / "report"
+    summaries = [
+        {"name": "base", "algorithm": "dsgd", "bytes": 16_000},
+        {"name": "central", "algorithm": "centralized", "agents": 1, "bytes": 0},
+    ]
+    run_dirs = [
+        make_run(tmp_path / "runs", summary, communication_records(20 if index == 0 else 0))
+        for index, summary in enumerate(summaries)
+    ]
+    report = write_report(run_dirs, out).read_text()
+    for file in COMMUNICATION_PLOTS:
+        assert is_png(out / file), file
+        assert (out / file).stat().st_size > 5_000
+        assert f"]({file})" in report

@@ -17,6 +17,7 @@ from murmur.metrics.report import (
     has_target,
     human_bytes,
     read_run,
+    relative_bytes,
     speedups,
 )
 from murmur.metrics.report_files import write_report
@@ -236,11 +237,15 @@ def test_write_report_writes_table_plots_and_config_list(tmp_path):
             tmp_path / "runs", summary_for("base", "dsgd", messages=20_000), records_for(4, 80)
         ),
         make_run(
-            tmp_path / "runs", summary_for("event", "detsgrad", messages=5_000), records_for(4, 20)
+            tmp_path / "runs",
+            summary_for("event", "detsgrad", messages=5_000, bytes=500_000),
+            records_for(4, 20),
         ),
         make_run(
             tmp_path / "runs",
-            summary_for("single", "centralized", agents=1, messages=None, events_per_agent=None),
+            summary_for(
+                "single", "centralized", agents=1, messages=None, bytes=0, events_per_agent=None
+            ),
             records_for(1, 0),
         ),
     ]
@@ -249,7 +254,13 @@ def test_write_report_writes_table_plots_and_config_list(tmp_path):
     assert report_path == out / "report.md"
     report = report_path.read_text()
 
-    for file in ("accuracy.png", "messages.png", "events_per_agent.png"):
+    for file in (
+        "accuracy.png",
+        "messages.png",
+        "events_per_agent.png",
+        "accuracy_vs_bytes.png",
+        "accuracy_vs_messages.png",
+    ):
         assert f"]({file})" in report
         assert (out / file).stat().st_size > 5_000
         assert png_size(out / file) == (840, 504)  # 7 x 4.2 inches at 120 dpi
@@ -258,6 +269,8 @@ def test_write_report_writes_table_plots_and_config_list(tmp_path):
     rows = markdown_rows(table)
     assert [row["name"] for row in rows] == ["base", "event", "single"]
     assert rows[1]["saving vs DSGD %"] == "75.00"
+    assert [row["bytes vs DSGD"] for row in rows] == ["100 %", "25 %", "-"]
+    assert "bytes vs DSGD is a run's bytes over those of the DSGD run" in report
 
     links = re.findall(r"\]\(([^)]*config\.toml)\)", report)
     assert len(links) == 3
@@ -541,8 +554,12 @@ def test_sgd_rows_show_dashes_in_worker_columns_beside_target_runs():
 def test_sgd_only_tables_look_as_before():
     summaries = [summary_for("base", "dsgd"), summary_for("event", "detsgrad", messages=50)]
     header = markdown_rows(format_table(summaries, markdown=True))[0]
-    assert list(header) == SGD_HEADER
-    assert list(plain_rows(format_table(summaries))[0]) == [*SGD_HEADER, "run folder"]
+    after_bytes = SGD_HEADER.index("bytes") + 1
+    expected = [*SGD_HEADER[:after_bytes], "bytes vs DSGD", *SGD_HEADER[after_bytes:]]
+    assert list(header) == expected
+    assert list(plain_rows(format_table(summaries))[0]) == [*expected, "run folder"]
+    without_dsgd = [summaries[1]]
+    assert list(markdown_rows(format_table(without_dsgd, markdown=True))[0]) == SGD_HEADER
 
 
 @pytest.mark.parametrize(
@@ -631,3 +648,74 @@ def test_ranks_a_distributed_run_lost_get_a_column():
     assert rows["dssfn-async"]["failed ranks"] == "2"
     assert rows["asysg"]["failed ranks"] == "1, 3"
     assert rows["simulated"]["failed ranks"] == "-"
+
+
+# ---- bytes relative to DSGD ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("markdown", [True, False])
+def test_bytes_vs_dsgd_divides_by_the_dsgd_runs_bytes(markdown):
+    summaries = [
+        summary_for("event", "detsgrad", bytes=36_000),  # 36 kB / 2 MB
+        summary_for("base", "dsgd", bytes=2_000_000),
+        summary_for("compressed", "choco", bytes=1_000),
+        summary_for("chatty", "detsgrad", bytes=5_000_000),
+        summary_for("close", "detsgrad", bytes=199_000),  # 9.95 %: two digits round up to 10
+        summary_for("single", "centralized", agents=1, messages=0, bytes=0),
+        summary_for("unknown", "detsgrad", bytes=None),
+    ]
+    table = format_table(summaries, markdown=markdown)
+    rows = {row["name"]: row for row in (markdown_rows if markdown else plain_rows)(table)}
+    expected = {
+        "event": "1.8 %",
+        "base": "100 %",
+        "compressed": "0.05 %",
+        "chatty": "250 %",
+        "close": "10 %",
+        "single": "-",
+        "unknown": "-",
+    }
+    assert {name: row["bytes vs DSGD"] for name, row in rows.items()} == expected
+    assert list(rows["event"]).index("bytes vs DSGD") == list(rows["event"]).index("bytes") + 1
+
+
+def test_bytes_vs_dsgd_uses_the_dsgd_run_of_the_same_dataset_topology_and_agents():
+    summaries = [
+        summary_for("dsgd-4", "dsgd", bytes=2_000_000),
+        summary_for("dsgd-8", "dsgd", agents=8, bytes=8_000_000),
+        summary_for("dsgd-cifar", "dsgd", dataset="cifar10", bytes=400_000_000),
+        summary_for("event-8", "detsgrad", agents=8, bytes=144_000),
+        summary_for("event-cifar", "detsgrad", dataset="cifar10", bytes=4_000_000),
+        # No DSGD run on a torus: the first DSGD run listed is the baseline.
+        summary_for("event-torus", "detsgrad", topology="torus", bytes=1_000_000),
+    ]
+    shares = dict(zip((s["name"] for s in summaries), relative_bytes(summaries), strict=True))
+    assert shares == {
+        "dsgd-4": 1.0,
+        "dsgd-8": 1.0,
+        "dsgd-cifar": 1.0,
+        "event-8": pytest.approx(144_000 / 8_000_000),
+        "event-cifar": pytest.approx(0.01),
+        "event-torus": pytest.approx(0.5),
+    }
+    rows = {row["name"]: row for row in markdown_rows(format_table(summaries, markdown=True))}
+    assert rows["event-8"]["bytes vs DSGD"] == "1.8 %"
+    assert rows["event-cifar"]["bytes vs DSGD"] == "1 %"
+    assert rows["event-torus"]["bytes vs DSGD"] == "50 %"
+
+
+@pytest.mark.parametrize(
+    "summaries",
+    [
+        [summary_for("event", "detsgrad"), summary_for("single", "centralized", agents=1)],
+        # A DSGD run that sent nothing (one agent, or no count) is no baseline.
+        [summary_for("lonely", "dsgd", agents=1, bytes=0), summary_for("event", "detsgrad")],
+        [summary_for("old", "dsgd", bytes=None), summary_for("event", "detsgrad")],
+    ],
+)
+def test_bytes_vs_dsgd_column_is_absent_without_a_dsgd_run_that_sent_bytes(tmp_path, summaries):
+    for markdown in (True, False):
+        assert "bytes vs DSGD" not in format_table(summaries, markdown=markdown)
+    assert relative_bytes(summaries) == [None, None]
+    run_dirs = [make_run(tmp_path / "runs", summary, records_for(4, 8)) for summary in summaries]
+    assert "bytes vs DSGD" not in write_report(run_dirs, tmp_path / "report").read_text()

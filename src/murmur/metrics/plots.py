@@ -1,4 +1,5 @@
-"""PNG plots of finished runs: accuracy, messages and events per agent; for
+"""PNG plots of finished runs: accuracy, messages and events per agent,
+accuracy against cumulative bytes and against cumulative messages; for
 layer-wise runs also training time vs nodes and accuracy vs mean degree; for
 worker-based runs also speedup vs workers and the staleness histogram.
 
@@ -33,6 +34,9 @@ __all__ = [
     "plot_accuracy",
     "plot_messages",
     "plot_events_per_agent",
+    "plot_accuracy_vs_bytes",
+    "plot_accuracy_vs_messages",
+    "accuracy_against",
     "plot_time_vs_nodes",
     "plot_accuracy_vs_degree",
     "plot_speedup_vs_workers",
@@ -141,6 +145,84 @@ def plot_events_per_agent(runs: Sequence[Run], path: str | Path) -> None:
         "Events per agent",
     )
     _save(figure, path)
+
+
+def plot_accuracy_vs_bytes(runs: Sequence[Run], path: str | Path) -> None:
+    """Mean test accuracy (%) vs cumulative bytes sent, log x axis, one line per run.
+
+    A log axis cannot show 0 bytes: each line starts at the run's first
+    evaluation with a positive byte count (an evaluation before any exchange
+    is left out), and runs that never send a byte (centralized ones) are left
+    out of the plot altogether; the legend names them.
+    """
+    _plot_accuracy_against(
+        runs,
+        path,
+        key="bytes",
+        xlabel="bytes sent (cumulative, log scale)",
+        title="Mean test accuracy vs bytes sent",
+        log_x=True,
+    )
+
+
+def plot_accuracy_vs_messages(runs: Sequence[Run], path: str | Path) -> None:
+    """Mean test accuracy (%) vs cumulative point-to-point messages, one line per run.
+
+    Runs that never send a message (centralized ones) are left out, as the
+    legend says; the other runs keep their evaluations at 0 messages.
+    """
+    _plot_accuracy_against(
+        runs,
+        path,
+        key="messages",
+        xlabel="point-to-point messages (cumulative)",
+        title="Mean test accuracy vs messages",
+        log_x=False,
+    )
+
+
+def _plot_accuracy_against(
+    runs: Sequence[Run],
+    path: str | Path,
+    key: str,
+    xlabel: str,
+    title: str,
+    log_x: bool,
+) -> None:
+    """One accuracy line per run against its cumulative ``key``; runs that send none left out."""
+    figure, axes = _new_figure()
+    drawn, left_out = False, []
+    for index, run in enumerate(runs):
+        counts, accuracy = accuracy_against(run.records, key)
+        if not any(count > 0 for count in counts):
+            if counts:
+                left_out.append(run_label(run.summary))
+            continue
+        if log_x:  # a log axis cannot show 0
+            first = next(i for i, count in enumerate(counts) if count > 0)
+            counts, accuracy = counts[first:], accuracy[first:]
+        axes.plot(counts, accuracy, color=_colour(index), marker=".", label=run_label(run.summary))
+        drawn = True
+    if drawn and log_x:
+        axes.set_xscale("log")
+    if drawn and left_out:
+        axes.plot([], [], " ", label=f"left out, no {key}: {', '.join(left_out)}")
+    _finish(axes, drawn, f"no run with {key} and test accuracy", xlabel, "test accuracy (%)", title)
+    _save(figure, path)
+
+
+def accuracy_against(records: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    """A record field's values and the mean test accuracy (%) where a record has both.
+
+    The mean is ``accuracy_mean``, else the mean of the per-agent ``test_accuracy``.
+    """
+    counts, accuracy = [], []
+    for record in records:
+        count, mean = _finite(record.get(key)), _statistic(record, "accuracy_mean", np.mean)
+        if count is not None and mean is not None:
+            counts.append(count)
+            accuracy.append(100 * mean)
+    return counts, accuracy
 
 
 def plot_time_vs_nodes(runs: Sequence[Run], path: str | Path) -> bool:
@@ -454,20 +536,28 @@ def _accuracy_series(
         iteration = _finite(record.get("iteration"))
         if iteration is None:
             continue
-        per_agent = [a for a in map(_finite, record.get("test_accuracy") or []) if a is not None]
         statistics = []
         for key, reduce in (
             ("accuracy_mean", np.mean),
             ("accuracy_min", min),
             ("accuracy_max", max),
         ):
-            value = _finite(record.get(key))
-            if value is None and per_agent:
-                value = float(reduce(per_agent))
+            value = _statistic(record, key, reduce)
             statistics.append(math.nan if value is None else 100 * value)
         rows.append([iteration, *statistics])
     table = np.array(rows, dtype=float).reshape(-1, 4)
     return table[:, 0], table[:, 1], table[:, 2], table[:, 3]
+
+
+def _statistic(
+    record: dict[str, Any], key: str, reduce: Callable[[list[float]], Any]
+) -> float | None:
+    """An accuracy statistic of a record, else reduce over its per-agent test_accuracy."""
+    value = _finite(record.get(key))
+    if value is not None:
+        return value
+    per_agent = [a for a in map(_finite, record.get("test_accuracy") or []) if a is not None]
+    return float(reduce(per_agent)) if per_agent else None
 
 
 def _series(records: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:

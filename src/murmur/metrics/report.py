@@ -18,6 +18,8 @@ training loss, ``iterations_to_target`` and ``virtual_seconds_to_target`` (in
 the distributed runtime ``wall_seconds_to_target``, real seconds). Runs of the
 distributed runtime that lost ranks list them (``failed_agents``,
 ``failed_workers``) in a "failed ranks" column.
+The "bytes vs DSGD" column appears only when some run is DSGD (``algorithm``
+"dsgd") and sent bytes: it is the baseline (see ``relative_bytes``).
 Their columns (W, staleness, time to target and the speedups over the W = 1
 run, see ``speedups``) and plots likewise appear only when some run has the
 fields; nothing here looks at algorithm names.
@@ -42,6 +44,7 @@ __all__ = [
     "run_label",
     "has_target",
     "speedups",
+    "relative_bytes",
 ]
 
 MISSING = "-"
@@ -212,6 +215,22 @@ def _saving(summary: dict[str, Any], dsgd_messages: float | None) -> str:
     return _percent(1 - messages / dsgd_messages)
 
 
+def _relative_percent(fraction: float | None) -> str:
+    """A positive share in percent: whole from 10 %, else two significant digits at most.
+
+    "100 %", "25 %", "1.8 %", "0.05 %", "0.0012 %"; "-" for None.
+    """
+    if fraction is None:
+        return MISSING
+    percent = 100 * fraction
+    if percent >= 10:
+        return f"{percent:.0f} %"
+    rounded = float(f"{percent:.2g}")
+    decimals = max(0, 1 - math.floor(math.log10(rounded)))
+    text = f"{rounded:.{decimals}f}"
+    return (text.rstrip("0").rstrip(".") if decimals else text) + " %"
+
+
 def _staleness(value: Any) -> str:
     """Mean and largest staleness of the applied gradients, "2.9 / 3"."""
     if not isinstance(value, dict):
@@ -251,6 +270,43 @@ def has_target(summary: dict[str, Any]) -> bool:
 def _positive(value: Any) -> float | None:
     number = as_number(value)
     return number if number is not None and math.isfinite(number) and number > 0 else None
+
+
+def _bytes_group(summary: dict[str, Any]) -> tuple[str, str, str]:
+    """Runs whose bytes compare: the same dataset, graph and number of agents."""
+    return (
+        str(summary.get("dataset")),
+        str(summary.get("topology")),
+        str(as_number(summary.get("agents"))),
+    )
+
+
+def relative_bytes(summaries: list[dict[str, Any]]) -> list[float | None]:
+    """Each summary's bytes over those of its DSGD run; None where there is none.
+
+    The DSGD run is the first summary with ``algorithm`` "dsgd" and positive
+    bytes of the same dataset, topology and agents; without one, the first
+    DSGD run with bytes at all. summary.json does not record the data
+    partition, and DSGD's bytes do not depend on it: every agent sends its
+    model to each neighbour at every iteration. None for a run without bytes
+    (0, absent or null) and for every run when no DSGD run sent bytes.
+    """
+    dsgd_runs = [
+        summary
+        for summary in summaries
+        if summary.get("algorithm") == "dsgd" and _positive(summary.get("bytes")) is not None
+    ]
+    if not dsgd_runs:
+        return [None] * len(summaries)
+    baselines: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for summary in dsgd_runs:
+        baselines.setdefault(_bytes_group(summary), summary)
+    result: list[float | None] = []
+    for summary in summaries:
+        run_bytes = _positive(summary.get("bytes"))
+        baseline = baselines.get(_bytes_group(summary), dsgd_runs[0])
+        result.append(None if run_bytes is None else run_bytes / float(baseline["bytes"]))
+    return result
 
 
 def _speedup_group(summary: dict[str, Any]) -> tuple[str, str, str]:
@@ -353,6 +409,7 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
         _Column("events", lambda s: _count(s.get("events")), True),
         _Column("messages", lambda s: _count(s.get("messages")), True),
         _Column("bytes", lambda s: human_bytes(s.get("bytes")), True),
+        *_relative_bytes_columns(summaries),
         _Column("saving vs DSGD %", lambda s: _saving(s, dsgd_messages), True),
         _Column("wall s", lambda s: _seconds(s.get("wall_seconds")), True),
     ]
@@ -382,6 +439,16 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
     if with_folder:
         columns.append(_Column("run folder", lambda s: _text(s.get("run_dir")), False))
     return columns
+
+
+def _relative_bytes_columns(summaries: list[dict[str, Any]]) -> list[_Column]:
+    """The "bytes vs DSGD" column, only when the table has a DSGD run that sent bytes."""
+    shares = relative_bytes(summaries)
+    if all(share is None for share in shares):
+        return []
+    # Cells are looked up by the summary's identity: the baseline needs the whole table.
+    by_run = {id(summary): share for summary, share in zip(summaries, shares, strict=True)}
+    return [_Column("bytes vs DSGD", lambda s: _relative_percent(by_run[id(s)]), True)]
 
 
 def _worker_columns(summaries: list[dict[str, Any]]) -> list[_Column]:
@@ -423,6 +490,11 @@ def format_table(summaries: list[dict[str, Any]], markdown: bool = False) -> str
     "dsgd"; it is "-" without such a run, for a run without a messages count,
     for single-agent runs and for runs whose communication_saving is null
     (layer-wise runs). The plain form also shows each run's folder.
+
+    "bytes vs DSGD" (after "bytes") is the run's bytes over those of its DSGD
+    run (see ``relative_bytes``): "100 %" for DSGD itself, whole percents
+    from 10 %, at most two significant digits below ("1.8 %", "0.05 %"), "-"
+    for runs without bytes. The column is left out when no DSGD run sent bytes.
 
     Columns for layer-wise runs appear when any summary has their field:
     "layers" (widths, "3 x 122" when all are equal), "train acc %" (mean

@@ -19,6 +19,7 @@ from murmur.metrics.report import (
     has_column,
     has_target,
     read_run,
+    relative_bytes,
     run_label,
 )
 
@@ -26,6 +27,8 @@ _PLOT_FILES = (
     ("Mean test accuracy", "accuracy.png"),
     ("Messages", "messages.png"),
     ("Events per agent", "events_per_agent.png"),
+    ("Mean test accuracy vs bytes sent", "accuracy_vs_bytes.png"),
+    ("Mean test accuracy vs messages", "accuracy_vs_messages.png"),
 )
 # Plots drawn only when the runs have the fields and vary along the x axis.
 _OPTIONAL_PLOT_FILES = (
@@ -42,7 +45,8 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
     All runs are read before anything is written, so a bad folder leaves
     out_dir untouched. Re-running overwrites the report and plots.
 
-    Besides the accuracy, messages and events plots, time_vs_nodes.png and
+    Besides the accuracy, messages and events plots and accuracy against
+    cumulative bytes (log axis) and messages, time_vs_nodes.png and
     accuracy_vs_degree.png are written (and linked) only when some algorithm
     has runs at two or more node counts / mean degrees, speedup_vs_workers.png
     only when some algorithm has a W = 1 run and another W that reached the
@@ -60,6 +64,8 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
     plots.plot_accuracy(runs, out / "accuracy.png")
     plots.plot_messages(runs, out / "messages.png")
     plots.plot_events_per_agent(runs, out / "events_per_agent.png")
+    plots.plot_accuracy_vs_bytes(runs, out / "accuracy_vs_bytes.png")
+    plots.plot_accuracy_vs_messages(runs, out / "accuracy_vs_messages.png")
     optional = {
         "time_vs_nodes.png": plots.plot_time_vs_nodes(runs, out / "time_vs_nodes.png"),
         "accuracy_vs_degree.png": plots.plot_accuracy_vs_degree(
@@ -98,6 +104,8 @@ def _report_markdown(runs: list[Run], out: Path, plot_files: list[tuple[str, str
         format_table(summaries, markdown=True),
         "",
     ]
+    if any(share is not None for share in relative_bytes(summaries)):
+        parts += [_relative_bytes_note(), ""]
     if any(has_target(summary) for summary in summaries):
         parts += [_target_note(summaries), ""]
     for title, file in plot_files:
@@ -105,6 +113,13 @@ def _report_markdown(runs: list[Run], out: Path, plot_files: list[tuple[str, str
     parts += ["## Configurations", ""]
     parts += [_config_line(run, out) for run in runs]
     return "\n".join(parts) + "\n"
+
+
+def _relative_bytes_note() -> str:
+    return (
+        "bytes vs DSGD is a run's bytes over those of the DSGD run with the same dataset, "
+        'topology and agents (else the first DSGD run); "-": the run sent no bytes.'
+    )
 
 
 def _target_note(summaries: list[dict[str, Any]]) -> str:
