@@ -58,7 +58,7 @@ from murmur.dist.mailbox import HEADER_FIELDS, MAGIC, Kind, Mailbox, Outbox
 from murmur.dist.runtime import loopback_interface
 from murmur.dist.transport import DistributedTransport
 from murmur.registry import ALGORITHMS
-from murmur.training.setup import prepare
+from murmur.training.setup import build_context, prepare
 
 PRESET = "detsgrad"
 LOOPBACK = "127.0.0.1"
@@ -112,7 +112,9 @@ def iteration_rank(
     setup = prepare(config)
     join_group(rank, world, port, args.timeout)
     try:
-        algorithm = ALGORITHMS[config.algorithm.name].build(config.algorithm, setup.graph)
+        algorithm = ALGORITHMS[config.algorithm.name].build(
+            config.algorithm, setup.graph, build_context(setup)
+        )
         transport = DistributedTransport(
             dist.group.WORLD, setup.graph, rank, setup.initial, args.timeout
         )

@@ -49,7 +49,7 @@ from murmur.registry import ALGORITHMS
 from murmur.seeding import derive_seed
 from murmur.sim.simulator import simulate
 from murmur.sim.transport import InMemoryTransport
-from murmur.training.setup import Setup, prepare
+from murmur.training.setup import Setup, build_context, prepare
 
 PRESET = "detsgrad"
 """The preset every run starts from (mnist5k, MLP 784-100-10, ring, batch 32)."""
@@ -95,7 +95,7 @@ def benchmark_config(agents: int, threads: int) -> Config:
 def murmur_method(config: Config, setup: Setup) -> tuple[Method, Callable[[], float]]:
     """The simulator's DETSGRAD step; also returns the fraction of agents that sent."""
     spec = ALGORITHMS[config.algorithm.name]
-    algorithm = spec.build(config.algorithm, setup.graph)
+    algorithm = spec.build(config.algorithm, setup.graph, build_context(setup))
     # Evaluation is not part of train_seconds; a one-sample test set keeps it from costing
     # wall-clock time between rounds.
     problem = dataclasses.replace(

@@ -72,18 +72,22 @@ def test_section_defaults():
 def test_algorithm_defaults():
     assert dataclasses.asdict(DetsgradConfig()) == {
         "a": 0.1,
-        "b": 0.2,
+        "b": "auto",
         "v0": 1.0,
         "d1": 0.1,
         "d2": 1.0,
         "eps": 1e-5,
+        "trigger": "model",
+        "compress": "none",
+        "fraction": 0.01,
+        "levels": 16,
     }
     assert dataclasses.asdict(DsgdConfig()) == {
         "a": 0.1,
         "d2": 1.0,
         "eps": 1e-5,
         "weights": "laplacian",
-        "b": 0.2,
+        "b": "auto",
         "order": "cta",
     }
     assert dataclasses.asdict(CentralizedConfig()) == {"a": 0.1, "d2": 1.0, "eps": 1e-5}
@@ -138,7 +142,8 @@ def test_build_config_refuses_a_section_that_is_not_a_table():
 
 def test_to_dict_puts_the_algorithm_name_first():
     algorithm = single("detsgrad").to_dict()["algorithm"]
-    assert list(algorithm) == ["name", "a", "d2", "eps", "b", "v0", "d1"]
+    assert list(algorithm)[:4] == ["name", "a", "d2", "eps"]
+    assert list(algorithm)[4:] == ["compress", "fraction", "levels", "b", "v0", "d1", "trigger"]
     assert algorithm["name"] == "detsgrad"
 
 

@@ -159,7 +159,13 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
             raise UsageError(f"{key} must be a list, e.g. [100, 50], not {value!r}")
         return tuple(_coerce(key, item, v) for v in value)
     if origin in (typing.Union, types.UnionType):
-        raise TypeError(f"union types are not supported in config fields ({key})")
+        for member in typing.get_args(hint):
+            try:
+                return _coerce(key, member, value)
+            except UsageError:
+                continue
+        kinds = " or ".join(_describe(member) for member in typing.get_args(hint))
+        raise UsageError(f"{key} must be {kinds}, not {value!r}")
     if hint is bool:
         if not isinstance(value, bool):
             raise UsageError(f"{key} must be true or false, not {value!r}")
@@ -179,6 +185,14 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
             raise UsageError(f"{key} must be a string, not {value!r}")
         return value
     raise TypeError(f"unsupported config field type {hint!r} for {key}")
+
+
+def _describe(hint: Any) -> str:
+    """How an error names the values of a field type: "a number", "'auto'"."""
+    if typing.get_origin(hint) is Literal:
+        return " or ".join(repr(choice) for choice in typing.get_args(hint))
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    return names.get(hint, str(hint))
 
 
 def _plain(value: Any) -> Any:

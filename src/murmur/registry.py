@@ -10,11 +10,13 @@ from typing import Literal, TypeVar
 from murmur.algorithms.arock import AsyncSolver, DssfnAsyncConfig
 from murmur.algorithms.asysg import AsysgConfig, AsysgInconConfig, SyncPsConfig, WorkersConfig
 from murmur.algorithms.centralized import Centralized, CentralizedConfig
+from murmur.algorithms.choco import Choco, ChocoConfig
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.algorithms.dsgd import Dsgd, DsgdConfig
 from murmur.algorithms.dssfn import DssfnConfig, SyncSolver
 from murmur.algorithms.hogwild import HogwildConfig
-from murmur.algorithms.protocols import Algorithm, LayerSolver
+from murmur.algorithms.protocols import Algorithm, BuildContext, LayerSolver
+from murmur.algorithms.sparq import Sparq, SparqConfig
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
 from murmur.errors import UsageError
 from murmur.sections import AlgorithmConfig
@@ -35,7 +37,7 @@ class AlgorithmSpec:
     """How to build one algorithm, what it needs from the run, where it runs."""
 
     config: type[AlgorithmConfig]
-    build: Callable[[AlgorithmConfig, Graph], Built]
+    build: Callable[[AlgorithmConfig, Graph, BuildContext], Built]
     summary: str
     decentralized: bool
     """False: one learner on all data, or workers sharing one model."""
@@ -54,35 +56,43 @@ class AlgorithmSpec:
         return agents
 
 
-def _detsgrad(config: AlgorithmConfig, graph: Graph) -> Built:
-    return Detsgrad(_as(config, DetsgradConfig), graph)
+def _detsgrad(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
+    return Detsgrad(_as(config, DetsgradConfig), graph, context)
 
 
-def _dsgd(config: AlgorithmConfig, graph: Graph) -> Built:
+def _choco(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
+    return Choco(_as(config, ChocoConfig), graph, context)
+
+
+def _sparq(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
+    return Sparq(_as(config, SparqConfig), graph, context)
+
+
+def _dsgd(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
     return Dsgd(_as(config, DsgdConfig), graph)
 
 
-def _centralized(config: AlgorithmConfig, graph: Graph) -> Built:
+def _centralized(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
     return Centralized(_as(config, CentralizedConfig))
 
 
-def _workers(config: AlgorithmConfig, graph: Graph) -> Built:
+def _workers(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
     return _as(config, WorkersConfig)
 
 
-def _hogwild(config: AlgorithmConfig, graph: Graph) -> Built:
+def _hogwild(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
     return _as(config, HogwildConfig)
 
 
-def _ssfn(config: AlgorithmConfig, graph: Graph) -> Built:
+def _ssfn(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
     return CentralSolver(_as(config, SsfnConfig))
 
 
-def _dssfn(config: AlgorithmConfig, graph: Graph) -> Built:
+def _dssfn(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
     return SyncSolver(_as(config, DssfnConfig), graph)
 
 
-def _dssfn_async(config: AlgorithmConfig, graph: Graph) -> Built:
+def _dssfn_async(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
     return AsyncSolver(_as(config, DssfnAsyncConfig), graph)
 
 
@@ -100,6 +110,18 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     ),
     "dsgd": AlgorithmSpec(
         DsgdConfig, _dsgd, "decentralized SGD, every agent sends every step", decentralized=True
+    ),
+    "choco-sgd": AlgorithmSpec(
+        ChocoConfig,
+        _choco,
+        "decentralized SGD with compressed gossip of differences to public estimates",
+        decentralized=True,
+    ),
+    "sparq-sgd": AlgorithmSpec(
+        SparqConfig,
+        _sparq,
+        "local steps, event-triggered and compressed gossip (CHOCO-SGD with triggers)",
+        decentralized=True,
     ),
     "centralized": AlgorithmSpec(
         CentralizedConfig,

@@ -143,6 +143,13 @@ class AlgorithmConfig:
 
     name: ClassVar[str] = ""
 
+    def __post_init__(self) -> None:
+        """Checks nothing; every algorithm's section chains its own checks to it."""
+
+
+Step = float | Literal["auto"]
+"""A step size given as a number, or "auto": chosen from the graph's spectrum."""
+
 
 def require(condition: bool, message: str) -> None:
     if not condition:

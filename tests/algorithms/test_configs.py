@@ -34,8 +34,8 @@ def test_the_gradient_step_needs_a_positive_scale_and_non_negative_decay():
 
 def test_consensus_steps_must_be_positive_and_detsgrad_thresholds_non_negative():
     """DSGD and DETSGRAD refuse b = 0; DETSGRAD takes v0 = 0 and d1 = 0 but no less."""
-    _refused(DsgdConfig, "algorithm.b must be positive, not 0.0", b=0.0)
-    _refused(DetsgradConfig, "algorithm.b must be positive, not 0.0", b=0.0)
+    _refused(DsgdConfig, "algorithm.b must be positive or 'auto', not 0.0", b=0.0)
+    _refused(DetsgradConfig, "algorithm.b must be positive or 'auto', not 0.0", b=0.0)
     _refused(DetsgradConfig, "algorithm.v0 must be >= 0, not -0.5", v0=-0.5)
     _refused(DetsgradConfig, "algorithm.d1 must be >= 0", d1=-0.1)
     DetsgradConfig(v0=0.0, d1=0.0)

@@ -46,6 +46,11 @@ agents = {agents}
 """
 DETSGRAD = 'name = "detsgrad"\na = 0.2\nb = 0.3\nv0 = 2.0'
 DSGD = 'name = "dsgd"\na = 0.2\nb = 0.3'
+CHOCO = 'name = "choco-sgd"\na = 0.2\ncompress = "topk"\nfraction = 0.1'
+SPARQ = (
+    'name = "sparq-sgd"\na = 0.2\ncompress = "qsgd"\nlevels = 4\nlocal_steps = 2\n'
+    "threshold = 0.5\nthreshold_growth = 0.0"
+)
 
 
 def write_config(folder: Path, algorithm: str, iterations: int = 100, agents: int = 4) -> Path:
@@ -57,7 +62,9 @@ def write_config(folder: Path, algorithm: str, iterations: int = 100, agents: in
 # ---- the same run as the simulator -------------------------------------------------------
 
 
-@pytest.mark.parametrize("algorithm", [DETSGRAD, DSGD], ids=["detsgrad", "dsgd"])
+@pytest.mark.parametrize(
+    "algorithm", [DETSGRAD, DSGD, CHOCO, SPARQ], ids=["detsgrad", "dsgd", "choco", "sparq"]
+)
 def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_path, algorithm):
     path = write_config(tmp_path, algorithm)
     out, params = tmp_path / "distributed", tmp_path / "params.pt"
@@ -76,6 +83,11 @@ def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_p
     if "detsgrad" in algorithm:
         assert 0 < summary["events"] < 4 * 100, "some agents must stay silent some steps"
         assert sum(summary["control_messages_per_agent"]) == 2 * (400 - summary["events"]) + 8
+    if "sparq" in algorithm:
+        assert 0 < summary["events"] < 4 * 50, "some agents must stay silent some syncs"
+    if "choco" in algorithm or "sparq" in algorithm:  # compressed: far below dense float32
+        dense = summary["messages"] * simulated.parameters.shape[1] * 4
+        assert 0 < summary["bytes"] < dense / 4
 
     records, expected = read_records(out), read_records(tmp_path / "simulated")
     assert [r["iteration"] for r in records] == [0, 25, 50, 75, 100]

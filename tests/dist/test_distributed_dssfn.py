@@ -30,7 +30,7 @@ spec = json.loads(sys.argv[1])
 import torch
 import torch.distributed as dist
 from murmur.config import load_experiment
-from murmur.training.setup import prepare
+from murmur.training.setup import build_context, prepare
 from murmur.registry import ALGORITHMS
 from murmur.dist.runtime import loopback_interface
 from murmur.dist.layerwise import train_layerwise_rank
@@ -44,7 +44,9 @@ def rank_main(rank):
         "gloo", init_method=f"tcp://127.0.0.1:{spec['port']}", rank=rank,
         world_size=spec["world"], timeout=timedelta(seconds=30),
     )
-    solver = ALGORITHMS[config.algorithm.name].build(config.algorithm, setup.graph)
+    solver = ALGORITHMS[config.algorithm.name].build(
+        config.algorithm, setup.graph, build_context(setup)
+    )
     trained, counters = train_layerwise_rank(setup, solver, rank, timeout=20.0)
     torch.save(
         {"outputs": trained.outputs,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from murmur.config import build_config
@@ -45,3 +47,15 @@ def test_centralized_computes_all_agents_samples_and_sends_nothing():
     parameters = prepare(config).initial.shape[1]
     result = run(config)
     assert result.extra["virtual_seconds"] == pytest.approx(20 * 6 * parameters * 8 * 4 / 1e6)
+
+
+def test_a_compressed_message_costs_the_time_of_its_encoded_size():
+    """CHOCO-SGD with topk: ceil(0.1 P) values and int32 indices per message."""
+    config = _config("choco-sgd", flops_per_second=1e6, latency=1e-3, bandwidth=1e6).replace(
+        **{"algorithm.compress": "topk", "algorithm.fraction": "0.1"}
+    )
+    parameters = prepare(config).initial.shape[1]
+    result = run(config)
+    compute = 6 * parameters * 8 / 1e6
+    message = 1e-3 + math.ceil(0.1 * parameters) * 8 / 1e6
+    assert result.extra["virtual_seconds"] == pytest.approx(20 * (compute + message))

@@ -1,48 +1,69 @@
 """DETSGRAD: event-triggered decentralized SGD.
 
 George & Gurram, "Distributed Deep Learning with Event-Triggered Communication",
-arXiv 1909.05020. Each agent keeps its model x_i and x^_i, the copy it last
-broadcast; neighbours only ever see x^_i. Stacked over agents::
+arXiv 1909.05020. Each agent keeps its model x_i and x^_i, the copy its
+neighbours hold; neighbours only ever see x^_i. Stacked over agents::
 
     X(k+1) = X(k) - beta_k L X^(k) - alpha_k G(k)
-    agent i broadcasts x_i(k+1) when || x_i(k+1) - x^_i(k) || >= v_k
+    agent i sends when || x_i(k+1) - x^_i(k) || >= v_k
 
 with alpha_k = a / (eps k + 1)^d2, beta_k = b / (eps k + 1)^d1 and
 v_k = v0 alpha_k: an agent sends once its drift reaches the threshold. With
 v0 = 0 every agent therefore sends every step, zero drift included, and this is
-DSGD with W = I - beta L.
+DSGD with W = I - beta L. ``b = "auto"`` is 2 / (lambda_2 + lambda_max) of L,
+the fastest stable gossip step on the graph, times sqrt(omega) when events are
+compressed (omega: the share of a difference the compressor keeps, as for
+CHOCO-SGD's ``gamma``).
+
+Two refinements (docs/ALGORITHMS.md, section 4):
+
+- ``trigger = "layer"``: each parameter tensor t (of n_t entries) has its own
+  event, || x_i,t - x^_i,t || >= v_k sqrt(n_t / P), and is sent alone, as
+  EventGraD does; the thresholds' squares add up to the model's v_k^2.
+- ``compress``: an event sends q = C(x_i - x^_i) instead of x_i, and every
+  holder of x^_i adds q (:mod:`murmur.algorithms.estimates`), so what the
+  compressor leaves out stays in x_i - x^_i and is sent later.
+
+Without either, an event sends x_i itself and x^_i becomes x_i exactly.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 
-from murmur.algorithms.protocols import Transport
+from murmur.algorithms.compressors import CompressionConfig, kept_share
+from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
+from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig
 from murmur.errors import UsageError
-from murmur.topology import Graph, as_sparse, check_consensus_step
+from murmur.sections import Step
+from murmur.topology import Graph, as_sparse, consensus_step
 
 
 @dataclass(frozen=True)
-class DetsgradConfig(SgdConfig):
+class DetsgradConfig(CompressionConfig, SgdConfig):
     """Parameters of DETSGRAD (defaults from docs/ALGORITHMS.md, section 1)."""
 
     name = "detsgrad"
-    b: float = 0.2
-    """Consensus step scale: beta_k = b / (eps k + 1)^d1; needs b * lambda_max(L) < 2."""
+    b: Step = "auto"
+    """Consensus step scale: beta_k = b / (eps k + 1)^d1; needs b * lambda_max(L) < 2;
+    "auto" picks 2 / (lambda_2 + lambda_max)."""
     v0: float = 1.0
     """Event threshold scale: v_k = v0 * alpha_k; an agent sends when its drift reaches v_k,
     so 0 sends every step."""
     d1: float = 0.1
     """Decay exponent of the consensus step."""
+    trigger: Literal["model", "layer"] = "model"
+    """One event for the whole model, or one per parameter tensor."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.b <= 0:
-            raise UsageError(f"algorithm.b must be positive, not {self.b}")
+        if self.b != "auto" and self.b <= 0:
+            raise UsageError(f"algorithm.b must be positive or 'auto', not {self.b}")
         if self.v0 < 0:
             raise UsageError(f"algorithm.v0 must be >= 0, not {self.v0}")
         if self.d1 < 0:
@@ -51,18 +72,42 @@ class DetsgradConfig(SgdConfig):
 
 class DetsgradState(NamedTuple):
     x: torch.Tensor
-    """Models, (agents, P). Each agent's last broadcast x^_i is ``transport.last_sent``."""
+    """Models, (agents, P). Each agent's x^_i is ``transport.last_sent``."""
+    generators: list[torch.Generator] | None = None
+    """Each agent's compression stream, drawn at the first compressed event."""
 
 
 class Detsgrad:
     """DETSGRAD over a fixed graph; see the module docstring."""
 
-    def __init__(self, config: DetsgradConfig, graph: Graph) -> None:
-        check_consensus_step(graph, config.b, key="algorithm.b")
+    def __init__(
+        self, config: DetsgradConfig, graph: Graph, context: BuildContext | None = None
+    ) -> None:
+        """``context`` gives the run's seed and, for ``trigger = "layer"``, the model's tensors."""
         self.laplacian = as_sparse(graph.laplacian())
         self.gradient_step = config.gradient_step()
-        self.consensus_step = Decaying(config.b, config.d1, config.eps)
+        b = consensus_step(graph, config.b, key="algorithm.b")
+        self.compressor = config.compressor()
+        if config.b == "auto" and context is not None and context.segments is not None:
+            # A compressed estimate lags its model: the step shrinks as CHOCO-SGD's does.
+            sizes = context.segments.sizes
+            largest = max(sizes) if config.trigger == "layer" else sum(sizes)
+            b *= kept_share(self.compressor, largest) ** 0.5
+        self.consensus_step = Decaying(b, config.d1, config.eps)
         self.v0 = config.v0
+        self.exact = config.trigger == "model" and config.compress == "none"
+        self.seed = context.seed if context is not None else 0
+        self.layers: Segments | None = None
+        if config.trigger == "layer":
+            if context is None or context.segments is None:
+                raise ValueError("DETSGRAD's layer trigger needs the model's parameter tensors")
+            self.layers = context.segments
+
+    def segments(self, parameters: int) -> tuple[Segments, torch.Tensor]:
+        """What an event covers, and each segment's threshold relative to v_k."""
+        segments = self.layers if self.layers is not None else Segments.whole(parameters)
+        shares = [math.sqrt(n / segments.total) for n in segments.sizes]
+        return segments, torch.tensor(shares, dtype=torch.float64)
 
     def init(self, params: torch.Tensor) -> DetsgradState:
         return DetsgradState(x=params.clone())
@@ -77,6 +122,15 @@ class Detsgrad:
         x = state.x
         transport.mix(self.laplacian, out=x, scale=-self.consensus_step(iteration))
         x.add_(grads, alpha=-alpha)
-        drift = torch.linalg.vector_norm(torch.sub(x, transport.last_sent, out=grads), dim=1)
-        transport.broadcast(drift >= self.v0 * alpha, x)
+        drift = torch.sub(x, transport.last_sent, out=grads)
+        if self.exact:
+            transport.broadcast(torch.linalg.vector_norm(drift, dim=1) >= self.v0 * alpha, x)
+            return state
+        if state.generators is None:
+            state = state._replace(generators=agent_generators(self.seed, transport.agents))
+        segments, shares = self.segments(x.shape[1])
+        sent = segments.norms(drift) >= self.v0 * alpha * shares
+        transport.publish(
+            compressed_update(self.compressor, drift, sent, segments, state.generators)
+        )
         return state

@@ -21,7 +21,8 @@ import torch
 from murmur.algorithms.protocols import Transport
 from murmur.algorithms.schedules import SgdConfig
 from murmur.errors import UsageError
-from murmur.topology import Graph, as_sparse, mixing_matrix
+from murmur.sections import Step
+from murmur.topology import Graph, as_sparse, consensus_step, mixing_matrix
 
 
 @dataclass(frozen=True)
@@ -31,15 +32,16 @@ class DsgdConfig(SgdConfig):
     name = "dsgd"
     weights: Literal["laplacian", "metropolis", "uniform"] = "laplacian"
     """Mixing matrix: I - b L, Metropolis-Hastings, or 1/(d+1) (regular graphs)."""
-    b: float = 0.2
-    """Consensus step of the Laplacian weights W = I - b L."""
+    b: Step = "auto"
+    """Consensus step of the Laplacian weights W = I - b L; "auto" picks
+    2 / (lambda_2 + lambda_max)."""
     order: Literal["cta", "atc"] = "cta"
     """Combine then adapt, or adapt then combine."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.b <= 0:
-            raise UsageError(f"algorithm.b must be positive, not {self.b}")
+        if self.b != "auto" and self.b <= 0:
+            raise UsageError(f"algorithm.b must be positive or 'auto', not {self.b}")
 
 
 class DsgdState(NamedTuple):
@@ -51,7 +53,7 @@ class Dsgd:
     """DSGD over a fixed graph; see the module docstring."""
 
     def __init__(self, config: DsgdConfig, graph: Graph) -> None:
-        beta = config.b if config.weights == "laplacian" else None
+        beta = consensus_step(graph, config.b) if config.weights == "laplacian" else None
         self.mixing = as_sparse(mixing_matrix(graph, config.weights, beta))
         self.gradient_step = config.gradient_step()
         self.adapt_first = config.order == "atc"

@@ -25,13 +25,21 @@ A :class:`Transport` offers two calls and one read:
 - ``broadcast(senders, values)``: each agent whose ``senders`` flag is set sends
   its row of ``values`` to every neighbour (one event, ``d_i`` point-to-point
   messages of ``P`` floats each);
+- ``publish(update)``: agents send compressed differences to their public
+  estimates (:mod:`murmur.algorithms.estimates`): every holder of x^_i (agent
+  i and its neighbours) adds row i of ``update.delta``, so ``last_sent`` and
+  what ``mix`` reads move by it; each sent segment is one event and ``d_i``
+  messages of its encoded size;
 - ``mix(operator, out, scale)``: ``out += scale * operator @ V`` in place, where
   row ``j`` of ``V`` is the last value agent ``j`` broadcast, i.e. what each
   agent can compute from its own last broadcast and the latest values received
   from its neighbours. ``operator`` must be zero outside the graph's edges and
   diagonal;
 - ``last_sent``: row ``i`` is the value agent ``i`` itself last broadcast (each
-  agent keeps its own copy, so an event trigger can compare against it).
+  agent keeps its own copy, so an event trigger can compare against it);
+- ``agents``: the agents of the block, one per row (all of them in the
+  simulator, the rank's own in the distributed runtime), so that each agent
+  draws its own random numbers in both.
 
 Layer-wise SSFN is a :class:`LayerSolver` that solves each layer's problem
 through a :class:`LayerNetwork`: it gossips through ``transport_for``, and it
@@ -49,6 +57,7 @@ from typing import Any, Protocol
 
 import torch
 
+from murmur.algorithms.estimates import EstimateUpdate, Segments
 from murmur.metrics.counters import MessageCounters
 from murmur.topology import Graph
 
@@ -57,13 +66,26 @@ class Transport(Protocol):
     """What a synchronous algorithm may do with the network."""
 
     counters: MessageCounters
+    agents: Sequence[int]
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None: ...
+
+    def publish(self, update: EstimateUpdate) -> None: ...
 
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None: ...
 
     @property
     def last_sent(self) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What an algorithm may need from its run besides its config and graph."""
+
+    seed: int
+    """The run's seed, from which the algorithm derives its own random streams."""
+    segments: Segments | None
+    """The model's parameter tensors in the flat vector (None for layer-wise training)."""
 
 
 class Algorithm(Protocol):

@@ -32,6 +32,7 @@ class SgdConfig(AlgorithmConfig):
     """Decay rate per iteration of the steps."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.a <= 0:
             raise UsageError(f"algorithm.a must be positive, not {self.a}")
         if self.eps < 0 or self.d2 < 0:

@@ -91,6 +91,10 @@ class Kind(IntEnum):
     an older one, so numbers may be skipped): ``length`` floats follow."""
     RESULT = 9
     """A rank's results for rank 0 at the end of a run: ``length`` floats follow."""
+    DELTA = 10
+    """A neighbour's broadcast number ``step`` (1, 2, ...) carrying a compressed
+    difference to its public estimate (:mod:`murmur.algorithms.estimates`):
+    ``length`` float32 words follow, at most the receiver's bound."""
 
 
 class PeerFailure(RuntimeError):
@@ -113,7 +117,7 @@ def encode_header(kind: Kind, sender: int, step: int, length: int) -> torch.Tens
 def receive_loop(
     group: dist.ProcessGroup,
     source: int,
-    accept: Mapping[int, int],
+    accept: Mapping[int, int | range],
     on_message: Callable[[Kind, int, torch.Tensor | None], bool],
     on_end: Callable[[str], None],
     tags: tuple[int, int] = (HEADER_TAG, PAYLOAD_TAG),
@@ -121,7 +125,8 @@ def receive_loop(
 ) -> None:
     """Receive ``source``'s messages (a receiving thread's whole life).
 
-    ``accept``: kind -> payload length in float32 (0: none). Each accepted
+    ``accept``: kind -> payload length in float32 (0: none), or the range of
+    lengths allowed. Each accepted
     message goes to ``on_message(kind, step, payload)``, which returns False when
     nothing more is expected from ``source``. A lost connection or a malformed
     message (bad magic number, wrong sender, kind or length, ``check(kind, step)``
@@ -144,8 +149,8 @@ def receive_loop(
             problem = f"header claims sender {sender}"
         elif kind not in accept:
             problem = f"unexpected message kind {kind}"
-        elif length != accept[kind]:
-            problem = f"{Kind(kind).name} of {length} floats, expected {accept[kind]}"
+        elif not _allowed(length, accept[kind]):
+            problem = f"{Kind(kind).name} of {length} floats, expected {_lengths(accept[kind])}"
         else:
             problem = check(Kind(kind), step)
         payload = None
@@ -166,16 +171,32 @@ def receive_loop(
             return
 
 
+def _allowed(length: int, allowed: int | range) -> bool:
+    return length in allowed if isinstance(allowed, range) else length == allowed
+
+
+def _lengths(allowed: int | range) -> str:
+    if isinstance(allowed, range):
+        return f"{allowed.start} to {allowed.stop - 1}"
+    return str(allowed)
+
+
 class Mailbox:
     """Receives every message for one rank in threads; the caller reads with deadlines.
 
     ``initial`` (neighbours, P): the values each neighbour is known to start
     from. ``group`` is a torch.distributed process group (or gloo backend)
-    whose ``recv`` only these threads call.
+    whose ``recv`` only these threads call. ``delta_words``: the most float32
+    words a DELTA may carry (0: DELTA is refused).
     """
 
     def __init__(
-        self, group: dist.ProcessGroup, rank: int, neighbours: Sequence[int], initial: torch.Tensor
+        self,
+        group: dist.ProcessGroup,
+        rank: int,
+        neighbours: Sequence[int],
+        initial: torch.Tensor,
+        delta_words: int = 0,
     ) -> None:
         if initial.shape[0] != len(neighbours) or initial.dtype != torch.float32:
             raise ValueError(
@@ -185,6 +206,7 @@ class Mailbox:
         self.rank = rank
         self.neighbours = list(neighbours)
         self.length = initial.shape[1]
+        self.delta_words = delta_words
         self.values = initial.clone()
         """Row ``i``: neighbour ``i``'s value as of the step last asked for in ``values_at``."""
         self.received = 0
@@ -193,7 +215,7 @@ class Mailbox:
         """Messages refused as malformed."""
         self._group = group
         self._world = group.size()
-        self._arrivals: list[deque[tuple[int, torch.Tensor]]] = [deque() for _ in neighbours]
+        self._arrivals: list[deque[tuple[int, Kind, torch.Tensor]]] = [deque() for _ in neighbours]
         self._steps = [0] * len(neighbours)
         self._latest = [(0, row) for row in self.values.clone()]
         self._stopped = [False] * len(neighbours)
@@ -217,12 +239,20 @@ class Mailbox:
 
     # ------------------------------------------------------------ reading (caller's thread)
 
-    def values_at(self, step: int, timeout: float) -> torch.Tensor:
-        """Every neighbour's value as of its broadcast number ``step`` (its latest VALUE
-        up to then), once all neighbours' step-``step`` messages are in; (neighbours, P).
+    def values_at(
+        self,
+        step: int,
+        timeout: float,
+        add: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+    ) -> torch.Tensor:
+        """Every neighbour's value as of its broadcast number ``step``, once all
+        neighbours' step-``step`` messages are in; (neighbours, P).
 
+        A VALUE replaces the neighbour's row; a DELTA is applied to it by
+        ``add(row, words)``, which raises ValueError for a malformed one.
         Raises :class:`PeerTimeout` after ``timeout`` seconds, or :class:`PeerFailure`
-        as soon as a neighbour it waits for is known to have failed.
+        as soon as a neighbour it waits for is known to have failed or sends a
+        malformed DELTA.
         """
         with self._condition:
             self._wait_for(
@@ -232,8 +262,30 @@ class Mailbox:
             )
             for i, arrivals in enumerate(self._arrivals):
                 while arrivals and arrivals[0][0] <= step:
-                    self.values[i].copy_(arrivals.popleft()[1])
+                    _, kind, payload = arrivals.popleft()
+                    if kind == Kind.VALUE:
+                        self.values[i].copy_(payload)
+                    else:
+                        self._apply(i, payload, add)
         return self.values
+
+    def _apply(
+        self,
+        i: int,
+        words: torch.Tensor,
+        add: Callable[[torch.Tensor, torch.Tensor], None] | None,
+    ) -> None:
+        """With the condition held: add neighbour ``i``'s DELTA to its row."""
+        neighbour = self.neighbours[i]
+        try:
+            if add is None:
+                raise ValueError("a DELTA where a VALUE was expected")
+            add(self.values[i], words)
+        except ValueError as error:
+            why = f"{MALFORMED} ({error})"
+            self.rejected += 1
+            self._lost[neighbour] = why
+            raise PeerFailure([neighbour], f"rank {neighbour}: {why}") from None
 
     def latest(self, neighbour: int) -> tuple[int, torch.Tensor]:
         """The step and value of the newest VALUE from ``neighbour`` (step 0: its initial value)."""
@@ -288,7 +340,7 @@ class Mailbox:
         receive_loop(
             self._group,
             neighbour,
-            {Kind.VALUE: self.length, **control},
+            {Kind.VALUE: self.length, Kind.DELTA: range(1, self.delta_words + 1), **control},
             lambda kind, step, payload: self._deliver(i, neighbour, kind, step, payload),
             lambda why: self._end(i, why),
             check=lambda kind, step: self._check(i, kind, step),
@@ -297,7 +349,7 @@ class Mailbox:
     def _check(self, i: int, kind: Kind, step: int) -> str | None:
         """Why a well-formed message from neighbour ``i`` is out of turn, or None."""
         last = self._steps[i]
-        if kind in (Kind.VALUE, Kind.NONE) and step != last + 1:
+        if kind in (Kind.VALUE, Kind.DELTA, Kind.NONE) and step != last + 1:
             return f"step {step} after step {last}"
         if kind == Kind.STOP and step != last:
             return f"STOP after {step} broadcasts, {last} received"
@@ -312,9 +364,10 @@ class Mailbox:
         with self._condition:
             self.received += 1
             if kind == Kind.VALUE:
-                self._arrivals[i].append((step, payload))
                 self._latest[i] = (step, payload)
-            if kind in (Kind.VALUE, Kind.NONE):
+            if kind in (Kind.VALUE, Kind.DELTA):
+                self._arrivals[i].append((step, kind, payload))
+            if kind in (Kind.VALUE, Kind.DELTA, Kind.NONE):
                 self._steps[i] = step
             elif kind == Kind.STOP:
                 self._stopped[i] = True

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from murmur.algorithms.compressors import Compressor
+from murmur.algorithms.estimates import EstimateUpdate, Segments, add_packed, max_packed_words
 from murmur.dist.mailbox import (
     Kind,
     Mailbox,
@@ -30,7 +32,7 @@ from murmur.dist.mailbox import (
     PeerTimeout,
 )
 from murmur.metrics.counters import MessageCounters
-from murmur.topology import Graph
+from murmur.topology import Graph, as_sparse
 
 DEFAULT_TIMEOUT = 60.0
 """Seconds to wait for a peer: to join, for each step's messages, to finish."""
@@ -50,6 +52,12 @@ class DistributedTransport:
     peer's mailbox always has a receive from this rank posted, so that does not
     wait for the peer's own sends, also when two neighbours send to each other
     at once.
+
+    ``publish`` sends the rank's compressed difference as a DELTA, the packed
+    codes of :mod:`murmur.algorithms.estimates` (values, int32 indices, packed
+    bits), when the agent sends any segment, else NONE; every neighbour adds
+    the decoded difference to its copy of this agent's estimate, as this agent
+    does to its own, and counts the encoded sizes the simulator counts.
 
     Values are float32, or float64 when ``initial`` is: a float64 row travels as
     twice as many float32 (the same bits), so it arrives exactly.
@@ -71,6 +79,8 @@ class DistributedTransport:
         if initial.shape[0] != graph.agents:
             raise ValueError(f"initial has {initial.shape[0]} rows for {graph.agents} agents")
         self.rank = rank
+        self.agents = [rank]
+        """The agents this transport sends for: the rank's own."""
         self.neighbours = graph.neighbors(rank)
         self.timeout = timeout
         self.counters = counters if counters is not None else MessageCounters(1)
@@ -79,11 +89,17 @@ class DistributedTransport:
         self._sent = initial[rank : rank + 1].to(dtype, copy=True)
         self._message_bytes = self._sent.numel() * self._sent.element_size()
         self._mailbox = Mailbox(
-            group, rank, self.neighbours, _wire(initial[self.neighbours].to(dtype).contiguous())
+            group,
+            rank,
+            self.neighbours,
+            _wire(initial[self.neighbours].to(dtype).contiguous()),
+            delta_words=max_packed_words(self._sent.shape[1], self._sent.element_size()),
         )
         self._outbox = Outbox(group, rank, self.neighbours)
         self._step = 0
-        self._rows: dict[int, tuple[torch.Tensor, float, torch.Tensor]] = {}
+        self._rows: dict[int, tuple[torch.Tensor, list[int], torch.Tensor]] = {}
+        self._codec: tuple[Compressor, Segments] | None = None
+        """How the neighbours' DELTAs are decoded: as this rank's own last ``publish``."""
 
     @property
     def rejected(self) -> int:
@@ -115,15 +131,50 @@ class DistributedTransport:
             self._send(Kind.NONE, self._step, self.neighbours)
             self.control_messages += len(self.neighbours)
 
+    def publish(self, update: EstimateUpdate) -> None:
+        """Send this agent's sent segments of ``update`` (one row) as a DELTA, else NONE."""
+        if update.sent.shape[0] != 1 or update.delta.shape != self._sent.shape:
+            raise ValueError(
+                f"one agent per rank: an update of one row of {self._sent.shape[1]} values, "
+                f"got {tuple(update.delta.shape)}"
+            )
+        self._step += 1
+        self._codec = (update.compressor, update.segments)
+        segments = int(update.sent[0].sum())
+        if segments == 0:
+            self._send(Kind.NONE, self._step, self.neighbours)
+            self.control_messages += len(self.neighbours)
+            return
+        self._sent.add_(update.delta)
+        self._send(Kind.DELTA, self._step, self.neighbours, payload=update.pack(0))
+        payload = int((update.sent[0].to(torch.int64) * update.segment_bytes()).sum())
+        degree = len(self.neighbours)
+        self.counters.events_per_agent[0] += segments
+        self.counters.messages_per_agent[0] += segments * degree
+        self.counters.bytes_per_agent[0] += payload * degree
+
+    def _add_delta(self, row: torch.Tensor, words: torch.Tensor) -> None:
+        """Add a neighbour's DELTA to its row (wire float32) of the mailbox."""
+        if self._codec is None:
+            raise ValueError("a DELTA before this agent published any")
+        compressor, segments = self._codec
+        add_packed(row.view(self._sent.dtype), words, compressor, segments)
+
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
-        """``out += scale * operator[rank] @ V`` once every neighbour's value of this step is in."""
-        own, others = self._operator_row(operator)
-        received = self._patiently(partial(self._mailbox.values_at, self._step))
+        """``out += scale * operator[rank] @ V`` once every neighbour's value of this step is in.
+
+        The row is applied as the simulator applies the whole operator, one sparse
+        row over the same values in the same order, so both round alike.
+        """
+        sources, row = self._operator_row(operator)
+        received = self._patiently(
+            partial(self._mailbox.values_at, self._step, add=self._add_delta)
+        )
         received = received.view(self._sent.dtype)
-        if own != 0.0:
-            out.add_(self._sent, alpha=scale * own)
-        if self.neighbours:
-            out.addmm_(others, received, alpha=scale)
+        if not sources:
+            return
+        values = torch.stack([self._sent[0] if j < 0 else received[j] for j in sources])
+        out.addmm_(row, values, alpha=scale)
 
     def finish(self) -> None:
         """Tell the neighbours this agent is done, and wait until they are too."""
@@ -167,28 +218,31 @@ class DistributedTransport:
             self._mailbox.raise_if_aborted()  # the root cause, if a neighbour reported one
             raise
 
-    def _operator_row(self, operator: torch.Tensor) -> tuple[float, torch.Tensor]:
-        """Row ``rank`` of ``operator``: the own coefficient and the neighbours' (1, d)."""
+    def _operator_row(self, operator: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+        """Row ``rank`` of ``operator`` as a sparse (1, k) row over its k non-zero columns,
+        and where each column's value is: -1 for this agent's own, else the
+        neighbour's row in the mailbox."""
         cached = self._rows.get(id(operator))
         if cached is not None and cached[0] is operator:
             return cached[1], cached[2]
         if operator.layout == torch.sparse_csr:
             rows, columns = operator.crow_indices(), operator.col_indices()
             start, end = int(rows[self.rank]), int(rows[self.rank + 1])
-            row = torch.zeros(operator.shape[1], dtype=operator.dtype)
-            row[columns[start:end]] = operator.values()[start:end]
+            present = columns[start:end].tolist()
+            coefficients = operator.values()[start:end]
         else:
-            row = operator.to_dense()[self.rank]
-        outside = row.clone()
-        outside[[self.rank, *self.neighbours]] = 0
-        if bool(outside.ne(0).any()):
+            dense = operator.to_dense()[self.rank]
+            present = dense.nonzero().squeeze(1).tolist()
+            coefficients = dense[present]
+        strangers = sorted(set(present) - {self.rank, *self.neighbours})
+        if strangers:
             raise ValueError(
                 f"operator row {self.rank} is non-zero outside the agent and its neighbours"
             )
-        own = float(row[self.rank])
-        others = row[self.neighbours].to(self._sent.dtype).unsqueeze(0)
-        self._rows[id(operator)] = (operator, own, others)
-        return own, others
+        sources = [-1 if j == self.rank else self.neighbours.index(j) for j in present]
+        row = as_sparse(coefficients.unsqueeze(0).to(torch.float64), dtype=self._sent.dtype)
+        self._rows[id(operator)] = (operator, sources, row)
+        return sources, row
 
 
 def _wire(values: torch.Tensor) -> torch.Tensor:

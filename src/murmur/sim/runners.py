@@ -37,7 +37,6 @@ def run_sgd(
         ),
         links=LinkDelays(config.timing),
         flops_per_agent=6.0 * parameters * setup.problem.sampler.batch_size,
-        message_bytes=parameters * setup.initial.element_size(),
     )
     records: list[dict[str, Any]] = []
 

@@ -30,18 +30,18 @@ class RoundClock:
 
     Each iteration every agent computes its gradient (about 6 flops per
     parameter and sample: forward and backward) and the round lasts as long as
-    the slowest agent; an iteration in which some agent sends adds one message
-    time (all messages of a round travel in parallel).
+    the slowest agent; an iteration in which some agent sends adds the time of
+    its largest message (all messages of a round travel in parallel), whose
+    size is the encoded size when messages are compressed.
     """
 
     compute: ComputeTimes
     links: LinkDelays
     flops_per_agent: float
-    message_bytes: int
 
-    def round_seconds(self, sent: bool) -> float:
+    def round_seconds(self, message_bytes: int) -> float:
         seconds = self.compute.round_seconds(self.flops_per_agent)
-        return seconds + (self.links.seconds(self.message_bytes) if sent else 0.0)
+        return seconds + (self.links.seconds(message_bytes) if message_bytes > 0 else 0.0)
 
 
 def simulate(

@@ -1,9 +1,10 @@
 """The simulator's transport: agents' messages in memory, every one counted.
 
 It implements :class:`~murmur.algorithms.protocols.Transport` (``broadcast``,
-``mix``, ``last_sent``). Delivery is instant and lossless, so every neighbour of
-``j`` holds the same latest value of ``j`` and one stacked tensor stands for all
-mailboxes. The distributed runtime implements the same calls over gloo
+``publish``, ``mix``, ``last_sent``, ``agents``). Delivery is instant and
+lossless, so every neighbour of ``j`` holds the same latest value of ``j`` and
+one stacked tensor stands for all mailboxes. The distributed runtime implements
+the same calls over gloo
 (``murmur.dist.transport``).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from murmur.algorithms.estimates import EstimateUpdate
 from murmur.metrics.counters import MessageCounters
 from murmur.topology import Graph
 
@@ -33,6 +35,8 @@ class InMemoryTransport:
         self.counters = counters if counters is not None else MessageCounters(graph.agents)
         self._degrees = graph.degrees()
         self._message_bytes = initial.shape[1] * initial.element_size()
+        self.agents = list(range(graph.agents))
+        """The agents this transport sends for: all of them."""
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
         """Agents flagged in ``senders`` (bool, (agents,)) send their row of ``values``."""
@@ -43,6 +47,16 @@ class InMemoryTransport:
         self.counters.messages_per_agent += messages
         self.counters.bytes_per_agent += messages * self._message_bytes
 
+    def publish(self, update: EstimateUpdate) -> None:
+        """Each agent sends its sent segments of ``update``: every holder of its public
+        estimate (itself and its neighbours) adds its row of ``update.delta``."""
+        segments = update.sent.to(torch.int64).sum(1)
+        add_rows(self.published, update.delta, segments > 0)
+        payload = (update.sent.to(torch.int64) * update.segment_bytes()).sum(1)
+        self.counters.events_per_agent += segments
+        self.counters.messages_per_agent += segments * self._degrees
+        self.counters.bytes_per_agent += payload * self._degrees
+
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
         """``out += scale * operator @ published``; a sparse operator costs O(edges * P)."""
         out.addmm_(operator, self.published, alpha=scale)
@@ -51,6 +65,15 @@ class InMemoryTransport:
     def last_sent(self) -> torch.Tensor:
         """Every agent's own last broadcast: with instant delivery, what its neighbours hold."""
         return self.published
+
+
+def add_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) -> None:
+    """``target[rows] += source[rows]`` for a boolean row mask, touching only those rows."""
+    if bool(rows.all()):
+        target.add_(source)
+        return
+    for row in rows.nonzero().squeeze(1).tolist():
+        target[row].add_(source[row])
 
 
 def copy_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) -> None:

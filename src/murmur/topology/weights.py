@@ -38,6 +38,30 @@ def lambda_max(graph: Graph) -> float:
     return float(torch.linalg.eigvalsh(graph.laplacian())[-1])
 
 
+def fastest_consensus_step(graph: Graph) -> float:
+    """The step b for which gossip with W = I - b L converges fastest, 2 / (lambda_2 + lambda_max).
+
+    Every eigenvalue 1 - b lambda_i of W then lies in [-(lambda_max - lambda_2) /
+    (lambda_max + lambda_2), 1], so it is stable on every connected graph;
+    what ``algorithm.b = "auto"`` chooses.
+    """
+    if graph.num_edges == 0:
+        return 1.0
+    eigenvalues = torch.linalg.eigvalsh(graph.laplacian())
+    return 2.0 / float(eigenvalues[1] + eigenvalues[-1])
+
+
+def consensus_step(graph: Graph, b: float | str, key: str = "algorithm.b") -> float:
+    """The consensus step a config asks for: ``"auto"`` is :func:`fastest_consensus_step`,
+    a number is checked by :func:`check_consensus_step`."""
+    if b == "auto":
+        return fastest_consensus_step(graph)
+    if isinstance(b, str):
+        raise UsageError(f"{key} must be a number or 'auto', not {b!r}")
+    check_consensus_step(graph, b, key=key)
+    return b
+
+
 def check_consensus_step(graph: Graph, beta: float, key: str = "algorithm.b") -> None:
     """Refuse a consensus step unless 0 < beta and beta * lambda_max(L) < 2.
 

@@ -18,7 +18,7 @@ from murmur.errors import UsageError
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.metrics.records import MetricsWriter, Outcome, RunResult
 from murmur.registry import ALGORITHMS
-from murmur.training.setup import Setup, prepare
+from murmur.training.setup import Setup, build_context, prepare
 
 Runner = Callable[[Setup, Any, Callable[[dict[str, Any]], None], bool], Outcome]
 """Trains a prepared run: ``(setup, algorithm, on_record, progress) -> Outcome``."""
@@ -41,7 +41,7 @@ def train_run(
     started = time.perf_counter()
     setup = setup if setup is not None else prepare(config)
     spec = ALGORITHMS[config.algorithm.name]
-    algorithm = spec.build(config.algorithm, setup.graph)
+    algorithm = spec.build(config.algorithm, setup.graph, build_context(setup))
     run_dir = create_run_dir(out_dir) if out_dir is not None else None
     if run_dir is not None:
         save_config(config, run_dir / "config.toml")

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from murmur.algorithms.asysg import WorkersConfig
+from murmur.algorithms.estimates import Segments
 from murmur.algorithms.hogwild import HogwildConfig
+from murmur.algorithms.protocols import BuildContext
 from murmur.config import Config
 from murmur.data import load_dataset, partition
 from murmur.data.batches import BatchSampler
@@ -83,6 +85,13 @@ def prepare(config: Config) -> Setup:
     # One model per agent; the workers of a server or shared-memory run share one.
     initial = model.initial().expand(graph.agents, -1).contiguous()
     return Setup(config, dataset, graph, shards, problem, initial)
+
+
+def build_context(setup: Setup) -> BuildContext:
+    """What the algorithm of ``setup`` is built with besides its config and graph."""
+    problem = setup.problem
+    segments = Segments(problem.model.layout.sizes) if problem is not None else None
+    return BuildContext(seed=setup.config.run.seed, segments=segments)
 
 
 def _learners(config: Config, dataset: Dataset) -> tuple[Graph, list[torch.Tensor], int]:

@@ -59,13 +59,14 @@ def train_sgd(
     evaluate: Callable[[Evaluation], dict[str, Any] | None],
     *,
     progress: bool = False,
-    round_seconds: Callable[[bool], float] | None = None,
+    round_seconds: Callable[[int], float] | None = None,
 ) -> SgdTrained:
     """Step ``algorithm`` ``iterations`` times from the block's ``initial`` parameters.
 
     ``draw()`` gives the block's next mini-batch indices, (block, batch).
-    ``round_seconds(sent)``: the virtual duration of an iteration, given whether
-    any agent sent in it (the simulator's clock; None keeps no virtual time).
+    ``round_seconds(message_bytes)``: the virtual duration of an iteration whose
+    largest message had ``message_bytes`` bytes, 0 when nothing was sent (the
+    simulator's clock; None keeps no virtual time).
     ``evaluate`` may return the record it made, for the progress bar.
     """
     started = time.perf_counter()
@@ -80,11 +81,11 @@ def train_sgd(
         losses, grads = problem.model.loss_and_grad(
             algorithm.params(state), problem.x_train[indices], problem.y_train[indices]
         )
-        events_before = transport.counters.events if round_seconds is not None else 0
+        before = _sent_so_far(transport) if round_seconds is not None else None
         state = algorithm.step(state, grads, iteration, transport)
         train_seconds += time.perf_counter() - step_started
-        if round_seconds is not None:
-            virtual_seconds += round_seconds(transport.counters.events > events_before)
+        if round_seconds is not None and before is not None:
+            virtual_seconds += round_seconds(_largest_message(before, _sent_so_far(transport)))
         samples += indices.numel()
         loss_sum += float(losses.mean())
         loss_steps += 1
@@ -107,3 +108,18 @@ def train_sgd(
         bar.update(1)
     bar.close()
     return SgdTrained(algorithm.params(state), train_seconds, samples, virtual_seconds)
+
+
+def _sent_so_far(transport: Transport) -> tuple[torch.Tensor, torch.Tensor]:
+    counters = transport.counters
+    return counters.messages_per_agent.clone(), counters.bytes_per_agent.clone()
+
+
+def _largest_message(
+    before: tuple[torch.Tensor, torch.Tensor], after: tuple[torch.Tensor, torch.Tensor]
+) -> int:
+    """The largest per-agent message size of one round, from counters before and after."""
+    messages, sizes = after[0] - before[0], after[1] - before[1]
+    if not bool(messages.any()):
+        return 0
+    return int((sizes // messages.clamp(min=1)).max())

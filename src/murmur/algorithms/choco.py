@@ -1,0 +1,148 @@
+"""CHOCO-SGD: decentralized SGD with compressed gossip.
+
+Koloskova, Stich, Jaggi, "Decentralized Stochastic Optimization and Gossip
+Algorithms with Compressed Communication", ICML 2019, arXiv 1902.00340.
+Every agent i keeps its model x_i and the public estimates x^_j of itself and
+its neighbours (:mod:`murmur.algorithms.estimates`). Each step::
+
+    x_i  <- x_i - eta_k g_i(x_i)
+    q_i   = C(x_i - x^_i);  send q_i to the neighbours
+    x^_j <- x^_j + q_j                      for j in N_i and i itself
+    x_i  <- x_i + gamma sum_j w_ij (x^_j - x^_i)
+
+with eta_k = a / (eps k + 1)^d2 and W a doubly stochastic mixing matrix on the
+graph. With C = none and gamma = 1 this is DSGD that adapts, then combines.
+``gamma = "auto"`` is :func:`auto_gamma`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import torch
+
+from murmur.algorithms.compressors import CompressionConfig, Compressor, kept_share
+from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
+from murmur.algorithms.protocols import BuildContext, Transport
+from murmur.algorithms.schedules import SgdConfig
+from murmur.errors import UsageError
+from murmur.sections import Step
+from murmur.topology import Graph, as_sparse, consensus_step, mixing_matrix
+
+
+@dataclass(frozen=True)
+class GossipConfig(CompressionConfig, SgdConfig):
+    """What CHOCO-SGD and SPARQ-SGD share: mixing weights, consensus step, compressor."""
+
+    weights: Literal["laplacian", "metropolis", "uniform"] = "metropolis"
+    """Mixing matrix W: I - b L, Metropolis-Hastings, or 1/(d+1) (regular graphs)."""
+    b: Step = "auto"
+    """Consensus step of the Laplacian weights W = I - b L."""
+    gamma: Step = "auto"
+    """Consensus step on the estimates, in (0, 1]; "auto": see ``auto_gamma``."""
+    compress: str = "topk"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.gamma != "auto" and not 0 < self.gamma <= 1:
+            raise UsageError(f"algorithm.gamma must be in (0, 1] or 'auto', not {self.gamma:g}")
+        if self.b != "auto" and self.b <= 0:
+            raise UsageError(f"algorithm.b must be positive or 'auto', not {self.b}")
+
+
+@dataclass(frozen=True)
+class ChocoConfig(GossipConfig):
+    """Parameters of CHOCO-SGD."""
+
+    name = "choco-sgd"
+
+
+def auto_gamma(mixing: torch.Tensor, compressor: Compressor, parameters: int) -> float:
+    """A consensus step for W and C that needs no tuning.
+
+    The largest step keeping I + gamma (W - I) positive semi-definite,
+    1 / lambda_max(I - W) capped at 1, times the share omega of a difference
+    the compressor keeps (k / n for topk and randk, 1 / tau for qsgd, 1 for
+    none and sign), raised to the power 1/2. Measured on the talk-less runs.
+    """
+    laplacian = torch.eye(mixing.shape[0], dtype=mixing.dtype) - mixing
+    largest = float(torch.linalg.eigvalsh(laplacian)[-1])
+    step = min(1.0, 1.0 / largest) if largest > 0 else 1.0
+    return step * kept_share(compressor, parameters) ** 0.5
+
+
+class GossipSetup(NamedTuple):
+    """The consensus operator gamma (W - I), sparse, and the compressor."""
+
+    operator: torch.Tensor
+    gamma: float
+    compressor: Compressor
+    segments: Segments
+
+
+def gossip_setup(config: GossipConfig, graph: Graph, context: BuildContext) -> GossipSetup:
+    beta = consensus_step(graph, config.b) if config.weights == "laplacian" else None
+    mixing = mixing_matrix(graph, config.weights, beta)
+    if context.segments is None:
+        raise ValueError(f"{config.name} needs the model's parameter tensors")
+    compressor = config.compressor()
+    gamma = (
+        auto_gamma(mixing, compressor, context.segments.total)
+        if config.gamma == "auto"
+        else float(config.gamma)
+    )
+    difference = mixing - torch.eye(graph.agents, dtype=mixing.dtype)
+    return GossipSetup(
+        as_sparse(difference), gamma, compressor, Segments.whole(context.segments.total)
+    )
+
+
+class ChocoState(NamedTuple):
+    x: torch.Tensor
+    """Models, (agents, P). The estimates x^ are the transport's published values."""
+    generators: list[torch.Generator] | None = None
+    """Each agent's compression stream, drawn at the first step."""
+
+
+class Choco:
+    """CHOCO-SGD over a fixed graph; see the module docstring."""
+
+    def __init__(self, config: ChocoConfig, graph: Graph, context: BuildContext) -> None:
+        self.gradient_step = config.gradient_step()
+        self.gossip = gossip_setup(config, graph, context)
+        self.seed = context.seed
+
+    def init(self, params: torch.Tensor) -> ChocoState:
+        return ChocoState(x=params.clone())
+
+    def params(self, state: ChocoState) -> torch.Tensor:
+        return state.x
+
+    def step(
+        self, state: ChocoState, grads: torch.Tensor, iteration: int, transport: Transport
+    ) -> ChocoState:
+        if state.generators is None:
+            state = state._replace(generators=agent_generators(self.seed, transport.agents))
+        x = state.x
+        x.add_(grads, alpha=-self.gradient_step(iteration))
+        everyone = torch.ones(x.shape[0], 1, dtype=torch.bool)
+        publish_and_mix(self.gossip, x, grads, everyone, state.generators, transport)
+        return state
+
+
+def publish_and_mix(
+    gossip: GossipSetup,
+    x: torch.Tensor,
+    scratch: torch.Tensor,
+    sent: torch.Tensor,
+    generators: list[torch.Generator],
+    transport: Transport,
+) -> None:
+    """Send C(x - x^) where ``sent`` (agents, 1) says so, then step x towards the
+    neighbours' estimates: x += gamma (W - I) X^. ``scratch`` is overwritten."""
+    difference = torch.sub(x, transport.last_sent, out=scratch)
+    transport.publish(
+        compressed_update(gossip.compressor, difference, sent, gossip.segments, generators)
+    )
+    transport.mix(gossip.operator, out=x, scale=gossip.gamma)

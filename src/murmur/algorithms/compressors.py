@@ -1,0 +1,312 @@
+"""Compressors: what an agent sends instead of a dense float vector.
+
+A compressor maps a stacked difference V (agents, n) to a *code*, the parts
+that travel (values, indices, norms, bits), agent axis first. ``decode(code)``
+gives the dense values every holder adds to the sender's public copy;
+``nbytes(n, element_size)`` is the exact encoded size of one agent's code, and
+``pack(code, row)`` / ``unpack(data, n, dtype)`` turn one agent's code into
+those bytes and back: the distributed runtime sends them, and decoding the
+unpacked code gives the sender's dense values bit for bit. Values travel in the
+models' dtype (float32: 4 bytes each), indices as int32, signs and levels as
+packed bits. Random choices come from one generator per agent.
+
+- ``none``: the n values.
+- ``topk`` (fraction f): the k = ceil(f n) entries of largest magnitude; k
+  values and k indices.
+- ``randk`` (fraction f): k entries drawn without replacement from a 32-bit
+  seed that the sender draws and sends; k values and the seed, from which the
+  receiver draws the same indices.
+- ``qsgd`` (levels s; Alistarh et al. 2017): (||v|| / tau) sign(v_i) xi_i / s,
+  where xi_i in {0..s} rounds s |v_i| / ||v|| up or down at random, unbiased;
+  one value (the scaled norm), one sign bit and ceil(log2(s + 1)) level bits per
+  entry. Every murmur method compresses differences to public estimates, as
+  CHOCO-SGD does, so qsgd takes CHOCO's scaling tau = 1 + min(n / s^2, sqrt(n) / s),
+  which keeps the expected error below the difference.
+- ``sign``: (||v||_1 / n) sign(v), with sign(0) = +1; one value and one bit per entry.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+import torch
+
+from murmur.errors import UsageError
+from murmur.sections import AlgorithmConfig
+
+CompressorName = Literal["none", "topk", "randk", "qsgd", "sign"]
+COMPRESSORS: tuple[str, ...] = ("none", "topk", "randk", "qsgd", "sign")
+
+Code = tuple[torch.Tensor, ...]
+"""A compressor's parts for a block of agents, agent axis first."""
+
+_INDEX_BYTES = 4
+_SEED_BYTES = 4
+
+
+class Compressor(Protocol):
+    """One compression rule; see the module docstring."""
+
+    name: str
+
+    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
+        """The code of each row of ``values`` (agents, n); row i draws from ``generators[i]``."""
+        ...
+
+    def decode(self, code: Code, n: int) -> torch.Tensor:
+        """The dense values (agents, n) a code stands for."""
+        ...
+
+    def nbytes(self, n: int, element_size: int) -> int:
+        """Bytes of one agent's code for n entries of ``element_size`` bytes."""
+        ...
+
+    def pack(self, code: Code, row: int) -> torch.Tensor:
+        """Row ``row`` of ``code`` as bytes (uint8, exactly ``nbytes`` of them)."""
+        ...
+
+    def unpack(self, data: torch.Tensor, n: int, dtype: torch.dtype) -> Code:
+        """The one-agent code packed in ``data``."""
+        ...
+
+
+def _as_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.contiguous().reshape(-1).view(torch.uint8)
+
+
+def _from_bytes(data: torch.Tensor, dtype: torch.dtype, count: int) -> torch.Tensor:
+    """``count`` values of ``dtype`` from the start of ``data``, as a (1, count) tensor."""
+    size = torch.empty(0, dtype=dtype).element_size() * count
+    return data[:size].clone().view(dtype).reshape(1, count)
+
+
+def _pack_bits(bits: torch.Tensor) -> torch.Tensor:
+    """A 0/1 vector as bytes, 8 bits each (the last byte zero-padded)."""
+    return torch.from_numpy(np.packbits(bits.to(torch.uint8).numpy()))
+
+
+def _unpack_bits(data: torch.Tensor, count: int) -> torch.Tensor:
+    return torch.from_numpy(np.unpackbits(data.numpy(), count=count).astype(np.int64))
+
+
+def _sample_count(fraction: float, n: int) -> int:
+    return min(n, max(1, math.ceil(fraction * n)))
+
+
+@dataclass(frozen=True)
+class NoCompression:
+    """Send the difference as it is."""
+
+    name = "none"
+
+    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
+        return (values.clone(),)
+
+    def decode(self, code: Code, n: int) -> torch.Tensor:
+        return code[0]
+
+    def nbytes(self, n: int, element_size: int) -> int:
+        return n * element_size
+
+    def pack(self, code: Code, row: int) -> torch.Tensor:
+        return _as_bytes(code[0][row])
+
+    def unpack(self, data: torch.Tensor, n: int, dtype: torch.dtype) -> Code:
+        return (_from_bytes(data, dtype, n),)
+
+
+@dataclass(frozen=True)
+class TopK:
+    """The ceil(fraction n) entries of largest magnitude, with their indices."""
+
+    fraction: float
+    name = "topk"
+
+    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
+        k = _sample_count(self.fraction, values.shape[1])
+        indices = values.abs().topk(k, dim=1, sorted=False).indices
+        return indices, values.gather(1, indices)
+
+    def decode(self, code: Code, n: int) -> torch.Tensor:
+        indices, kept = code
+        return torch.zeros(kept.shape[0], n, dtype=kept.dtype).scatter_(1, indices, kept)
+
+    def nbytes(self, n: int, element_size: int) -> int:
+        return _sample_count(self.fraction, n) * (element_size + _INDEX_BYTES)
+
+    def pack(self, code: Code, row: int) -> torch.Tensor:
+        indices, kept = code
+        return torch.cat([_as_bytes(indices[row].to(torch.int32)), _as_bytes(kept[row])])
+
+    def unpack(self, data: torch.Tensor, n: int, dtype: torch.dtype) -> Code:
+        k = _sample_count(self.fraction, n)
+        indices = _from_bytes(data, torch.int32, k).to(torch.int64)
+        return indices, _from_bytes(data[k * _INDEX_BYTES :], dtype, k)
+
+
+@dataclass(frozen=True)
+class RandK:
+    """ceil(fraction n) entries drawn at random; the indices travel as the seed that drew them."""
+
+    fraction: float
+    name = "randk"
+
+    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
+        seeds = torch.cat([torch.randint(2**31 - 1, (1,), generator=g) for g in generators])
+        indices = self._indices(seeds, values.shape[1])
+        return seeds, indices, values.gather(1, indices)
+
+    def _indices(self, seeds: torch.Tensor, n: int) -> torch.Tensor:
+        k = _sample_count(self.fraction, n)
+        draws = [
+            torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))[:k]
+            for seed in seeds.tolist()
+        ]
+        return torch.stack(draws) if draws else torch.empty(0, k, dtype=torch.int64)
+
+    def decode(self, code: Code, n: int) -> torch.Tensor:
+        _, indices, kept = code
+        return torch.zeros(kept.shape[0], n, dtype=kept.dtype).scatter_(1, indices, kept)
+
+    def nbytes(self, n: int, element_size: int) -> int:
+        return _SEED_BYTES + _sample_count(self.fraction, n) * element_size
+
+    def pack(self, code: Code, row: int) -> torch.Tensor:
+        seeds, _, kept = code
+        return torch.cat([_as_bytes(seeds[row : row + 1].to(torch.int32)), _as_bytes(kept[row])])
+
+    def unpack(self, data: torch.Tensor, n: int, dtype: torch.dtype) -> Code:
+        seeds = _from_bytes(data, torch.int32, 1).reshape(1).to(torch.int64)
+        kept = _from_bytes(data[_SEED_BYTES:], dtype, _sample_count(self.fraction, n))
+        return seeds, self._indices(seeds, n), kept
+
+
+@dataclass(frozen=True)
+class Qsgd:
+    """Stochastic rounding to ``levels`` levels of the norm, scaled as CHOCO-SGD needs."""
+
+    levels: int
+    name = "qsgd"
+
+    def level_bits(self) -> int:
+        return self.levels.bit_length()
+
+    def tau(self, n: int) -> float:
+        s = self.levels
+        return 1.0 + min(n / s**2, math.sqrt(n) / s)
+
+    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
+        n = values.shape[1]
+        norms = torch.linalg.vector_norm(values, dim=1, keepdim=True)
+        scaled = values.abs() * self.levels / torch.where(norms > 0, norms, 1.0)
+        lower = scaled.floor()
+        uniform = torch.stack(
+            [torch.rand(n, generator=g, dtype=values.dtype) for g in generators]
+        ).reshape(values.shape)
+        levels = (lower + (uniform < scaled - lower).to(values.dtype)).clamp_(max=self.levels)
+        return norms / self.tau(n), values < 0, levels.to(torch.int64)
+
+    def decode(self, code: Code, n: int) -> torch.Tensor:
+        norms, negative, levels = code
+        signs = torch.where(negative, -1.0, 1.0).to(norms.dtype)
+        return (norms / self.levels) * signs * levels.to(norms.dtype)
+
+    def nbytes(self, n: int, element_size: int) -> int:
+        return element_size + math.ceil(n * (1 + self.level_bits()) / 8)
+
+    def pack(self, code: Code, row: int) -> torch.Tensor:
+        norms, negative, levels = code
+        shifts = torch.arange(self.level_bits())
+        level_bits = (levels[row].unsqueeze(1) >> shifts) & 1
+        bits = torch.cat([negative[row].to(torch.int64), level_bits.reshape(-1)])
+        return torch.cat([_as_bytes(norms[row]), _pack_bits(bits)])
+
+    def unpack(self, data: torch.Tensor, n: int, dtype: torch.dtype) -> Code:
+        norms = _from_bytes(data, dtype, 1)
+        width = self.level_bits()
+        bits = _unpack_bits(data[norms.element_size() :], n * (1 + width))
+        negative = bits[:n].bool().reshape(1, n)
+        shifts = torch.arange(width)
+        levels = (bits[n:].reshape(n, width) << shifts).sum(1).reshape(1, n)
+        return norms, negative, levels
+
+
+@dataclass(frozen=True)
+class ScaledSign:
+    """The mean magnitude times the sign of each entry."""
+
+    name = "sign"
+
+    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
+        scale = values.abs().sum(1, keepdim=True) / values.shape[1]
+        return scale, values < 0
+
+    def decode(self, code: Code, n: int) -> torch.Tensor:
+        scale, negative = code
+        return scale * torch.where(negative, -1.0, 1.0).to(scale.dtype)
+
+    def nbytes(self, n: int, element_size: int) -> int:
+        return element_size + math.ceil(n / 8)
+
+    def pack(self, code: Code, row: int) -> torch.Tensor:
+        scale, negative = code
+        return torch.cat([_as_bytes(scale[row]), _pack_bits(negative[row])])
+
+    def unpack(self, data: torch.Tensor, n: int, dtype: torch.dtype) -> Code:
+        scale = _from_bytes(data, dtype, 1)
+        return scale, _unpack_bits(data[scale.element_size() :], n).bool().reshape(1, n)
+
+
+@dataclass(frozen=True)
+class CompressionConfig(AlgorithmConfig):
+    """How an algorithm compresses what it sends (see :mod:`murmur.algorithms.compressors`)."""
+
+    compress: str = "none"
+    """Compressor: none, topk, randk, qsgd or sign."""
+    fraction: float = 0.01
+    """Entries kept by topk and randk, as a fraction of each message's entries, in (0, 1]."""
+    levels: int = 16
+    """Quantization levels s of qsgd (>= 1)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.compress not in COMPRESSORS:
+            raise UsageError(
+                f"algorithm.compress must be one of {', '.join(COMPRESSORS)}, not {self.compress!r}"
+            )
+        if not 0 < self.fraction <= 1:
+            raise UsageError(f"algorithm.fraction must be in (0, 1], not {self.fraction:g}")
+        if self.levels < 1:
+            raise UsageError(f"algorithm.levels must be at least 1, not {self.levels}")
+
+    def compressor(self) -> Compressor:
+        return make_compressor(self.compress, fraction=self.fraction, levels=self.levels)
+
+
+def kept_share(compressor: Compressor, n: int) -> float:
+    """omega: roughly the share of a difference of n entries the compressor keeps
+    (k / n for topk and randk, 1 / tau for qsgd, 1 for none and sign)."""
+    if isinstance(compressor, TopK | RandK):
+        return _sample_count(compressor.fraction, n) / n
+    if isinstance(compressor, Qsgd):
+        return 1.0 / compressor.tau(n)
+    return 1.0
+
+
+def make_compressor(name: str, *, fraction: float = 0.01, levels: int = 16) -> Compressor:
+    """The compressor called ``name``; ValueError for an unknown name."""
+    if name == "none":
+        return NoCompression()
+    if name == "topk":
+        return TopK(fraction)
+    if name == "randk":
+        return RandK(fraction)
+    if name == "qsgd":
+        return Qsgd(levels)
+    if name == "sign":
+        return ScaledSign()
+    raise ValueError(f"unknown compressor {name!r}; choose one of {', '.join(COMPRESSORS)}")

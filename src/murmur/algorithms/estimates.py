@@ -1,0 +1,152 @@
+"""Public estimates x^ and the compressed differences that move them.
+
+CHOCO-SGD, SPARQ-SGD and DETSGRAD with compression keep, for every agent i, a
+public estimate x^_i that i and all its neighbours hold alike. Agent i moves it
+by sending q_i = C(x_i - x^_i); everyone holding x^_i adds the decoded q_i, so
+the estimates stay identical everywhere and the error x_i - x^_i left by the
+compressor is sent later rather than lost.
+
+A message may cover the whole model or, with per-tensor triggers, only some of
+its parameter tensors (*segments*): an :class:`EstimateUpdate` says which
+segments each agent sends, and carries their codes. Each sent segment is one
+event and, to each neighbour, one point-to-point message of the segment's
+encoded size. ``pack`` / :func:`unpack_update` are the bytes that travel in
+the distributed runtime: the sent segments' codes, then their numbers (int32)
+and their count (int32), padded to whole float32 words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+from murmur.algorithms.compressors import Code, Compressor
+from murmur.seeding import derive_seed
+
+_WORD = 4
+
+
+@dataclass(frozen=True)
+class Segments:
+    """How a flat parameter vector splits into tensors: their sizes in order."""
+
+    sizes: tuple[int, ...]
+
+    @classmethod
+    def whole(cls, parameters: int) -> Segments:
+        return cls((parameters,))
+
+    @cached_property
+    def slices(self) -> tuple[slice, ...]:
+        ends = torch.tensor(self.sizes).cumsum(0).tolist()
+        return tuple(slice(end - size, end) for size, end in zip(self.sizes, ends, strict=True))
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def norms(self, values: torch.Tensor) -> torch.Tensor:
+        """The l2 norm of each segment of each row of ``values`` (agents, P): (agents, S)."""
+        return torch.stack(
+            [torch.linalg.vector_norm(values[:, part], dim=1) for part in self.slices], dim=1
+        )
+
+
+@dataclass(frozen=True)
+class EstimateUpdate:
+    """Every agent's compressed difference of one round, ready to publish."""
+
+    sent: torch.Tensor
+    """(agents, S) bool: which segments each agent sends."""
+    delta: torch.Tensor
+    """(agents, P): what every holder of x^_i adds to it, zero outside the sent segments."""
+    codes: tuple[Code, ...]
+    """One code per segment, agent axis first (rows that do not send it included)."""
+    compressor: Compressor
+    segments: Segments
+
+    def segment_bytes(self) -> torch.Tensor:
+        """(S,) int64: the encoded size of each segment's message."""
+        size = self.delta.element_size()
+        return torch.tensor([self.compressor.nbytes(n, size) for n in self.segments.sizes])
+
+    def pack(self, row: int) -> torch.Tensor:
+        """Row ``row``'s sent segments as float32 words (see the module docstring)."""
+        sent = self.sent[row].nonzero().squeeze(1)
+        parts = [self.compressor.pack(self.codes[s], row) for s in sent.tolist()]
+        body = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8)
+        padding = torch.zeros(-body.numel() % _WORD, dtype=torch.uint8)
+        trailer = torch.cat([sent.to(torch.int32), torch.tensor([sent.numel()], dtype=torch.int32)])
+        return torch.cat([body, padding, trailer.view(torch.uint8)]).view(torch.float32)
+
+
+def compressed_update(
+    compressor: Compressor,
+    difference: torch.Tensor,
+    sent: torch.Tensor,
+    segments: Segments,
+    generators: Sequence[torch.Generator],
+) -> EstimateUpdate:
+    """Compress each segment of ``difference`` (agents, P) for the segments ``sent``
+    (agents, S) flags; row i draws from ``generators[i]``."""
+    codes, parts = [], []
+    for index, part in enumerate(segments.slices):
+        code = compressor.compress(difference[:, part], generators)
+        dense = compressor.decode(code, part.stop - part.start)
+        codes.append(code)
+        parts.append(torch.where(sent[:, index : index + 1], dense, 0.0))
+    delta = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+    return EstimateUpdate(sent, delta, tuple(codes), compressor, segments)
+
+
+def add_packed(
+    target: torch.Tensor,
+    words: torch.Tensor,
+    compressor: Compressor,
+    segments: Segments,
+) -> None:
+    """Add the difference packed in ``words`` (float32) to ``target`` (P,) in place.
+
+    ValueError when the words are not a well-formed message for these segments.
+    """
+    data = words.view(torch.uint8)
+    count = int(words[-1:].view(torch.int32))
+    if not 0 < count <= len(segments) or count + 1 > words.numel():
+        raise ValueError(f"a difference of {count} segments of {len(segments)}")
+    numbers = words[-1 - count : -1].view(torch.int32).tolist()
+    if numbers != sorted(set(numbers)) or not 0 <= numbers[0] <= numbers[-1] < len(segments):
+        raise ValueError(f"segment numbers {numbers} of {len(segments)} segments")
+    size = target.element_size()
+    lengths = [compressor.nbytes(segments.sizes[s], size) for s in numbers]
+    expected = sum(lengths) + -sum(lengths) % _WORD + _WORD * (count + 1)
+    if expected != data.numel():
+        raise ValueError(f"{data.numel()} bytes for a difference of {expected}")
+    offset = 0
+    for number, length in zip(numbers, lengths, strict=True):
+        part = segments.slices[number]
+        code = compressor.unpack(
+            data[offset : offset + length], part.stop - part.start, target.dtype
+        )
+        target[part] += compressor.decode(code, part.stop - part.start)[0]
+        offset += length
+
+
+def agent_generators(seed: int, agents: Sequence[int]) -> list[torch.Generator]:
+    """One compression generator per agent, the same in both runtimes."""
+    return [torch.Generator().manual_seed(derive_seed(seed, "compress", a)) for a in agents]
+
+
+def max_packed_words(parameters: int, element_size: int) -> int:
+    """An upper bound on the float32 words of any packed difference of ``parameters`` entries.
+
+    Per entry at most an index and a value (topk at fraction 1) or 64 level bits
+    (qsgd), plus per segment (at most one per entry) a value, its number and padding.
+    """
+    per_entry = max(element_size + 4, 8) + element_size + 2 * _WORD
+    return (per_entry * parameters) // _WORD + 1

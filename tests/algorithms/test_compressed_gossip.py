@@ -1,0 +1,178 @@
+"""CHOCO-SGD, SPARQ-SGD and DETSGRAD's triggers and compression: equivalences
+with the methods they reduce to, exact counts of what they send, and the known
+optimum of the synthetic least-squares problem."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from murmur.algorithms.choco import Choco, ChocoConfig, auto_gamma
+from murmur.algorithms.compressors import TopK
+from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
+from murmur.algorithms.dsgd import Dsgd, DsgdConfig
+from murmur.algorithms.estimates import Segments
+from murmur.algorithms.protocols import BuildContext
+from murmur.algorithms.sparq import Sparq, SparqConfig
+from murmur.config import build_config
+from murmur.data.datasets import synthetic_optimum
+from murmur.experiment import run
+from murmur.sim.transport import InMemoryTransport
+from murmur.topology import metropolis_weights, ring, torus
+from murmur.training.setup import prepare
+
+AGENTS, P, STEPS = 6, 40, 30
+SEGMENTS = Segments((24, 4, 10, 2))
+CONTEXT = BuildContext(seed=0, segments=SEGMENTS)
+
+
+def _trajectory(algorithm, graph=None, steps: int = STEPS):
+    """Run ``algorithm`` on fixed gradients; the final models and the transport."""
+    graph = graph or ring(AGENTS)
+    initial = torch.randn(graph.agents, P, generator=torch.Generator().manual_seed(0))
+    grads = torch.randn(steps, graph.agents, P, generator=torch.Generator().manual_seed(1))
+    transport = InMemoryTransport(graph, initial)
+    state = algorithm.init(initial)
+    for step in range(steps):
+        state = algorithm.step(state, grads[step].clone(), step, transport)
+    return algorithm.params(state), transport
+
+
+def _choco(**fields) -> Choco:
+    return Choco(ChocoConfig(a=0.1, **fields), ring(AGENTS), CONTEXT)
+
+
+def test_choco_without_compression_is_dsgd_adapt_then_combine_with_the_same_weights():
+    choco, choco_transport = _trajectory(_choco(compress="none", gamma=1.0))
+    dsgd, dsgd_transport = _trajectory(
+        Dsgd(DsgdConfig(a=0.1, weights="metropolis", order="atc"), ring(AGENTS))
+    )
+    torch.testing.assert_close(choco, dsgd, rtol=1e-5, atol=1e-5)
+    assert choco_transport.counters.messages == dsgd_transport.counters.messages
+    assert choco_transport.counters.bytes == dsgd_transport.counters.bytes
+
+
+def test_topk_at_fraction_one_reproduces_the_uncompressed_trajectory_exactly():
+    whole, _ = _trajectory(_choco(compress="topk", fraction=1.0, gamma=0.5))
+    plain, _ = _trajectory(_choco(compress="none", gamma=0.5))
+    assert torch.equal(whole, plain)
+
+
+def test_qsgd_with_enough_levels_reproduces_the_uncompressed_trajectory():
+    fine, _ = _trajectory(_choco(compress="qsgd", levels=2**24, gamma=0.5))
+    plain, _ = _trajectory(_choco(compress="none", gamma=0.5))
+    torch.testing.assert_close(fine, plain, rtol=1e-4, atol=1e-4)
+    coarse, _ = _trajectory(_choco(compress="qsgd", levels=2, gamma=0.5))
+    assert not torch.allclose(coarse, plain, rtol=1e-2, atol=1e-2)
+
+
+def test_sparq_with_one_local_step_zero_threshold_and_no_compression_is_choco():
+    sparq, sparq_transport = _trajectory(
+        Sparq(
+            SparqConfig(a=0.1, compress="none", gamma=0.7, local_steps=1, threshold=0.0),
+            ring(AGENTS),
+            CONTEXT,
+        )
+    )
+    choco, choco_transport = _trajectory(_choco(compress="none", gamma=0.7))
+    assert torch.equal(sparq, choco)
+    assert sparq_transport.counters.events == choco_transport.counters.events == AGENTS * STEPS
+
+
+def test_sparq_talks_only_at_synchronization_indices_and_when_triggered():
+    sparq = Sparq(
+        SparqConfig(a=0.1, compress="topk", fraction=0.25, local_steps=3, threshold=0.0),
+        ring(AGENTS),
+        CONTEXT,
+    )
+    _, transport = _trajectory(sparq)
+    assert transport.counters.events_per_agent.tolist() == [STEPS // 3] * AGENTS
+    # Each message: ceil(0.25 * 40) = 10 float32 values and 10 int32 indices, to 2 neighbours.
+    assert transport.counters.bytes == AGENTS * (STEPS // 3) * 2 * 10 * 8
+    quiet = Sparq(
+        SparqConfig(a=0.1, compress="topk", fraction=0.25, local_steps=3, threshold=1e9),
+        ring(AGENTS),
+        CONTEXT,
+    )
+    _, silent = _trajectory(quiet)
+    assert silent.counters.events == 0
+
+
+def test_detsgrad_layer_trigger_sends_each_tensor_on_its_own():
+    """v0 = 0: every tensor of every agent sends every step; one event and d_i messages each."""
+    config = DetsgradConfig(a=0.1, b=0.2, v0=0.0, trigger="layer")
+    layers, transport = _trajectory(Detsgrad(config, ring(AGENTS), CONTEXT))
+    assert transport.counters.events == AGENTS * STEPS * len(SEGMENTS)
+    assert transport.counters.messages == 2 * AGENTS * STEPS * len(SEGMENTS)
+    assert transport.counters.bytes == 2 * AGENTS * STEPS * P * 4
+    whole, _ = _trajectory(Detsgrad(DetsgradConfig(a=0.1, b=0.2, v0=0.0), ring(AGENTS)))
+    torch.testing.assert_close(layers, whole, rtol=1e-5, atol=1e-5)
+
+
+def test_detsgrad_layer_trigger_sends_only_the_tensors_that_drifted():
+    """A gradient on the first tensor only: the others never reach their thresholds."""
+    config = DetsgradConfig(a=0.1, b=0.2, v0=0.5, trigger="layer", d2=0.0, eps=0.0)
+    algorithm = Detsgrad(config, ring(AGENTS), CONTEXT)
+    initial = torch.zeros(AGENTS, P)
+    transport = InMemoryTransport(ring(AGENTS), initial)
+    state = algorithm.init(initial)
+    grads = torch.zeros(AGENTS, P)
+    grads[:, :24] = torch.arange(AGENTS, dtype=torch.float32).unsqueeze(1)
+    for step in range(5):
+        state = algorithm.step(state, grads.clone(), step, transport)
+    sent = transport.counters.events_per_agent
+    assert bool((sent[1:] >= 1).all()) and bool((sent <= 5).all())  # one tensor a step at most
+    assert transport.counters.bytes == int(sent.sum()) * 2 * 24 * 4
+    assert torch.equal(transport.published[:, 24:], torch.zeros(AGENTS, 16))
+
+
+def test_detsgrad_compression_keeps_what_it_leaves_out_for_later():
+    """topk with error feedback: x - x^ carries what was not sent, so with the
+    gradients stopped every estimate reaches its model."""
+    config = DetsgradConfig(a=0.1, b=0.2, v0=0.0, compress="topk", fraction=0.25)
+    algorithm = Detsgrad(config, ring(AGENTS), CONTEXT)
+    initial = torch.zeros(AGENTS, P)
+    transport = InMemoryTransport(ring(AGENTS), initial)
+    state = algorithm.init(initial)
+    push = torch.randn(AGENTS, P, generator=torch.Generator().manual_seed(2))
+    state = algorithm.step(state, push.clone(), 0, transport)
+    for step in range(1, 200):
+        state = algorithm.step(state, torch.zeros(AGENTS, P), step, transport)
+    torch.testing.assert_close(transport.published, state.x, rtol=0, atol=1e-5)
+    average = -0.1 * push.mean(0)
+    torch.testing.assert_close(state.x, average.expand(AGENTS, P), rtol=0, atol=1e-4)
+
+
+def test_auto_gamma_shrinks_with_compression_and_stays_in_the_stable_range():
+    mixing = metropolis_weights(torus(4, 4))
+    full = auto_gamma(mixing, TopK(1.0), 1000)
+    assert 0 < auto_gamma(mixing, TopK(0.01), 1000) < full <= 1.0
+
+
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        {"name": "choco-sgd", "compress": "topk", "fraction": 0.1},
+        {"name": "choco-sgd", "compress": "qsgd", "levels": 4},
+        {"name": "sparq-sgd", "compress": "sign", "local_steps": 2, "threshold": 0.01},
+        {"name": "detsgrad", "compress": "randk", "fraction": 0.3, "b": "auto", "v0": 0.5},
+        {"name": "detsgrad", "trigger": "layer", "b": "auto", "v0": 0.5},
+    ],
+    ids=lambda a: "-".join(str(v) for v in a.values()),
+)
+def test_every_method_converges_to_the_least_squares_optimum(algorithm):
+    config = build_config(
+        {
+            "run": {"iterations": 3000, "eval_every": 3000},
+            "data": {"dataset": "synthetic", "partition": "iid", "batch_size": 32},
+            "model": {"name": "linear"},
+            "topology": {"graph": "ring", "agents": 5},
+            "algorithm": {"a": 0.05, "eps": 0.01, **algorithm},
+        }
+    )
+    result = run(config)
+    weight, bias = synthetic_optimum(prepare(config).dataset)
+    optimum = torch.cat([weight.reshape(-1), bias]).to(torch.float32)
+    errors = torch.linalg.vector_norm(result.parameters - optimum, dim=1) / optimum.norm()
+    assert float(errors.max()) < 1e-2, errors
+    assert result.bytes < result.iterations * 5 * 2 * optimum.numel() * 4
