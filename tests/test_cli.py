@@ -97,6 +97,17 @@ def read_records(folder: Path) -> list[dict]:
             "data.labels_per_agent=5 must be between 1 and the 4 classes",
         ),
         ("detsgrad", ["data.dataset=mnist5"], "data.dataset='mnist5' is not a dataset"),
+        ("choco-sgd", ["algorithm.compress=zip"], "algorithm.compress must be one of none, topk"),
+        ("choco-sgd", ["algorithm.fraction=0"], "algorithm.fraction must be in (0, 1], not 0"),
+        ("choco-sgd", ["algorithm.fraction=1.5"], "algorithm.fraction must be in (0, 1], not 1.5"),
+        ("choco-sgd", ["algorithm.levels=0"], "algorithm.levels must be at least 1, not 0"),
+        ("choco-sgd", ["algorithm.gamma=1.5"], "algorithm.gamma must be in (0, 1] or 'auto'"),
+        ("choco-sgd", ["algorithm.gamma=fast"], "algorithm.gamma must be a number or 'auto'"),
+        ("sparq-sgd", ["algorithm.local_steps=0"], "algorithm.local_steps (H) must be at least 1"),
+        ("sparq-sgd", ["algorithm.threshold=-1"], "algorithm.threshold must be >= 0, not -1"),
+        ("detsgrad", ["algorithm.b=fast"], "algorithm.b must be a number or 'auto', not 'fast'"),
+        ("detsgrad", ["algorithm.trigger=tensor"], "algorithm.trigger must be one of 'model'"),
+        ("detsgrad", ["algorithm.b=1.5"], "algorithm.b=1.5 is too large for ring with 4 agents"),
     ],
 )
 def test_bad_run_input_is_one_line_and_creates_no_folder(
@@ -343,3 +354,16 @@ def test_datasets_lists_every_dataset_with_its_sizes(capsys):
     assert set(lines) == set(DATASETS)
     assert "4000/1000 x 784, 10 classes" in lines["mnist5k"]
     assert "2000/500 x 8, 4 classes" in lines["blobs"]
+
+
+def test_an_automatic_consensus_step_runs_on_a_graph_a_fixed_one_would_not(capsys, tmp_path):
+    """detsgrad's preset has b = "auto": 20 agents of an Erdos-Renyi graph need no tuning,
+    where the fixed b = 0.45 of a ring is refused (b * lambda_max(L) >= 2)."""
+    graph = ["topology.graph=erdos_renyi", "topology.agents=20", "topology.probability=0.3"]
+    argv = ["run", "detsgrad", *FAST, *(arg for item in graph for arg in ("--set", item))]
+    run_ok(capsys, *argv, "--out", str(tmp_path / "auto"))
+    assert read_summary(tmp_path / "auto")["agents"] == 20
+    fixed = main([*argv, "--set", "algorithm.b=0.45", "--out", str(tmp_path / "fixed")])
+    line = assert_one_line_error(capsys, fixed)
+    assert "algorithm.b=0.45 is too large for erdos_renyi(0.3) with 20 agents" in line
+    assert line.endswith("or b = \"auto\"")

@@ -45,7 +45,7 @@ def test_detsgrad_names_algorithm_b_when_the_consensus_step_is_too_large():
     """b * lambda_max(L) >= 2 on the graph is refused under the config key algorithm.b."""
     message = (
         "algorithm.b=1 is too large for complete with 4 agents: "
-        "b * lambda_max(L) = 4 must be < 2; use b < 0.5"
+        'b * lambda_max(L) = 4 must be < 2; use b < 0.5 or b = "auto"'
     )
     with pytest.raises(UsageError, match=f"^{re.escape(message)}$"):
         Detsgrad(DetsgradConfig(b=1), complete(4))  # lambda_max = 4

@@ -15,7 +15,9 @@ from murmur.topology import (
     check_consensus_step,
     circular,
     complete,
+    consensus_step,
     erdos_renyi,
+    fastest_consensus_step,
     lambda_max,
     laplacian_weights,
     metropolis_weights,
@@ -74,7 +76,7 @@ def test_consensus_step_message_names_key_value_and_bound() -> None:
         check_consensus_step(ring(10), 0.9)
     assert str(caught.value) == (
         "algorithm.b=0.9 is too large for ring with 10 agents: "
-        "b * lambda_max(L) = 3.6 must be < 2; use b < 0.5"
+        'b * lambda_max(L) = 3.6 must be < 2; use b < 0.5 or b = "auto"'
     )
 
 
@@ -226,3 +228,12 @@ def test_as_sparse_keeps_requested_dtype() -> None:
     sparse = as_sparse(weights, dtype=torch.float64)
     stacked = torch.randn(5, 4, dtype=torch.float64)
     assert torch.allclose(sparse @ stacked, weights @ stacked, atol=1e-14)
+
+
+def test_the_automatic_consensus_step_is_the_fastest_one() -> None:
+    """Ring of 4: L has eigenvalues 0, 2, 2, 4, so b = 2 / (2 + 4); a number is checked."""
+    assert fastest_consensus_step(ring(4)) == pytest.approx(1 / 3)
+    assert consensus_step(ring(4), "auto") == pytest.approx(1 / 3)
+    assert consensus_step(ring(4), 0.2) == 0.2
+    with pytest.raises(UsageError, match="too large"):
+        consensus_step(ring(4), 0.5)

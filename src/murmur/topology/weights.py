@@ -79,7 +79,8 @@ def check_consensus_step(graph: Graph, beta: float, key: str = "algorithm.b") ->
     if beta * largest >= 2.0 * (1.0 - _STEP_TOLERANCE):
         raise UsageError(
             f"{key}={beta:g} is too large for {where}: {short} * lambda_max(L) = "
-            f"{beta * largest:.4g} must be < 2; use {short} < {2.0 / largest:.4g}"
+            f"{beta * largest:.4g} must be < 2; use {short} < {2.0 / largest:.4g} "
+            f'or {short} = "auto"'
         )
 
 
