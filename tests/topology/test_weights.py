@@ -76,7 +76,7 @@ def test_consensus_step_message_names_key_value_and_bound() -> None:
         check_consensus_step(ring(10), 0.9)
     assert str(caught.value) == (
         "algorithm.b=0.9 is too large for ring with 10 agents: "
-        'b * lambda_max(L) = 3.6 must be < 2; use b < 0.5 or b = "auto"'
+        "b * lambda_max(L) = 3.6 must be < 2; use b < 0.5"
     )
 
 

@@ -58,16 +58,19 @@ def consensus_step(graph: Graph, b: float | str, key: str = "algorithm.b") -> fl
         return fastest_consensus_step(graph)
     if isinstance(b, str):
         raise UsageError(f"{key} must be a number or 'auto', not {b!r}")
-    check_consensus_step(graph, b, key=key)
+    check_consensus_step(graph, b, key=key, auto=True)
     return b
 
 
-def check_consensus_step(graph: Graph, beta: float, key: str = "algorithm.b") -> None:
+def check_consensus_step(
+    graph: Graph, beta: float, key: str = "algorithm.b", auto: bool = False
+) -> None:
     """Refuse a consensus step unless 0 < beta and beta * lambda_max(L) < 2.
 
     Then every eigenvalue 1 - beta * lambda_i of W = I - beta L lies in (-1, 1],
     so gossip with W converges on a connected graph. ``key`` names the config
-    field in the error message.
+    field in the error message; ``auto``: it also accepts "auto", which the
+    message suggests.
     """
     short = key.rsplit(".", 1)[-1]
     largest = lambda_max(graph)
@@ -79,8 +82,8 @@ def check_consensus_step(graph: Graph, beta: float, key: str = "algorithm.b") ->
     if beta * largest >= 2.0 * (1.0 - _STEP_TOLERANCE):
         raise UsageError(
             f"{key}={beta:g} is too large for {where}: {short} * lambda_max(L) = "
-            f"{beta * largest:.4g} must be < 2; use {short} < {2.0 / largest:.4g} "
-            f'or {short} = "auto"'
+            f"{beta * largest:.4g} must be < 2; use {short} < {2.0 / largest:.4g}"
+            + (f' or {short} = "auto"' if auto else "")
         )
 
 
