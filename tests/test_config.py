@@ -293,10 +293,10 @@ def test_detsgrad_only_key_is_refused_for_dsgd_with_its_valid_keys():
 
 def test_switching_algorithm_keeps_shared_keys_and_drops_the_others():
     preset = single("detsgrad")
-    switched = single("detsgrad", ["algorithm.name=dsgd", "algorithm.a=0.2"])
+    switched = single("detsgrad", ["algorithm.b=0.3", "algorithm.name=dsgd", "algorithm.a=0.2"])
     assert isinstance(switched.algorithm, DsgdConfig)
-    # b comes from the preset (0.45), not from the DSGD default (0.2).
-    assert switched.algorithm.b == preset.algorithm.b == 0.45
+    # b comes from the detsgrad config (0.3), not from the DSGD default ("auto").
+    assert switched.algorithm.b == 0.3
     assert switched.algorithm.a == 0.2
     assert switched.algorithm.d2 == preset.algorithm.d2
     assert switched.algorithm.weights == "laplacian"
@@ -331,7 +331,7 @@ def test_detsgrad_preset_values():
     assert config.run == RunConfig(seed=0, iterations=3000, eval_every=100)
     assert config.data == DataConfig(dataset="mnist5k", partition="labels", labels_per_agent=1)
     assert config.topology == TopologyConfig(graph="ring", agents=10)
-    assert config.algorithm == DetsgradConfig(a=0.2, b=0.45, v0=5.0, d1=0.1, d2=1.0, eps=1e-5)
+    assert config.algorithm == DetsgradConfig(a=0.2, b="auto", v0=5.0, d1=0.1, d2=1.0, eps=1e-5)
 
 
 def test_extends_inherits_the_parent_sections():
@@ -340,7 +340,7 @@ def test_extends_inherits_the_parent_sections():
     assert child.data == parent.data
     assert child.model == parent.model
     assert child.topology == parent.topology
-    assert child.algorithm == DsgdConfig(a=0.2, b=0.45)
+    assert child.algorithm == DsgdConfig(a=0.2, b="auto")
     assert load_experiment("dsgd").description.startswith("DSGD")
 
 
@@ -361,14 +361,14 @@ def test_a_file_can_extend_a_preset(tmp_path):
     assert config.run.iterations == 50
     assert config.run.eval_every == 100
     assert config.algorithm.v0 == 0.5
-    assert config.algorithm.b == 0.45
+    assert config.algorithm.b == "auto"
     assert config.data == single("detsgrad").data
 
 
-def test_default_preset_compares_three_runs():
+def test_default_preset_compares_four_runs():
     experiment = load_experiment("default")
     labels = [label for label, _ in experiment.runs]
-    assert labels == ["detsgrad", "dsgd", "centralized"]
+    assert labels == ["detsgrad", "dsgd", "sparq-sgd", "centralized"]
     assert [config.algorithm.name for _, config in experiment.runs] == labels
     for label, config in experiment.runs:
         assert config == single(label)
@@ -390,8 +390,8 @@ def test_comparison_override_reaches_only_members_with_the_key():
 
 def test_comparison_override_of_a_shared_section_reaches_every_member():
     runs = load_experiment("default", ["run.seed=7", "topology.agents=5"]).runs
-    assert [config.run.seed for _, config in runs] == [7, 7, 7]
-    assert [config.topology.agents for _, config in runs] == [5, 5, 5]
+    assert [config.run.seed for _, config in runs] == [7, 7, 7, 7]
+    assert [config.topology.agents for _, config in runs] == [5, 5, 5, 5]
 
 
 @pytest.mark.parametrize(

@@ -290,7 +290,7 @@ def test_launch_refuses_a_port_that_is_no_port(capsys, tmp_path):
 
 def test_launch_refuses_a_comparison_preset(capsys):
     err = one_line_error(capsys, main(["launch", "--nproc", "10", "default"]))
-    assert "compares 3 runs" in err
+    assert "compares 4 runs" in err
 
 
 @pytest.mark.parametrize(
