@@ -127,21 +127,21 @@ class Choco:
         x = state.x
         x.add_(grads, alpha=-self.gradient_step(iteration))
         everyone = torch.ones(x.shape[0], 1, dtype=torch.bool)
-        publish_and_mix(self.gossip, x, grads, everyone, state.generators, transport)
+        difference = torch.sub(x, transport.last_sent, out=grads)
+        publish_and_mix(self.gossip, x, difference, everyone, state.generators, transport)
         return state
 
 
 def publish_and_mix(
     gossip: GossipSetup,
     x: torch.Tensor,
-    scratch: torch.Tensor,
+    difference: torch.Tensor,
     sent: torch.Tensor,
     generators: list[torch.Generator],
     transport: Transport,
 ) -> None:
     """Send C(x - x^) where ``sent`` (agents, 1) says so, then step x towards the
-    neighbours' estimates: x += gamma (W - I) X^. ``scratch`` is overwritten."""
-    difference = torch.sub(x, transport.last_sent, out=scratch)
+    neighbours' estimates: x += gamma (W - I) X^. ``difference`` is x - x^."""
     transport.publish(
         compressed_update(gossip.compressor, difference, sent, gossip.segments, generators)
     )

@@ -102,12 +102,13 @@ class Detsgrad:
             if context is None or context.segments is None:
                 raise ValueError("DETSGRAD's layer trigger needs the model's parameter tensors")
             self.layers = context.segments
+        sizes = self.layers.sizes if self.layers is not None else (1,)
+        self.shares = torch.tensor([math.sqrt(n / sum(sizes)) for n in sizes], dtype=torch.float64)
+        """Each segment's event threshold relative to v_k."""
 
-    def segments(self, parameters: int) -> tuple[Segments, torch.Tensor]:
-        """What an event covers, and each segment's threshold relative to v_k."""
-        segments = self.layers if self.layers is not None else Segments.whole(parameters)
-        shares = [math.sqrt(n / segments.total) for n in segments.sizes]
-        return segments, torch.tensor(shares, dtype=torch.float64)
+    def segments(self, parameters: int) -> Segments:
+        """What an event covers: each tensor, or the whole model."""
+        return self.layers if self.layers is not None else Segments.whole(parameters)
 
     def init(self, params: torch.Tensor) -> DetsgradState:
         return DetsgradState(x=params.clone())
@@ -128,8 +129,8 @@ class Detsgrad:
             return state
         if state.generators is None:
             state = state._replace(generators=agent_generators(self.seed, transport.agents))
-        segments, shares = self.segments(x.shape[1])
-        sent = segments.norms(drift) >= self.v0 * alpha * shares
+        segments = self.segments(x.shape[1])
+        sent = segments.norms(drift) >= self.v0 * alpha * self.shares
         transport.publish(
             compressed_update(self.compressor, drift, sent, segments, state.generators)
         )

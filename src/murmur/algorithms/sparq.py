@@ -94,7 +94,8 @@ class Sparq:
         x.add_(grads, alpha=-self.gradient_step(iteration))
         if (iteration + 1) % self.local_steps != 0:
             return state
-        drift = torch.linalg.vector_norm(x - transport.last_sent, dim=1, keepdim=True)
+        difference = torch.sub(x, transport.last_sent, out=grads)
+        drift = torch.linalg.vector_norm(difference, dim=1, keepdim=True)
         sent = drift.square() >= self.event_threshold(iteration)
-        publish_and_mix(self.gossip, x, grads, sent, state.generators, transport)
+        publish_and_mix(self.gossip, x, difference, sent, state.generators, transport)
         return state
