@@ -106,6 +106,8 @@ def read_records(folder: Path) -> list[dict]:
         ("sparq-sgd", ["algorithm.local_steps=0"], "algorithm.local_steps (H) must be at least 1"),
         ("sparq-sgd", ["algorithm.threshold=-1"], "algorithm.threshold must be >= 0, not -1"),
         ("detsgrad", ["algorithm.b=fast"], "algorithm.b must be a number or 'auto', not 'fast'"),
+        ("detsgrad-gt", ["algorithm.momentum=1"], "algorithm.momentum must be in [0, 1), not 1"),
+        ("detsgrad-gt", ["algorithm.vy=-1"], "algorithm.v0 and algorithm.vy must be >= 0"),
         ("detsgrad", ["algorithm.trigger=tensor"], "algorithm.trigger must be one of 'model'"),
         ("detsgrad", ["algorithm.b=1.5"], "algorithm.b=1.5 is too large for ring with 4 agents"),
     ],

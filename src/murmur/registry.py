@@ -12,6 +12,7 @@ from murmur.algorithms.asysg import AsysgConfig, AsysgInconConfig, SyncPsConfig,
 from murmur.algorithms.centralized import Centralized, CentralizedConfig
 from murmur.algorithms.choco import Choco, ChocoConfig
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
+from murmur.algorithms.detsgrad_gt import DetsgradGt, DetsgradGtConfig
 from murmur.algorithms.dsgd import Dsgd, DsgdConfig
 from murmur.algorithms.dssfn import DssfnConfig, SyncSolver
 from murmur.algorithms.hogwild import HogwildConfig
@@ -58,6 +59,10 @@ class AlgorithmSpec:
 
 def _detsgrad(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
     return Detsgrad(_as(config, DetsgradConfig), graph, context)
+
+
+def _detsgrad_gt(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
+    return DetsgradGt(_as(config, DetsgradGtConfig), graph)
 
 
 def _choco(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
@@ -110,6 +115,12 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     ),
     "dsgd": AlgorithmSpec(
         DsgdConfig, _dsgd, "decentralized SGD, every agent sends every step", decentralized=True
+    ),
+    "detsgrad-gt": AlgorithmSpec(
+        DetsgradGtConfig,
+        _detsgrad_gt,
+        "event-triggered decentralized SGD with gradient tracking",
+        decentralized=True,
     ),
     "choco-sgd": AlgorithmSpec(
         ChocoConfig,

@@ -10,6 +10,7 @@ import torch
 from murmur.algorithms.choco import Choco, ChocoConfig, auto_gamma
 from murmur.algorithms.compressors import TopK
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
+from murmur.algorithms.detsgrad_gt import DetsgradGt, DetsgradGtConfig
 from murmur.algorithms.dsgd import Dsgd, DsgdConfig
 from murmur.algorithms.estimates import Segments
 from murmur.algorithms.protocols import BuildContext
@@ -157,6 +158,7 @@ def test_auto_gamma_shrinks_with_compression_and_stays_in_the_stable_range():
         {"name": "sparq-sgd", "compress": "sign", "local_steps": 2, "threshold": 0.01},
         {"name": "detsgrad", "compress": "randk", "fraction": 0.3, "b": "auto", "v0": 0.5},
         {"name": "detsgrad", "trigger": "layer", "b": "auto", "v0": 0.5},
+        {"name": "detsgrad-gt", "v0": 0.5, "vy": 0.05},
     ],
     ids=lambda a: "-".join(str(v) for v in a.values()),
 )
@@ -176,3 +178,43 @@ def test_every_method_converges_to_the_least_squares_optimum(algorithm):
     errors = torch.linalg.vector_norm(result.parameters - optimum, dim=1) / optimum.norm()
     assert float(errors.max()) < 1e-2, errors
     assert result.bytes < result.iterations * 5 * 2 * optimum.numel() * 4
+
+
+def _gt(**fields) -> DetsgradGt:
+    return DetsgradGt(DetsgradGtConfig(a=0.1, eps=0.0, **fields), ring(AGENTS))
+
+
+def test_gradient_tracking_keeps_the_trackers_sum_equal_to_the_smoothed_gradients_sum():
+    """sum_i y_i = sum_i m_i after every step, whichever agents sent."""
+    algorithm = _gt(b=0.3, v0=60.0, vy=6.0, momentum=0.5)
+    initial = torch.randn(AGENTS, P, generator=torch.Generator().manual_seed(0))
+    grads = torch.randn(STEPS, AGENTS, P, generator=torch.Generator().manual_seed(1))
+    transport = InMemoryTransport(ring(AGENTS), algorithm.published(initial))
+    state = algorithm.init(initial)
+    for step in range(STEPS):
+        state = algorithm.step(state, grads[step].clone(), step, transport)
+        torch.testing.assert_close(state.y.sum(0), state.smoothed.sum(0), rtol=0, atol=1e-4)
+    assert 0 < transport.counters.events < AGENTS * STEPS, "some agents stay silent"
+    assert transport.counters.bytes == transport.counters.messages * 2 * P * 4
+
+
+def test_gradient_tracking_without_thresholds_or_smoothing_is_the_textbook_rule():
+    """v0 = vy = 0, mu = 0: y <- y - b L y + g_new - g_old, x <- x - b L x - a y, by hand."""
+    b, a = 0.3, 0.1
+    algorithm = _gt(b=b, v0=0.0, vy=0.0, momentum=0.0, d1=0.0, d2=0.0)
+    initial = torch.randn(AGENTS, P, generator=torch.Generator().manual_seed(0))
+    grads = torch.randn(STEPS, AGENTS, P, generator=torch.Generator().manual_seed(1))
+    transport = InMemoryTransport(ring(AGENTS), algorithm.published(initial))
+    state = algorithm.init(initial)
+    laplacian = ring(AGENTS).laplacian().to(torch.float32)
+    x, y, smoothed = initial.clone(), grads[0].clone(), grads[0]
+    sent_x, sent_y = initial.clone(), torch.zeros(AGENTS, P)
+    for step in range(STEPS):
+        state = algorithm.step(state, grads[step].clone(), step, transport)
+        if step > 0:
+            y, smoothed = y + grads[step] - smoothed, grads[step]
+        y = y - b * laplacian @ sent_y
+        x = x - b * laplacian @ sent_x - a * y
+        sent_x, sent_y = x.clone(), y.clone()
+    torch.testing.assert_close(state.x, x, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(state.y, y, rtol=1e-4, atol=1e-4)

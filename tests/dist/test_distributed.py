@@ -47,6 +47,7 @@ agents = {agents}
 DETSGRAD = 'name = "detsgrad"\na = 0.2\nb = 0.3\nv0 = 2.0'
 DSGD = 'name = "dsgd"\na = 0.2\nb = 0.3'
 CHOCO = 'name = "choco-sgd"\na = 0.2\ncompress = "topk"\nfraction = 0.1'
+TRACKING = 'name = "detsgrad-gt"\na = 0.1\nv0 = 2.0\nvy = 0.5'
 SPARQ = (
     'name = "sparq-sgd"\na = 0.2\ncompress = "qsgd"\nlevels = 4\nlocal_steps = 2\n'
     "threshold = 0.5\nthreshold_growth = 0.0"
@@ -63,7 +64,9 @@ def write_config(folder: Path, algorithm: str, iterations: int = 100, agents: in
 
 
 @pytest.mark.parametrize(
-    "algorithm", [DETSGRAD, DSGD, CHOCO, SPARQ], ids=["detsgrad", "dsgd", "choco", "sparq"]
+    "algorithm",
+    [DETSGRAD, DSGD, CHOCO, SPARQ, TRACKING],
+    ids=["detsgrad", "dsgd", "choco", "sparq", "detsgrad-gt"],
 )
 def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_path, algorithm):
     path = write_config(tmp_path, algorithm)
@@ -80,9 +83,12 @@ def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_p
     assert summary["runtime"] == "distributed"
     assert summary["rejected_per_agent"] == [0, 0, 0, 0]
     assert set(simulated.to_dict()) - set(summary) == {"virtual_seconds"}
-    if "detsgrad" in algorithm:
+    if '"detsgrad"' in algorithm:
         assert 0 < summary["events"] < 4 * 100, "some agents must stay silent some steps"
         assert sum(summary["control_messages_per_agent"]) == 2 * (400 - summary["events"]) + 8
+    if "detsgrad-gt" in algorithm:  # (x, y) in one message of 2P values
+        assert 0 < summary["events"] < 4 * 100, "some agents must stay silent some steps"
+        assert summary["bytes"] == summary["messages"] * simulated.parameters.shape[1] * 8
     if "sparq" in algorithm:
         assert 0 < summary["events"] < 4 * 50, "some agents must stay silent some syncs"
     if "choco" in algorithm or "sparq" in algorithm:  # compressed: far below dense float32

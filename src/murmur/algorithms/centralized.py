@@ -37,6 +37,9 @@ class Centralized:
     def init(self, params: torch.Tensor) -> CentralizedState:
         return CentralizedState(x=params.clone())
 
+    def published(self, params: torch.Tensor) -> torch.Tensor:
+        return params
+
     def params(self, state: CentralizedState) -> torch.Tensor:
         return state.x
 

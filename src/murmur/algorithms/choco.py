@@ -116,6 +116,9 @@ class Choco:
     def init(self, params: torch.Tensor) -> ChocoState:
         return ChocoState(x=params.clone())
 
+    def published(self, params: torch.Tensor) -> torch.Tensor:
+        return params
+
     def params(self, state: ChocoState) -> torch.Tensor:
         return state.x
 

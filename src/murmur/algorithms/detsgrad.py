@@ -113,6 +113,9 @@ class Detsgrad:
     def init(self, params: torch.Tensor) -> DetsgradState:
         return DetsgradState(x=params.clone())
 
+    def published(self, params: torch.Tensor) -> torch.Tensor:
+        return params
+
     def params(self, state: DetsgradState) -> torch.Tensor:
         return state.x
 

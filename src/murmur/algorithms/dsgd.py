@@ -61,6 +61,9 @@ class Dsgd:
     def init(self, params: torch.Tensor) -> DsgdState:
         return DsgdState(x=params.clone())
 
+    def published(self, params: torch.Tensor) -> torch.Tensor:
+        return params
+
     def params(self, state: DsgdState) -> torch.Tensor:
         return state.x
 

@@ -77,6 +77,9 @@ class Sparq:
     def init(self, params: torch.Tensor) -> SparqState:
         return SparqState(x=params.clone())
 
+    def published(self, params: torch.Tensor) -> torch.Tensor:
+        return params
+
     def params(self, state: SparqState) -> torch.Tensor:
         return state.x
 

@@ -192,7 +192,9 @@ def _train_rank(
     timeout: float,
 ) -> Outcome:
     """Train agent ``rank``; gather every rank's records; hand them to ``on_record``."""
-    transport = DistributedTransport(dist.group.WORLD, setup.graph, rank, setup.initial, timeout)
+    transport = DistributedTransport(
+        dist.group.WORLD, setup.graph, rank, algorithm.published(setup.initial), timeout
+    )
     transport.start()
     try:
         log = _train(setup, algorithm, transport, rank, progress)

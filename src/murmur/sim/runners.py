@@ -29,7 +29,7 @@ def run_sgd(
     """Synchronous mini-batch algorithms, stepped by the simulator."""
     config = setup.config
     spec = ALGORITHMS[config.algorithm.name]
-    transport = InMemoryTransport(setup.graph, setup.initial)
+    transport = InMemoryTransport(setup.graph, algorithm.published(setup.initial))
     parameters = setup.initial.shape[1]
     clock = RoundClock(
         compute=ComputeTimes(
