@@ -302,7 +302,7 @@ def test_same_seed_same_numbers_other_seed_other_numbers(capsys, tmp_path):
 
 def test_default_comparison_and_report(capsys, tmp_path):
     out = tmp_path / "compare"
-    labels = ["detsgrad", "dsgd", "sparq-sgd", "centralized"]
+    labels = ["detsgrad", "dsgd", "detsgrad-gt", "centralized"]
     printed = run_ok(
         capsys, "run", "default", *FAST, "--set", "data.partition=iid", "--out", str(out)
     )

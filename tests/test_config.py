@@ -368,7 +368,7 @@ def test_a_file_can_extend_a_preset(tmp_path):
 def test_default_preset_compares_four_runs():
     experiment = load_experiment("default")
     labels = [label for label, _ in experiment.runs]
-    assert labels == ["detsgrad", "dsgd", "sparq-sgd", "centralized"]
+    assert labels == ["detsgrad", "dsgd", "detsgrad-gt", "centralized"]
     assert [config.algorithm.name for _, config in experiment.runs] == labels
     for label, config in experiment.runs:
         assert config == single(label)
