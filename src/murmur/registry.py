@@ -62,7 +62,7 @@ def _detsgrad(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> B
 
 
 def _detsgrad_gt(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
-    return DetsgradGt(_as(config, DetsgradGtConfig), graph)
+    return DetsgradGt(_as(config, DetsgradGtConfig), graph, context)
 
 
 def _choco(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:

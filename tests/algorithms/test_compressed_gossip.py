@@ -159,6 +159,7 @@ def test_auto_gamma_shrinks_with_compression_and_stays_in_the_stable_range():
         {"name": "detsgrad", "compress": "randk", "fraction": 0.3, "b": "auto", "v0": 0.5},
         {"name": "detsgrad", "trigger": "layer", "b": "auto", "v0": 0.5},
         {"name": "detsgrad-gt", "v0": 0.5, "vy": 0.05},
+        {"name": "detsgrad-gt", "v0": 0.0, "vy": 0.0, "compress": "topk", "fraction": 0.1},
     ],
     ids=lambda a: "-".join(str(v) for v in a.values()),
 )
@@ -218,3 +219,18 @@ def test_gradient_tracking_without_thresholds_or_smoothing_is_the_textbook_rule(
         sent_x, sent_y = x.clone(), y.clone()
     torch.testing.assert_close(state.x, x, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(state.y, y, rtol=1e-4, atol=1e-4)
+
+
+def test_compressed_gradient_tracking_sends_the_model_and_the_tracker_as_two_messages():
+    """v0 = vy = 0: both halves go every step, each ceil(0.25 P) values and indices."""
+    config = DetsgradGtConfig(a=0.1, b=0.2, v0=0.0, vy=0.0, compress="topk", fraction=0.25)
+    algorithm = DetsgradGt(config, ring(AGENTS), CONTEXT)
+    initial = torch.randn(AGENTS, P, generator=torch.Generator().manual_seed(0))
+    grads = torch.randn(STEPS, AGENTS, P, generator=torch.Generator().manual_seed(1))
+    transport = InMemoryTransport(ring(AGENTS), algorithm.published(initial))
+    state = algorithm.init(initial)
+    for step in range(STEPS):
+        state = algorithm.step(state, grads[step].clone(), step, transport)
+        torch.testing.assert_close(state.y.sum(0), state.smoothed.sum(0), rtol=0, atol=1e-4)
+    assert transport.counters.events == 2 * AGENTS * STEPS
+    assert transport.counters.bytes == 2 * AGENTS * STEPS * 2 * 10 * 8

@@ -21,6 +21,10 @@ non-i.i.d. splits, so a weaker step, and the fewer events it causes, suffice.
 The smoothing mu keeps y from moving with every mini-batch's noise, which would
 fire its trigger every step.
 
+With ``compress``, an event sends C(x_i - x^_i) and C(y_i - y^_i) instead,
+each as its own message (:mod:`murmur.algorithms.estimates`), when its own
+trigger fires; ``b = "auto"`` then shrinks by sqrt(omega), as CHOCO-SGD's gamma.
+
 alpha_k, beta_k as in DETSGRAD. ``b = "auto"`` is half DETSGRAD's,
 1 / (lambda_2 + lambda_max) of L: with tracking, the full step diverged at
 alpha = 0.1 on mnist5k (ring of 10, one digit per agent), where half of it
@@ -34,7 +38,9 @@ from typing import NamedTuple
 
 import torch
 
-from murmur.algorithms.protocols import Transport
+from murmur.algorithms.compressors import CompressionConfig, kept_share
+from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
+from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig
 from murmur.errors import UsageError
 from murmur.sections import Step
@@ -42,7 +48,7 @@ from murmur.topology import Graph, as_sparse, consensus_step
 
 
 @dataclass(frozen=True)
-class DetsgradGtConfig(SgdConfig):
+class DetsgradGtConfig(CompressionConfig, SgdConfig):
     """Parameters of DETSGRAD-GT."""
 
     name = "detsgrad-gt"
@@ -77,6 +83,8 @@ class DetsgradGtState(NamedTuple):
     """Each agent's smoothed gradient m_i, (agents, P); None before the first step."""
     scratch: torch.Tensor | None = None
     """(agents, 2P) of room for the drift."""
+    generators: list[torch.Generator] | None = None
+    """Each agent's compression stream."""
 
     @property
     def x(self) -> torch.Tensor:
@@ -90,12 +98,21 @@ class DetsgradGtState(NamedTuple):
 class DetsgradGt:
     """DETSGRAD-GT over a fixed graph; see the module docstring."""
 
-    def __init__(self, config: DetsgradGtConfig, graph: Graph) -> None:
+    def __init__(
+        self, config: DetsgradGtConfig, graph: Graph, context: BuildContext | None = None
+    ) -> None:
+        """``context``: the run's seed and model size, which compression needs."""
         self.laplacian = as_sparse(graph.laplacian())
         self.gradient_step = config.gradient_step()
+        self.compressor = config.compressor() if config.compress != "none" else None
+        self.seed = context.seed if context is not None else 0
         b = consensus_step(graph, config.b)
         if config.b == "auto":
             b /= 2
+            if self.compressor is not None:
+                if context is None or context.segments is None:
+                    raise ValueError("a compressed DETSGRAD-GT needs the model's size")
+                b *= kept_share(self.compressor, context.segments.total) ** 0.5
         self.consensus_step = Decaying(b, config.d1, config.eps)
         self.v0 = config.v0
         self.vy = config.vy
@@ -130,5 +147,12 @@ class DetsgradGt:
         half = x.shape[1]
         moved = torch.linalg.vector_norm(drift[:, :half], dim=1) >= self.v0 * alpha
         tracked = torch.linalg.vector_norm(drift[:, half:], dim=1) >= self.vy
-        transport.broadcast(moved | tracked, pair)
+        if self.compressor is None:
+            transport.broadcast(moved | tracked, pair)
+            return state
+        if state.generators is None:
+            state = state._replace(generators=agent_generators(self.seed, transport.agents))
+        sent = torch.stack([moved, tracked], dim=1)
+        halves = Segments((half, half))
+        transport.publish(compressed_update(self.compressor, drift, sent, halves, state.generators))
         return state
