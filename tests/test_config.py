@@ -326,6 +326,22 @@ def test_shipped_presets():
     assert preset_names() == sorted(preset_names())
 
 
+@pytest.mark.parametrize("name", preset_names())
+def test_every_shipped_preset_loads_and_names_its_runs(name):
+    """Each preset resolves to valid configs; a comparison's members differ in label."""
+    experiment = load_experiment(name)
+    assert experiment.description
+    labels = [label for label, _ in experiment.runs]
+    assert labels and len(set(labels)) == len(labels)
+
+
+def test_talk_less_runs_each_method_on_the_same_data_and_graph():
+    for name in ("talk-less", "talk-less-letter"):
+        runs = load_experiment(name).runs
+        assert len({(config.data, config.topology) for _, config in runs}) == 1, name
+        assert {"dsgd", "detsgrad", "detsgrad-gt"} <= {label for label, _ in runs}
+
+
 def test_detsgrad_preset_values():
     config = single("detsgrad")
     assert config.run == RunConfig(seed=0, iterations=3000, eval_every=100)
