@@ -425,10 +425,24 @@ def test_growing_picks_widths_in_node_steps_within_the_limit():
 def test_growing_stops_adding_nodes_when_no_step_improves_enough():
     result = _grow(node_tolerance=1e9, layer_tolerance=0.0)
     assert len(result.sizes) >= 1
-    assert result.sizes == [2 * CLASSES + 5] * len(result.sizes)
+    assert result.sizes == [2 * CLASSES] * len(result.sizes)  # growth starts at 0 random nodes
 
 
 def test_growing_keeps_no_layer_when_no_layer_improves_enough():
     result = _grow(layer_tolerance=1e9)
     assert result.sizes == []
     assert len(result.history) == 1
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_admm_can_return_its_last_iterate_which_may_leave_the_ball(seed):
+    """With the constraint active, the projected answer sits on the ball; the last
+    iterate O, from which it was projected, lies outside and converges to it."""
+    _, _, gram, cross = random_problem(seed)
+    radius = 0.4 * frobenius(direct_ball(gram, cross, None))
+    projected = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=3)
+    iterate = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=3, iterate=True)
+    assert frobenius(projected) == pytest.approx(radius, rel=1e-9)
+    assert frobenius(iterate) > radius * 1.01
+    converged = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=400, iterate=True)
+    assert relative_error(converged, direct_ball(gram, cross, radius)) <= 1e-5

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -62,8 +63,12 @@ class SsfnConfig(LayerwiseConfig):
     """Centralized SSFN: one learner, all the data; optionally sizes itself."""
 
     name = "ssfn"
+    output: Literal["projected", "iterate"] = "projected"
+    """What ADMM returns: its projection onto the norm ball (always within the bound), or
+    its last iterate O, which may exceed it, as the authors' code does."""
     grow: bool = False
-    """Choose the size: add nodes in steps while the training error improves, then layers."""
+    """Choose the size: from zero random nodes (width 2Q), add ``node_step`` at a time
+    while the training error improves, then layers, as the authors' code does."""
     node_step: int = 50
     """Random nodes added at a time when growing."""
     node_tolerance: float = 0.005
@@ -145,11 +150,13 @@ def admm_single(
     radius: float,
     mu: float,
     iterations: int,
+    iterate: bool = False,
 ) -> torch.Tensor:
     """ADMM of docs/ALGORITHMS.md for min ||T - Y O^T||^2 s.t. ||O||_F <= radius.
 
     A = (G + I/mu)^-1, B = C; repeat: O = (B + (Q + Lam)/mu) A; Q = proj(O - Lam);
-    Lam = Lam + Q - O. Returns Q, which satisfies the constraint.
+    Lam = Lam + Q - O. Returns Q, which satisfies the constraint, or with
+    ``iterate`` the last O, which may exceed it (what the SSFN authors' code returns).
     """
     n = gram.shape[0]
     system = gram + torch.eye(n, dtype=gram.dtype) / mu
@@ -161,7 +168,7 @@ def admm_single(
         output = (cross + (split + dual) / mu) @ inverse
         split = project_ball((output - dual).unsqueeze(0), radius).squeeze(0)
         dual += split - output
-    return split
+    return output if iterate else split
 
 
 def ridge_solution(gram: torch.Tensor, cross: torch.Tensor, lam: float) -> torch.Tensor:
@@ -182,6 +189,7 @@ class CentralSolver:
     def __init__(self, config: LayerwiseConfig) -> None:
         self.mu = config.mu
         self.iterations_per_layer = config.admm_iterations
+        self.iterate = isinstance(config, SsfnConfig) and config.output == "iterate"
 
     def solve(
         self,
@@ -199,7 +207,14 @@ class CentralSolver:
                 flops = n**3 / 3 + matmul_flops(classes, n, n)
             else:
                 outputs.append(
-                    admm_single(gram, cross, regularizer.radius, self.mu, self.iterations_per_layer)
+                    admm_single(
+                        gram,
+                        cross,
+                        regularizer.radius,
+                        self.mu,
+                        self.iterations_per_layer,
+                        iterate=self.iterate,
+                    )
                 )
                 flops = n**3 + self.iterations_per_layer * matmul_flops(classes, n, n)
             network.work_alone(node, setup_flops[node] + flops)

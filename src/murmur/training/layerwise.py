@@ -281,10 +281,11 @@ def _next_layer(state, outputs, solver, network, config, layer, radius, seed, no
 
 
 def _grow_layer(state, outputs, solver, network, config: SsfnConfig, layer, radius, seed):
-    """Add ``node_step`` random nodes at a time while the training NME improves enough."""
+    """From zero random nodes, add ``node_step`` at a time while the training NME
+    improves enough."""
     best = None
     used = 0
-    count = min(config.node_step, config.nodes)
+    count = 0
     while True:
         candidate_state, candidate_outputs, iterations = _next_layer(
             state, outputs, solver, network, config, layer, radius, seed, nodes=count
