@@ -47,6 +47,10 @@ agents = {agents}
 DETSGRAD = 'name = "detsgrad"\na = 0.2\nb = 0.3\nv0 = 2.0'
 DSGD = 'name = "dsgd"\na = 0.2\nb = 0.3'
 CHOCO = 'name = "choco-sgd"\na = 0.2\ncompress = "topk"\nfraction = 0.1'
+LAYERS = (
+    'name = "detsgrad"\na = 0.2\nb = "auto"\nv0 = 2.0\ntrigger = "layer"\n'
+    'compress = "randk"\nfraction = 0.3'
+)
 TRACKING = 'name = "detsgrad-gt"\na = 0.1\nv0 = 2.0\nvy = 0.5'
 SPARQ = (
     'name = "sparq-sgd"\na = 0.2\ncompress = "qsgd"\nlevels = 4\nlocal_steps = 2\n'
@@ -65,8 +69,8 @@ def write_config(folder: Path, algorithm: str, iterations: int = 100, agents: in
 
 @pytest.mark.parametrize(
     "algorithm",
-    [DETSGRAD, DSGD, CHOCO, SPARQ, TRACKING],
-    ids=["detsgrad", "dsgd", "choco", "sparq", "detsgrad-gt"],
+    [DETSGRAD, DSGD, CHOCO, SPARQ, TRACKING, LAYERS],
+    ids=["detsgrad", "dsgd", "choco", "sparq", "detsgrad-gt", "detsgrad-layers-randk"],
 )
 def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_path, algorithm):
     path = write_config(tmp_path, algorithm)
@@ -83,12 +87,14 @@ def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_p
     assert summary["runtime"] == "distributed"
     assert summary["rejected_per_agent"] == [0, 0, 0, 0]
     assert set(simulated.to_dict()) - set(summary) == {"virtual_seconds"}
-    if '"detsgrad"' in algorithm:
+    if algorithm == DETSGRAD:
         assert 0 < summary["events"] < 4 * 100, "some agents must stay silent some steps"
         assert sum(summary["control_messages_per_agent"]) == 2 * (400 - summary["events"]) + 8
     if "detsgrad-gt" in algorithm:  # (x, y) in one message of 2P values
         assert 0 < summary["events"] < 4 * 100, "some agents must stay silent some steps"
         assert summary["bytes"] == summary["messages"] * simulated.parameters.shape[1] * 8
+    if algorithm == LAYERS:  # one event per tensor sent: up to 4 a step (2 weights, 2 biases)
+        assert 4 * 100 < summary["events"] < 4 * 4 * 100
     if "sparq" in algorithm:
         assert 0 < summary["events"] < 4 * 50, "some agents must stay silent some syncs"
     if "choco" in algorithm or "sparq" in algorithm:  # compressed: far below dense float32
