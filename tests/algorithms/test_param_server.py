@@ -14,7 +14,10 @@ from murmur.algorithms.asysg import (
     SyncPsConfig,
     inconsistent_read,
 )
-from murmur.algorithms.param_server import Arrival, ParameterServer
+from murmur.algorithms.param_server import Arrival, ParameterServer, model_metrics
+from murmur.config import ModelConfig
+from murmur.models import build_model
+from murmur.models.stacked import StackedModel
 
 STEP = {"a": 0.5, "d2": 0.0}
 
@@ -233,3 +236,19 @@ def test_shared_memory_without_a_generator_is_refused_and_a_fresh_server_needs_a
     with pytest.raises(ValueError, match="^asysg-incon needs a generator for its mixed reads$"):
         _server(AsysgInconConfig(workers=1, **STEP))
     assert _server(AsysgConfig(workers=1, **STEP)).final_evaluation_due
+
+
+def test_the_gradient_norm_is_that_of_the_mean_training_loss_and_changes_nothing():
+    torch.manual_seed(0)
+    module = build_model(ModelConfig(hidden=(5,)), 4, 3, seed=0)
+    model = StackedModel(module, "classification")
+    x = model.initial()
+    inputs, targets = torch.randn(12, 4), torch.randint(0, 3, (12,))
+    loss = torch.nn.functional.cross_entropy(module(inputs), targets)
+    expected = sum(float(g.square().sum()) for g in torch.autograd.grad(loss, module.parameters()))
+    before = x.clone()
+    data = (inputs, targets)
+    metrics = model_metrics(model, x, data, data, gradient_norm=True)
+    assert metrics["gradient_norm_squared"] == pytest.approx(expected, rel=1e-5)
+    assert expected > 0 and torch.equal(x, before)
+    assert "gradient_norm_squared" not in model_metrics(model, x, data, data)

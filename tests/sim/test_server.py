@@ -10,6 +10,7 @@ import torch
 from murmur.config import build_config
 from murmur.data.batches import BatchSampler
 from murmur.experiment import run
+from murmur.metrics.report import read_run
 from murmur.training.setup import prepare
 
 ITERATIONS = 30
@@ -155,3 +156,16 @@ def test_bad_input_is_one_line_and_exit_status_2(capsys, tmp_path, name, setting
     assert status == 2
     assert err.startswith("murmur: error:") and message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["asysg-con", "asysg-incon"])
+def test_recording_the_gradient_norm_changes_nothing_else(tmp_path, name):
+    plain = run(_config(name, workers=3), tmp_path / "plain")
+    measured = run(_config(name, workers=3, gradient_norm=True), tmp_path / "measured")
+    assert torch.equal(plain.parameters, measured.parameters)
+    assert plain.extra["staleness"] == measured.extra["staleness"]
+    records = read_run(tmp_path / "measured").records
+    assert [r["iteration"] for r in records] == [0, 10, 20, 30]
+    norms = [r["gradient_norm_squared"] for r in records]
+    assert all(value > 0 for value in norms) and norms[-1] < norms[0]
+    assert all("gradient_norm_squared" not in r for r in read_run(tmp_path / "plain").records)

@@ -47,6 +47,10 @@ class WorkersConfig(SgdConfig):
     target_loss: float = 0.0
     """Stop once the training loss (whole training set, at an evaluation) is at most
     this; 0 runs all ``run.iterations`` updates."""
+    gradient_norm: bool = False
+    """Also record ``gradient_norm_squared``, ||grad f(x)||^2 of the mean loss over the
+    whole training set, at every evaluation (one full-batch gradient each; it changes
+    nothing else in the run)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

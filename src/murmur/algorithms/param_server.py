@@ -293,14 +293,34 @@ def model_metrics(
     x: torch.Tensor,
     train: tuple[torch.Tensor, torch.Tensor],
     test: tuple[torch.Tensor, torch.Tensor],
+    *,
+    gradient_norm: bool = False,
 ) -> dict[str, Any]:
     """The model's part of an evaluation record of the one model ``x``: test-set
-    metrics, training loss and accuracy on ``train`` (inputs, targets)."""
+    metrics, training loss and accuracy on ``train`` (inputs, targets), and with
+    ``gradient_norm`` also ``gradient_norm_squared``, ||grad f(x)||^2 of the mean
+    training loss f on all of ``train`` (the quantity of AsySG's ergodic rate)."""
     flat = x.view(1, -1)
     train_accuracy, train_loss = model.evaluate(flat, *train)
-    return {
+    metrics = {
         **test_set_metrics(model, flat, *test),
         "train_loss": float(train_loss[0]),
         "train_accuracy": float(train_accuracy[0]) if train_accuracy is not None else None,
         "consensus_distance": 0.0,
     }
+    if gradient_norm:
+        metrics["gradient_norm_squared"] = full_gradient_norm_squared(model, x, train)
+    return metrics
+
+
+def full_gradient_norm_squared(
+    model: StackedModel, x: torch.Tensor, train: tuple[torch.Tensor, torch.Tensor]
+) -> float:
+    """||grad f(x)||^2 for f the mean loss of the one model ``x`` over all of ``train``.
+
+    Deterministic and side-effect free: it draws no batch and changes no state, so
+    the run it measures is the same with or without it.
+    """
+    inputs, targets = train
+    _, grads = model.loss_and_grad(x.view(1, -1), inputs[None], targets[None])
+    return float(grads[0].double().square().sum())

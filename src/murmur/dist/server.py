@@ -384,7 +384,14 @@ class _Server:
         problem = self.problem
         clock = {"wall_seconds": time.perf_counter() - self.started}
         train, test = (problem.x_train, problem.y_train), (problem.x_test, problem.y_test)
-        record = self.server.record(clock, model_metrics(problem.model, self.server.x, train, test))
+        metrics = model_metrics(
+            problem.model,
+            self.server.x,
+            train,
+            test,
+            gradient_norm=self.server.config.gradient_norm,
+        )
+        record = self.server.record(clock, metrics)
         self.on_record(record)
         return record
 

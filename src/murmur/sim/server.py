@@ -120,6 +120,9 @@ class _ServerRun:
             "virtual_seconds": self.loop.now,
         }
         train, test = (problem.x_train, problem.y_train), (problem.x_test, problem.y_test)
-        record = self.server.record(clock, model_metrics(problem.model, self.x, train, test))
+        metrics = model_metrics(
+            problem.model, self.x, train, test, gradient_norm=self.server.config.gradient_norm
+        )
+        record = self.server.record(clock, metrics)
         self.on_record(record)
         return record
