@@ -1,4 +1,4 @@
-"""The ``murmur`` command: run | launch | presets | datasets | report.
+"""The ``murmur`` command: run | launch | presets | datasets | report | reproduce.
 
 Bad input ends with one line on stderr and exit status 2, never a traceback.
 """
@@ -70,6 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         help="where report.md and the plots go (default: the one folder given, else ./report)",
     )
+
+    reproduce = commands.add_parser(
+        "reproduce", help="re-run a paper's experiments on bundled data: report.md with verdicts"
+    )
+    reproduce.add_argument("paper", help="detsgrad or asysg")
+    reproduce.add_argument(
+        "--quick", action="store_true", help="short runs (seconds): real but rough verdicts"
+    )
+    reproduce.add_argument(
+        "--out",
+        help="where the report, plots and runs go (default: runs/reproduce-PAPER-TIMESTAMP)",
+    )
+    reproduce.add_argument("--quiet", action="store_true", help="no estimate or progress bar")
     return parser
 
 
@@ -129,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _presets()
         if args.command == "datasets":
             return _datasets()
+        if args.command == "reproduce":
+            return _reproduce(args.paper, args.out, quick=args.quick, progress=not args.quiet)
         return _report(args.runs, args.out)
     except UsageError as error:
         _error_line(str(error))
@@ -240,6 +255,16 @@ def _report(folders: list[str], out: str | None) -> int:
     path = write_report(run_dirs, target)
     print(format_table([read_run(d).summary for d in run_dirs]))
     print(f"\nreport: {path}")
+    return 0
+
+
+def _reproduce(paper: str, out: str | None, quick: bool, progress: bool) -> int:
+    from murmur.reproduce import reproduce
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = Path(out) if out else Path("runs") / f"reproduce-{paper}-{stamp}"
+    path = reproduce(paper, target, quick=quick, progress=progress)
+    print(f"report: {path}")
     return 0
 
 

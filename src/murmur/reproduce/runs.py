@@ -1,0 +1,88 @@
+"""The runs behind a paper's claims: planned, estimated, then run one after another.
+
+A paper module lists its runs as :class:`PlannedRun` (a preset and ``--set``
+overrides, as ``murmur run`` takes them); :func:`execute` checks every config
+before the first starts, prints how long the whole will take, trains them with a
+progress bar over the runs and writes each run's folder under ``OUT/runs/``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from murmur.config import Config, load_experiment
+from murmur.errors import UsageError
+from murmur.experiment import run
+from murmur.metrics.records import RunResult
+
+SECONDS_PER_ITERATION = {
+    "detsgrad": 6.0e-3,
+    "dsgd": 6.0e-3,
+    "centralized": 2.8e-3,
+    "asysg-con": 1.3e-3,
+    "asysg-incon": 2.0e-3,
+    "hogwild": 1.0e-3,
+}
+"""Seconds per ``run.iteration`` on this project's 2-core machine (mnist5k, MLP
+784-100-10, batch 32; 10 agents for the decentralized ones; Hogwild's counts its
+single-process comparison too), measured; only the start-up estimate uses them."""
+
+SECONDS_PER_RUN = 0.5
+"""Set-up and evaluation of one run, on top of its iterations."""
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run: ``preset`` with ``overrides``, written to ``OUT/runs/label``."""
+
+    label: str
+    preset: str
+    overrides: tuple[str, ...] = ()
+
+
+def resolve(planned: PlannedRun) -> Config:
+    """The run's checked config (UsageError if the preset is a comparison)."""
+    experiment = load_experiment(planned.preset, planned.overrides)
+    if len(experiment.runs) != 1:
+        raise UsageError(f"{planned.label}: preset {planned.preset} holds several runs")
+    return experiment.runs[0][1]
+
+
+def estimate_seconds(configs: Sequence[Config]) -> float:
+    """At most about how long the runs take here (runs that stop at a target loss
+    take less)."""
+    total = 0.0
+    for config in configs:
+        per_iteration = SECONDS_PER_ITERATION.get(config.algorithm.name, 5e-3)
+        total += SECONDS_PER_RUN + per_iteration * config.run.iterations
+    return total
+
+
+def execute(plan: Sequence[PlannedRun], out: Path, progress: bool) -> dict[str, RunResult]:
+    """Train every planned run (all checked first); results by label."""
+    labels = [planned.label for planned in plan]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"run labels must be unique: {labels}")
+    configs = [resolve(planned) for planned in plan]
+    if progress:
+        minutes = estimate_seconds(configs) / 60
+        print(f"{len(plan)} runs, estimated at most {minutes:.1f} min on 2 cores", file=sys.stderr)
+    results: dict[str, RunResult] = {}
+    bar = tqdm(
+        list(zip(plan, configs, strict=True)),
+        disable=not progress,
+        unit="run",
+        dynamic_ncols=True,
+    )
+    for planned, config in bar:
+        bar.set_postfix_str(planned.label)
+        results[planned.label] = run(
+            config, out / "runs" / planned.label, name=planned.label, preset=planned.preset
+        )
+    bar.close()
+    return results

@@ -1,0 +1,72 @@
+"""murmur reproduce detsgrad --quick: the report's figures are the runs' own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from murmur.cli import main
+from murmur.reproduce import detsgrad
+from murmur.reproduce.claims import percent
+from murmur.reproduce.report import VERDICT_PREFIX
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("reproduce") / "detsgrad"
+    assert main(["reproduce", "detsgrad", "--quick", "--quiet", "--out", str(folder)]) == 0
+    return folder
+
+
+def _summary(out: Path, label: str) -> dict:
+    return json.loads((out / "runs" / label / "summary.json").read_text())
+
+
+def _section(report: str, number: int) -> str:
+    return report.split(f"\n## {number}. ")[1].split("\n## ")[0]
+
+
+def test_every_claim_has_a_verdict_line_and_every_plot_exists(out):
+    report = (out / "report.md").read_text()
+    verdicts = [line for line in report.splitlines() if line.startswith(VERDICT_PREFIX)]
+    assert len(verdicts) == 4
+    allowed = ("holds", "does not hold", "not comparable (")
+    assert all(line.removeprefix(VERDICT_PREFIX).strip().startswith(allowed) for line in verdicts)
+    for plot in ("accuracy-iid.png", "accuracy-digit.png", "events.png"):
+        assert (out / plot).read_bytes().startswith(PNG_MAGIC)
+        assert f"]({plot})" in report
+    assert {p.name for p in (out / "runs").iterdir()} == {r.label for r in detsgrad.plan(True)}
+
+
+def test_the_accuracies_and_their_verdicts_are_the_runs(out):
+    report = (out / "report.md").read_text()
+    central = _summary(out, "centralized")["accuracy"]["mean"]
+    for number, split in enumerate(detsgrad.SPLITS, 1):
+        section = _section(report, number)
+        agents = _summary(out, f"detsgrad-{split}")["accuracy"]["per_agent"]
+        dsgd = _summary(out, f"dsgd-{split}")["accuracy"]["per_agent"]
+        for agent, (mine, theirs) in enumerate(zip(agents, dsgd, strict=True)):
+            assert f"| {agent} | {percent(mine)} | {percent(theirs)} |" in section
+        assert f"| centralized SGD | {percent(central)} |" in section
+        holds = 100 * (central - min(agents)) <= detsgrad.TOLERANCE_POINTS
+        verdict = "holds" if holds else "not comparable (quick run)"
+        assert f"{VERDICT_PREFIX} {verdict}\n" in section
+
+
+def test_the_messages_and_events_are_the_runs(out):
+    report = (out / "report.md").read_text()
+    section = _section(report, 3)
+    for split in detsgrad.SPLITS:
+        mine, theirs = _summary(out, f"detsgrad-{split}"), _summary(out, f"dsgd-{split}")
+        ratio = mine["messages"] / theirs["messages"]
+        assert f"| {mine['events']:,} | {mine['messages']:,} | {theirs['messages']:,} | " in section
+        assert f"{100 * ratio:.1f} %" in section
+    events = _summary(out, "detsgrad-digit")["events_per_agent"]
+    section = _section(report, 4)
+    for agent, total in enumerate(events):
+        assert f"| {agent} | " in section and f" | {total} |" in section
+    assert f"fired {min(events):,} to {max(events):,} events" in section
