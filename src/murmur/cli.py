@@ -11,9 +11,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from murmur.errors import UsageError
+
+if TYPE_CHECKING:
+    from murmur.config import Config
 
 
 class _Parser(argparse.ArgumentParser):
@@ -189,12 +192,23 @@ def _run(source: str, overrides: list[str], out: str | None, progress: bool) -> 
             config, run_dir, name=label, preset=experiment.name, progress=progress, setup=setup
         )
         summaries.append(result.to_dict())
+        _warn_caps(label, summaries[-1], config)
     table = format_table(summaries)
     print(table)
     if several:
         (root / "comparison.md").write_text(format_table(summaries, markdown=True) + "\n")
         print(f"\nruns in {root}; plots: murmur report {root}")
     return 0
+
+
+def _warn_caps(label: str, summary: dict[str, Any], config: Config) -> None:
+    """A layer-wise run's layers that stopped at their cap, one line each on stderr."""
+    from murmur.algorithms.ssfn import LayerwiseConfig
+    from murmur.training.layerwise import cap_warnings
+
+    if isinstance(config.algorithm, LayerwiseConfig):
+        for line in cap_warnings(summary, config.algorithm):
+            sys.stderr.write(f"murmur: {label}: {line}\n")
 
 
 def _run_distributed(
@@ -214,6 +228,7 @@ def _run_distributed(
     )
     if result.run_dir is not None:
         print(format_table([result.to_dict()]))
+        _warn_caps(label, result.to_dict(), config)
     return 0
 
 

@@ -29,7 +29,7 @@ NODES = 4
 
 
 def _node(regularizer, eta: float) -> ArockNode:
-    node = ArockNode(0, GRAM, CROSS, [1, 2], regularizer, NODES, GAMMA, eta, quota=10)
+    node = ArockNode(0, GRAM, CROSS, [1, 2], regularizer, NODES, GAMMA, eta, cap=10)
     node.inbox = {j: block.clone() for j, block in INBOX.items()}
     node.own = {j: block.clone() for j, block in OWN.items()}
     return node
@@ -80,8 +80,16 @@ def test_a_ball_that_does_not_bind_adds_no_ridge_and_eta_one_takes_the_full_step
 # ---------------------------------------------------------------- the node's state machine
 
 
-def _machine(quota: int = 2) -> ArockNode:
-    return ArockNode(0, GRAM, CROSS, [1, 2], Ridge(8.0), NODES, GAMMA, 0.5, quota=quota)
+def _machine(cap: int = 2, tolerance: float = 0.0) -> ArockNode:
+    return ArockNode(0, GRAM, CROSS, [1, 2], Ridge(8.0), NODES, GAMMA, 0.5, cap, tolerance)
+
+
+SETTLED, BUSY = 1, 0
+"""The last bit of a stamp: its sender is settled."""
+
+
+def _stamp(update: int, settled: int) -> int:
+    return 2 * update + settled
 
 
 def test_a_node_starts_by_updating_then_waits_for_news():
@@ -98,31 +106,41 @@ def test_news_is_taken_only_when_newer_and_only_from_neighbours():
     node = _machine()
     node.update()
     block = torch.ones(2, 2, dtype=torch.float64)
-    assert node.receive(1, 0, block)
+    assert node.receive(1, _stamp(0, BUSY), block)
     assert node.next_action() == "update"
-    assert not node.receive(1, 0, 2 * block)  # same stamp: the first one stays
+    assert not node.receive(1, _stamp(0, BUSY), 2 * block)  # same stamp: the first one stays
     assert torch.equal(node.inbox[1], block)
     assert not node.receive(3, 5, block)  # not a neighbour
     assert node.stamps == {1: 0, 2: -1}
 
 
-def test_a_node_answers_without_news_once_its_neighbours_made_the_quota_and_then_finishes():
-    """Neighbours done (stamp quota - 1): update without news until the own quota, then done;
+def test_stamps_count_updates_and_say_whether_the_node_is_settled():
+    """Cap 2, no tolerance: the first update's stamp is 2 x 0 + busy, the second's
+    2 x 1 + settled (the cap is reached)."""
+    node = _machine(cap=2)
+    node.update()
+    assert node.stamp == _stamp(0, BUSY) and not node.settled
+    node.update()
+    assert node.stamp == _stamp(1, SETTLED) and node.settled
+
+
+def test_a_node_answers_without_news_once_its_neighbours_are_settled_and_then_finishes():
+    """Neighbours settled: update without news until settled (the cap here), then done;
     a done node takes no more news."""
-    node = _machine(quota=2)
+    node = _machine(cap=2)
     node.update()
     for j in (1, 2):
-        node.receive(j, 1, torch.zeros(2, 2, dtype=torch.float64))
+        node.receive(j, _stamp(1, SETTLED), torch.zeros(2, 2, dtype=torch.float64))
     node.update()  # the news
     assert node.updates == 2 and node.next_action() == "done"
-    assert not node.receive(1, 5, torch.zeros(2, 2, dtype=torch.float64))
+    assert not node.receive(1, _stamp(5, SETTLED), torch.zeros(2, 2, dtype=torch.float64))
 
 
-def test_a_node_short_of_its_quota_keeps_updating_for_finished_neighbours():
-    """Every neighbour finished: the node updates again and again without news."""
-    node = _machine(quota=3)
+def test_a_node_that_is_not_settled_keeps_updating_for_settled_neighbours():
+    """Every neighbour settled: the node updates again and again without news."""
+    node = _machine(cap=3)
     for j in (1, 2):
-        node.receive(j, 2, torch.zeros(2, 2, dtype=torch.float64))
+        node.receive(j, _stamp(2, SETTLED), torch.zeros(2, 2, dtype=torch.float64))
     actions = []
     while (action := node.next_action()) != "done":
         actions.append(action)
@@ -130,13 +148,37 @@ def test_a_node_short_of_its_quota_keeps_updating_for_finished_neighbours():
     assert actions == ["update"] * 3
 
 
+def test_with_settled_neighbours_a_node_stops_on_the_tolerance_before_its_cap():
+    """Fixed inbox: the blocks converge geometrically (by 1 - eta / 2 per update here),
+    so the residual meets 1e-6 well before the cap of 1000 and the node is done."""
+    node = _machine(cap=1000, tolerance=1e-6)
+    for j in (1, 2):
+        node.receive(j, _stamp(0, SETTLED), torch.full((2, 2), 0.5, dtype=torch.float64))
+    residuals = []
+    while node.next_action() != "done":
+        node.update()
+        residuals.append(node.residual)
+    assert node.updates < 100 and residuals[-1] <= 1e-6 < residuals[-2]
+    assert node.stamp % 2 == SETTLED
+
+
+def test_a_busy_neighbour_is_waited_for():
+    """A neighbour whose last stamp says busy keeps a settled node from finishing."""
+    node = _machine(cap=1)
+    node.update()
+    node.receive(1, _stamp(0, SETTLED), torch.zeros(2, 2, dtype=torch.float64))
+    node.receive(2, _stamp(0, BUSY), torch.zeros(2, 2, dtype=torch.float64))
+    node.update()
+    assert node.settled and node.waiting_on() == [2] and node.next_action() == "wait"
+
+
 def test_a_dropped_neighbour_leaves_the_problem_and_is_no_longer_waited_for():
     """Dropping the silent neighbour lets the node finish with the other one."""
-    node = _machine(quota=1)
+    node = _machine(cap=1)
     node.update()
-    node.receive(1, 0, torch.zeros(2, 2, dtype=torch.float64))
+    node.receive(1, _stamp(0, SETTLED), torch.zeros(2, 2, dtype=torch.float64))
     node.update()
-    assert node.next_action() == "wait"  # neighbour 2 has not made its quota
+    assert node.next_action() == "wait"  # neighbour 2 is not settled
     node.drop(2)
     assert node.neighbours == [1] and node.next_action() == "done"
 
@@ -173,7 +215,7 @@ def test_a_binding_ball_with_small_curvature_scales_the_free_solution_onto_the_s
 
 def test_the_update_count_grows_by_one_per_update():
     """Three updates are stamped 0, 1, 2 and counted as 3."""
-    node = _machine(quota=5)
+    node = _machine(cap=5)
     for _ in range(3):
         node.update()
     assert node.updates == 3

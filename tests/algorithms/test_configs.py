@@ -85,9 +85,20 @@ def test_layerwise_configs_name_the_key_and_accept_the_smallest_valid_sizes():
 
 
 def test_gossip_rounds_and_the_relaxation_step_have_inclusive_bounds():
-    """gossip_rounds >= 1 (1 allowed); eta in (0, 1] (1 allowed, 0 and above 1 refused)."""
-    _refused(DssfnConfig, "algorithm.gossip_rounds must be at least 1, not 0", gossip_rounds=0)
+    """gossip_rounds >= 1 (1 allowed) or "auto"; eta in (0, 1] (1 allowed, 0 and above 1
+    refused); the tolerances and the gossip cap likewise."""
+    _refused(
+        DssfnConfig, 'algorithm.gossip_rounds must be at least 1 or "auto", not 0', gossip_rounds=0
+    )
     DssfnConfig(gossip_rounds=1)
+    DssfnConfig(gossip_rounds="auto", tolerance=0.0)
+    _refused(
+        DssfnConfig,
+        "algorithm.consensus_tolerance must be in (0, 1), not 0.0",
+        consensus_tolerance=0.0,
+    )
+    _refused(DssfnConfig, "algorithm.gossip_cap must be at least 1, not 0", gossip_cap=0)
+    _refused(SsfnConfig, "algorithm.tolerance must be in [0, 1), not -1e-05", tolerance=-1e-5)
     _refused(DssfnAsyncConfig, "algorithm.eta must be in (0, 1], not 0.0", eta=0.0)
     _refused(DssfnAsyncConfig, "algorithm.eta must be in (0, 1], not 1.5", eta=1.5)
     DssfnAsyncConfig(eta=1.0)

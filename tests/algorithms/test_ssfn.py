@@ -91,7 +91,7 @@ def test_admm_single_matches_direct_solution_with_active_constraint(seed):
     free = frobenius(direct_ball(gram, cross, None))
     radius = 0.4 * free
     assert free > radius  # the constraint binds
-    result = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=400)
+    result = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=400).output
     assert relative_error(result, direct_ball(gram, cross, radius)) <= 1e-6
     assert frobenius(result) == pytest.approx(radius, rel=1e-6)
 
@@ -101,7 +101,7 @@ def test_admm_single_with_inactive_constraint_is_least_squares(seed):
     inputs, targets, gram, cross = random_problem(seed)
     least_squares = torch.linalg.lstsq(inputs, targets).solution.T
     radius = 2.0 * frobenius(least_squares)
-    result = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=400)
+    result = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=400).output
     assert relative_error(result, least_squares) <= 1e-6
     assert relative_error(result, direct_ball(gram, cross, radius)) <= 1e-6
 
@@ -226,7 +226,15 @@ MU = 0.1
 """With alpha = 0.5 the norm bound binds at layers 1 and 2 (multiplier ~ 20), which
 conditions those layers' problems well enough for one mu to converge at every layer."""
 RADIUS = ALPHA * math.sqrt(2 * CLASSES)
-LAYER_ARGS = {"lam": LAM, "alpha": ALPHA, "layers": LAYERS, "nodes": RANDOM_NODES, "mu": MU}
+LAYER_ARGS = {
+    "lam": LAM,
+    "alpha": ALPHA,
+    "layers": LAYERS,
+    "nodes": RANDOM_NODES,
+    "mu": MU,
+    "tolerance": 0.0,
+}
+"""Fixed iteration counts (no early stop), so that messages can be counted exactly."""
 
 
 def _classification(seed: int):
@@ -440,9 +448,22 @@ def test_admm_can_return_its_last_iterate_which_may_leave_the_ball(seed):
     iterate O, from which it was projected, lies outside and converges to it."""
     _, _, gram, cross = random_problem(seed)
     radius = 0.4 * frobenius(direct_ball(gram, cross, None))
-    projected = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=3)
-    iterate = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=3, iterate=True)
+    projected = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=3).output
+    iterate = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=3, iterate=True).output
     assert frobenius(projected) == pytest.approx(radius, rel=1e-9)
     assert frobenius(iterate) > radius * 1.01
-    converged = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=400, iterate=True)
+    converged = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=400, iterate=True).output
     assert relative_error(converged, direct_ball(gram, cross, radius)) <= 1e-5
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_admm_stops_on_its_tolerance_near_the_optimum_and_says_how_long_it_took(seed):
+    """Tolerance 1e-9: it stops well before the cap of 5000 with the residual met and the
+    answer within 1e-6 of the direct solution; tolerance 0 runs every iteration."""
+    _, _, gram, cross = random_problem(seed)
+    radius = 0.4 * frobenius(direct_ball(gram, cross, None))
+    found = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=5000, tolerance=1e-9)
+    assert found.iterations < 5000 and found.residual <= 1e-9
+    assert relative_error(found.output, direct_ball(gram, cross, radius)) <= 1e-6
+    capped = admm_single(gram, cross, radius, mu=1.0 / 60.0, iterations=7, tolerance=0.0)
+    assert capped.iterations == 7 and capped.residual > 0

@@ -23,7 +23,7 @@ def test_the_ridge_solution_adds_lambda_in_full_precision():
 def test_one_admm_step_with_a_loose_ball_is_c_times_the_regularized_inverse():
     """From zero split and dual: O = C (G + I / mu)^-1, 1/3 in float64; the ball is loose."""
     expected = torch.linalg.solve(GRAM + torch.eye(3, dtype=F64) / 3.0, CROSS.T).T
-    result = admm_single(GRAM, CROSS, radius=100.0, mu=3.0, iterations=1)
+    result = admm_single(GRAM, CROSS, radius=100.0, mu=3.0, iterations=1).output
     torch.testing.assert_close(result, expected, rtol=1e-13, atol=0.0)
 
 

@@ -136,6 +136,7 @@ SMALL_DSSFN = [
     "--set=algorithm.nodes=20",
     "--set=algorithm.admm_iterations=5",
     "--set=algorithm.gossip_rounds=2",
+    "--set=algorithm.tolerance=0",
 ]
 LONG_DSSFN = [
     "--set=topology.agents=4",
@@ -143,6 +144,7 @@ LONG_DSSFN = [
     "--set=algorithm.nodes=20",
     "--set=algorithm.admm_iterations=5000",
     "--set=algorithm.gossip_rounds=2",
+    "--set=algorithm.tolerance=0",
 ]
 
 
@@ -180,6 +182,35 @@ def test_sync_dssfn_through_murmur_run_gives_the_simulators_run(tmp_path):
         for key in ("test_loss", "train_nme", "consensus_distance"):
             assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), key
     torch.testing.assert_close(torch.load(params), simulated.parameters, rtol=1e-9, atol=1e-12)
+
+
+CONVERGING_DSSFN = [
+    "--set=topology.agents=4",
+    "--set=algorithm.layers=1",
+    "--set=algorithm.nodes=20",
+    "--set=algorithm.admm_iterations=400",
+    "--set=algorithm.mu=0.1",
+    "--set=algorithm.tolerance=1e-3",
+    "--set=algorithm.gossip_rounds=auto",
+    "--set=algorithm.consensus_tolerance=1e-4",
+]
+
+
+def test_sync_dssfn_that_stops_on_its_tolerances_agrees_with_the_simulator(tmp_path):
+    """Auto gossip and ADMM's tolerance take their stopping sums by all-reduce: every rank
+    stops at the simulator's iteration and round, with its messages and its accuracy."""
+    out = tmp_path / "distributed"
+    argv = ["run", "dssfn-vowel", *CONVERGING_DSSFN, "--runtime", "distributed", "--out", str(out)]
+    report, stderr = drive(tmp_path, [*argv, "--quiet", "--timeout", "20"], world=4)
+    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
+    ((_, config),) = load_experiment("dssfn-vowel", [item[6:] for item in CONVERGING_DSSFN]).runs
+    expected = run(config, None).to_dict()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["unconverged_layers"] == expected["unconverged_layers"] == []
+    steps = [(r["solver_steps"], r["gossip_rounds"]) for r in summary["layer_reports"]]
+    assert steps == [(r["solver_steps"], r["gossip_rounds"]) for r in expected["layer_reports"]]
+    assert all(1 < s < 400 and g > s for s, g in steps)
+    assert (summary["messages"], summary["accuracy"]) == (expected["messages"], expected["accuracy"])
 
 
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])

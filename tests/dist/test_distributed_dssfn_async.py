@@ -34,6 +34,7 @@ mu = 0.1
 layers = {layers}
 nodes = 6
 admm_iterations = {updates}
+tolerance = 0
 """
 
 
@@ -45,6 +46,27 @@ def write_config(folder: Path, name: str, updates: int, layers: int = 2, graph: 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return float((actual - expected).norm() / expected.norm())
+
+
+def test_four_processes_stop_on_their_tolerance_near_centralized_ssfn(tmp_path):
+    """Tolerance 1e-7 with a cap of 5000 updates (and mu = 1e-3, with which every layer
+    converges quickly): the pushes tell neighbours who is settled, every layer ends
+    before the cap, and every node is within 1e-3 of the centralized solution."""
+    path = write_config(tmp_path, "dssfn-async", updates=5000)
+    text = path.read_text().replace("tolerance = 0", "tolerance = 1e-7")
+    path.write_text(text.replace("mu = 0.1", "mu = 0.001"))
+    out, params = tmp_path / "run", tmp_path / "params.pt"
+    argv = ["run", str(path), "--runtime", "distributed", "--out", str(out), "--quiet"]
+    report, stderr = drive(tmp_path, [*argv, "--timeout", "20"], world=4, params=params)
+    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
+    assert all(text == "" for text in stderr.values()), stderr
+    ((_, central),) = load_experiment(str(write_config(tmp_path, "ssfn", updates=3000))).runs
+    expected = run(central).parameters[0]
+    errors = [relative_error(output, expected) for output in torch.load(params)]
+    assert max(errors) < 1e-3, errors
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["unconverged_layers"] == []
+    assert all(0 < r["solver_steps"] < 5000 for r in summary["layer_reports"])
 
 
 def test_four_processes_reach_centralized_ssfn(tmp_path):

@@ -27,7 +27,8 @@ def _network() -> SimulatedNetwork:
 
 
 def test_synchronous_rounds_wait_for_the_slowest_node_and_one_message_per_gossip_round():
-    """setup + iterations x (update + rounds x (message + mix)), each at the slowest node."""
+    """setup + iterations x update + rounds x (message + mix), each at the slowest node
+    (``rounds``: all iterations together)."""
     network = _network()
     network.work_in_rounds(
         RoundsWork(
@@ -35,7 +36,7 @@ def test_synchronous_rounds_wait_for_the_slowest_node_and_one_message_per_gossip
             update_flops=50.0,
             mix_flops=[10.0, 10.0, 10.0],
             message_bytes=20,
-            rounds=2,
+            rounds=6,
             iterations=3,
         )
     )
@@ -43,7 +44,7 @@ def test_synchronous_rounds_wait_for_the_slowest_node_and_one_message_per_gossip
     update = 50.0 / 50.0  # the slowest node (speed 0.5)
     mix = 10.0 / 50.0
     message = 0.5 + 20 / 10.0
-    expected = setup + 3 * (update + 2 * (message + mix))
+    expected = setup + 3 * update + 6 * (message + mix)
     assert network.virtual_seconds == pytest.approx(expected)
     assert network.ready == [pytest.approx(expected)] * 3
 
@@ -79,6 +80,10 @@ class _Scripted:
     def update(self) -> dict[int, torch.Tensor]:
         self.updates += 1
         return {self.neighbour: torch.zeros(1)}
+
+    @property
+    def stamp(self) -> int:
+        return self.updates - 1
 
     def next_action(self) -> str:
         return self.actions.pop(0)
@@ -134,7 +139,7 @@ def test_the_transport_of_a_layer_counts_on_the_networks_counters():
 
 
 def test_a_single_gossip_round_costs_one_message_and_one_mix_per_iteration():
-    """rounds = 1: iterations x (update + message + mix) at the slowest node."""
+    """One round per iteration (two in all): iterations x (update + message + mix)."""
     network = _network()
     network.work_in_rounds(
         RoundsWork(
@@ -142,7 +147,7 @@ def test_a_single_gossip_round_costs_one_message_and_one_mix_per_iteration():
             update_flops=50.0,
             mix_flops=[10.0] * 3,
             message_bytes=20,
-            rounds=1,
+            rounds=2,
             iterations=2,
         )
     )

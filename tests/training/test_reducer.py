@@ -67,6 +67,10 @@ def test_a_layer_record_takes_the_nme_of_the_summed_residuals_and_the_spread_of_
         train_accuracy=[0.25, 0.75],
         train_residual=[1.0, 3.0],
         train_target=[20.0, 20.0],
+        steps=[40, 50],
+        rounds=[400, 500],
+        residual=[1e-5, 2e-5],
+        converged=[True, False],
     )
     outputs = torch.tensor([[[1.0, 0.0]], [[3.0, 0.0]]], dtype=torch.float64)
     record = layer_record(2, rows, width=2, admm_iterations=50, outputs=outputs, wall_seconds=0.5)
@@ -75,6 +79,10 @@ def test_a_layer_record_takes_the_nme_of_the_summed_residuals_and_the_spread_of_
     assert record["train_accuracy_mean"] == pytest.approx(0.5)
     assert (record["layer"], record["width"], record["admm_iterations"]) == (2, 2, 50)
     assert record["messages"] == 12 and record["events_per_agent"] == [3, 3]
+    # sqrt(mean ||O_m - O_bar||^2) / ||O_bar|| = 1 / 2; the slowest node's work; all converged?
+    assert record["relative_consensus_distance"] == pytest.approx(0.5)
+    assert (record["solver_steps"], record["gossip_rounds"]) == (50, 500)
+    assert record["residual"] == 2e-5 and record["converged"] is False
 
 
 def test_an_outcome_counts_the_saving_against_every_agent_sending_every_round():
@@ -125,7 +133,7 @@ def test_an_sgd_record_has_exactly_the_schema_fields():
 
 def test_a_layer_record_has_exactly_the_schema_fields():
     """Every key of a layer record, with its value, virtual clock included."""
-    rows = LayerRows([1.0], [0.5], [2], [4], [32], [0.75], [1.0], [100.0])
+    rows = LayerRows([1.0], [0.5], [2], [4], [32], [0.75], [1.0], [100.0], [7], [0], [1e-6], [True])
     outputs = torch.ones(1, 1, 2, dtype=torch.float64)
     record = layer_record(
         1, rows, width=4, admm_iterations=9, outputs=outputs, wall_seconds=0.5, virtual_seconds=3.0
@@ -144,6 +152,11 @@ def test_a_layer_record_has_exactly_the_schema_fields():
         "train_accuracy_mean": 0.75,
         "train_nme": pytest.approx(-20.0),
         "consensus_distance": 0.0,
+        "relative_consensus_distance": 0.0,
+        "solver_steps": 7,
+        "gossip_rounds": 0,
+        "residual": 1e-6,
+        "converged": True,
         "events": 2,
         "messages": 4,
         "bytes": 32,
@@ -175,7 +188,7 @@ def test_an_outcome_keeps_the_topology_iterations_and_the_run_fields():
 
 def test_a_layer_record_refuses_residuals_and_targets_of_different_node_counts():
     """One residual and one target per node, or an error."""
-    rows = LayerRows([1.0], [0.5], [0], [0], [0], [1.0], [1.0, 2.0], [4.0])
+    rows = LayerRows([1.0], [0.5], [0], [0], [0], [1.0], [1.0, 2.0], [4.0], [1], [0], [0.0], [True])
     with pytest.raises(ValueError):
         layer_record(
             0, rows, width=1, admm_iterations=1, outputs=torch.ones(1, 1, 1), wall_seconds=0

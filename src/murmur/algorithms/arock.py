@@ -23,11 +23,15 @@ all has arrived since its last update does it sleep until the next message
 its quota, since those send only in answer. At a fixed point every x_i is
 the same minimizer of sum_m f_m, the centralized solution.
 
-Each node makes at least ``admm_iterations`` updates per layer (its quota).
-After that it only answers news, until every neighbour has made its quota too
-(each message carries its sender's update count); then it starts the next
-layer on its own, whatever the rest of the network is doing. A slow node thus
-gets answers from its faster neighbours for as long as it needs them, and
+A node is settled once its fixed-point residual ||z_i - T(z)_i|| / ||z_i||
+after its latest update is at most ``tolerance``, or once it has made
+``admm_iterations`` updates (the cap); every push says whether its sender is
+settled (the stamp is 2 x update number + settled, so it still only grows). A
+node whose neighbours are all settled keeps updating without news until it is
+settled too (its inbox no longer moves, so its blocks converge); a node that is
+settled and hears that every neighbour is too is done with the layer and starts
+the next one on its own, whatever the rest of the network is doing. A slow node
+thus gets answers from its faster neighbours for as long as it needs them, and
 nobody ever waits for a round to end.
 
 The same :class:`ArockNode` state machine and the same rule run every node on
@@ -43,8 +47,15 @@ from dataclasses import dataclass
 
 import torch
 
-from murmur.algorithms.protocols import AsyncWork, LayerNetwork
-from murmur.algorithms.ssfn import Ball, LayerwiseConfig, Regularizer, matmul_flops
+from murmur.algorithms.protocols import AsyncWork, LayerNetwork, LayerSolution
+from murmur.algorithms.ssfn import (
+    Ball,
+    LayerwiseConfig,
+    Regularizer,
+    converged,
+    matmul_flops,
+    tolerance_met,
+)
 from murmur.errors import UsageError
 from murmur.topology import Graph
 
@@ -98,8 +109,8 @@ class ArockNode:
     blocks z_{e,j}, the blocks z_{e,i} its neighbours last pushed, its update count
     and its closed-form update. The runtime tells it what arrived (``receive``) and
     who failed (``drop``), asks it what to do next (``next_action``) and carries the
-    blocks ``update`` returns. The same object serves the simulated network and a
-    real process."""
+    blocks ``update`` returns, with ``stamp``. The same object serves the simulated
+    network and a real process."""
 
     def __init__(
         self,
@@ -111,13 +122,14 @@ class ArockNode:
         nodes: int,
         gamma: float,
         eta: float,
-        quota: int,
+        cap: int,
+        tolerance: float = 0.0,
     ) -> None:
         self.index = index
         values, self.basis = torch.linalg.eigh(gram)
         self.values = values.clamp(min=0.0)
         self.cross2 = 2.0 * cross
-        self.gamma, self.eta, self.quota = gamma, eta, quota
+        self.gamma, self.eta, self.cap, self.tolerance = gamma, eta, cap, tolerance
         self.ridge = 0.0 if isinstance(regularizer, Ball) else regularizer.lam / nodes
         self.radius = regularizer.radius if isinstance(regularizer, Ball) else None
         self.own = {j: torch.zeros_like(cross) for j in neighbours}
@@ -125,8 +137,11 @@ class ArockNode:
         self.inbox = {j: torch.zeros_like(cross) for j in neighbours}
         """z_{e,i} as neighbour j last pushed it."""
         self.stamps = dict.fromkeys(neighbours, -1)
-        """Each neighbour's newest update number heard (-1: nothing yet)."""
+        """Each neighbour's newest stamp heard (2 x update number + settled; -1: nothing
+        yet)."""
         self.updates = 0
+        self.residual = float("inf")
+        """||z_i - T(z)_i|| / ||z_i|| at the latest update."""
         self.fresh = True
         """Something arrived since the current update began (a node starts at once)."""
         self.finished = False
@@ -140,9 +155,21 @@ class ArockNode:
     def solution(self) -> torch.Tensor:
         return self.x
 
+    @property
+    def settled(self) -> bool:
+        """The latest update met the tolerance, or the cap is reached."""
+        return self.updates >= self.cap or (
+            self.updates > 0 and tolerance_met(self.residual, self.tolerance)
+        )
+
+    @property
+    def stamp(self) -> int:
+        """What the latest update's pushes carry: 2 x its number (from 0) + settled."""
+        return 2 * (self.updates - 1) + int(self.settled)
+
     def receive(self, sender: int, stamp: int, block: torch.Tensor) -> bool:
-        """Take neighbour ``sender``'s block of its update ``stamp``; an older message
-        never overwrites a newer one, and nothing is taken once the layer is done."""
+        """Take neighbour ``sender``'s block with its ``stamp``; an older message never
+        overwrites a newer one, and nothing is taken once the layer is done."""
         if self.finished or sender not in self.stamps or stamp <= self.stamps[sender]:
             return False
         self.stamps[sender] = stamp
@@ -156,14 +183,18 @@ class ArockNode:
         self.inbox.pop(neighbour, None)
         self.stamps.pop(neighbour, None)
 
+    def waiting_on(self) -> list[int]:
+        """The neighbours not known to be settled."""
+        return [j for j, stamp in self.stamps.items() if not _settled(stamp)]
+
     def next_action(self) -> str:
-        """Done once this node and every neighbour made the quota (a message's stamp is
-        its sender's update count); update on news, or with no news once every
-        neighbour made its quota (they only answer then); else wait for news."""
-        if layer_done(self.updates, self.stamps, self.quota):
+        """Done once this node and every neighbour are settled; update on news, or with
+        no news once every neighbour is settled (they only answer then); else wait."""
+        calm = not self.waiting_on()
+        if self.settled and calm:
             self.finished = True
             return "done"
-        if self.fresh or neighbours_done(self.stamps, self.quota):
+        if self.fresh or calm:
             return "update"
         return "wait"
 
@@ -174,21 +205,20 @@ class ArockNode:
         rotated = (self.cross2 - incoming) @ self.basis
         curvature = 2.0 * self.values + self.gamma * len(self.own) + 2.0 * self.ridge
         self.x = ball_constrained_solve(rotated, curvature, self.basis, self.radius)
+        moved = size = 0.0
         for j, block in self.own.items():
             target = (block - self.inbox[j]) / 2.0 - self.gamma * self.x
-            self.own[j] = block - self.eta * (block - target)
+            new = block - self.eta * (block - target)
+            moved += float((new - block).square().sum())
+            size += float(new.square().sum())
+            self.own[j] = new
         self.updates += 1
+        self.residual = (moved / max(size, 1e-300)) ** 0.5 / self.eta if self.own else 0.0
         return self.own
 
 
-def layer_done(updates: int, stamps: dict[int, int], quota: int) -> bool:
-    """A node is done with a layer once it and every neighbour have made the quota of
-    updates (``stamps``: each neighbour's newest update number, counted from 0)."""
-    return updates >= quota and neighbours_done(stamps, quota)
-
-
-def neighbours_done(stamps: dict[int, int], quota: int) -> bool:
-    return all(stamp >= quota - 1 for stamp in stamps.values())
+def _settled(stamp: int) -> bool:
+    return stamp >= 0 and stamp % 2 == 1
 
 
 class AsyncSolver:
@@ -199,7 +229,8 @@ class AsyncSolver:
     def __init__(self, config: DssfnAsyncConfig, graph: Graph) -> None:
         self.gamma = 2.0 / config.mu
         self.eta = config.eta
-        self.iterations_per_layer = config.admm_iterations
+        self.cap = config.admm_iterations
+        self.tolerance = config.tolerance
         self.graph = graph
 
     def solve(
@@ -209,7 +240,7 @@ class AsyncSolver:
         regularizer: Regularizer,
         setup_flops: list[float],
         network: LayerNetwork,
-    ) -> torch.Tensor:
+    ) -> LayerSolution:
         _, classes, width = crosses.shape
         live = network.live_neighbours
         nodes = [
@@ -222,7 +253,8 @@ class AsyncSolver:
                 self.graph.agents,
                 self.gamma,
                 self.eta,
-                self.iterations_per_layer,
+                self.cap,
+                self.tolerance,
             )
             for local, index in enumerate(network.local_nodes)
         ]
@@ -233,4 +265,10 @@ class AsyncSolver:
             dtype=crosses.dtype,
         )
         network.run_async(nodes, work)
-        return torch.stack([node.solution for node in nodes])
+        return LayerSolution(
+            outputs=torch.stack([node.solution for node in nodes]),
+            steps=[node.updates for node in nodes],
+            rounds=[0] * len(nodes),
+            residual=[node.residual for node in nodes],
+            converged=[converged(node.residual, self.tolerance) for node in nodes],
+        )

@@ -7,10 +7,21 @@ its shard's layer data (G_m, C_m); per layer, every ADMM iteration is
     Z_m   = prox( node m's gossip estimate of mean_j (O_j + Lam_j) )
     Lam_m = Lam_m + O_m - Z_m
 
-where the estimate comes from ``gossip_rounds`` rounds of mixing with a doubly
-stochastic H on the graph (Metropolis weights: 1/(d+1) on a d-regular graph),
-and prox is the projection onto ||O||_F <= eps (layers >= 1) or the shrinkage
-of the ridge (layer 0). Every round waits for the slowest node and message.
+where the estimate comes from rounds of mixing with a doubly stochastic H on the
+graph (Metropolis weights: 1/(d+1) on a d-regular graph), and prox is the
+projection onto ||O||_F <= eps (layers >= 1) or the shrinkage of the ridge
+(layer 0). Every round waits for the slowest node and message.
+
+How long each phase runs: a fixed ``gossip_rounds``, or with "auto" until the
+estimates agree within ``consensus_tolerance``: a round that moves the stack of
+estimates E by ||H E - E|| bounds their distance to consensus by
+||H E - E|| / (1 - lambda_2(H)), so gossip stops once that bound is at most the
+tolerance times ||E|| (at most ``gossip_cap`` rounds). Mixing on a sparse graph
+slows as it grows (on a ring 1 - lambda_2 ~ 1/N^2), and so does every phase.
+ADMM stops once its relative primal and dual residuals, summed over the nodes,
+are at most ``tolerance`` (at most ``admm_iterations`` iterations). Both sums are
+the only global numbers a node needs: one all-reduce per round in the
+distributed runtime; the virtual clock counts them as free.
 """
 
 from __future__ import annotations
@@ -20,12 +31,16 @@ from typing import Literal
 
 import torch
 
-from murmur.algorithms.protocols import LayerNetwork, RoundsWork
+from murmur.algorithms.protocols import LayerNetwork, LayerSolution, RoundsWork
 from murmur.algorithms.ssfn import (
     LayerwiseConfig,
     Regularizer,
     consensus_prox,
+    converged,
     matmul_flops,
+    relative_residual,
+    residual_of,
+    tolerance_met,
 )
 from murmur.errors import UsageError
 from murmur.topology import Graph, as_sparse, mixing_matrix
@@ -36,17 +51,36 @@ class DssfnConfig(LayerwiseConfig):
     """Synchronous decentralized SSFN."""
 
     name = "dssfn"
-    gossip_rounds: int = 10
-    """Gossip rounds per ADMM iteration (B); more rounds, closer to exact averaging."""
+    gossip_rounds: int | Literal["auto"] = "auto"
+    """Gossip rounds per ADMM iteration (B), or "auto": until the nodes agree within
+    ``consensus_tolerance``."""
+    consensus_tolerance: float = 1e-5
+    """With auto rounds: the bound on the relative distance of the estimates to their
+    average at which a gossip phase stops."""
+    gossip_cap: int = 5000
+    """With auto rounds: the most rounds of one gossip phase."""
     weights: Literal["metropolis", "uniform"] = "metropolis"
     """Gossip mixing matrix H (uniform = 1/(d+1), regular graphs only)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.gossip_rounds < 1:
+        if self.gossip_rounds != "auto" and self.gossip_rounds < 1:
             raise UsageError(
-                f"algorithm.gossip_rounds must be at least 1, not {self.gossip_rounds}"
+                f"algorithm.gossip_rounds must be at least 1 or \"auto\", not {self.gossip_rounds}"
             )
+        if not 0 < self.consensus_tolerance < 1:
+            raise UsageError(
+                "algorithm.consensus_tolerance must be in (0, 1), "
+                f"not {self.consensus_tolerance}"
+            )
+        if self.gossip_cap < 1:
+            raise UsageError(f"algorithm.gossip_cap must be at least 1, not {self.gossip_cap}")
+
+
+def spectral_gap(mixing: torch.Tensor) -> float:
+    """1 - lambda_2 of a symmetric doubly stochastic H: how fast gossip mixes."""
+    values = torch.linalg.eigvalsh(mixing.to(torch.float64))
+    return float(1.0 - values[-2]) if len(values) > 1 else 1.0
 
 
 class SyncSolver:
@@ -55,8 +89,13 @@ class SyncSolver:
     def __init__(self, config: DssfnConfig, graph: Graph) -> None:
         self.mu = config.mu
         self.rounds = config.gossip_rounds
-        self.iterations_per_layer = config.admm_iterations
-        self.mixing = as_sparse(mixing_matrix(graph, config.weights), dtype=torch.float64)
+        self.cap = config.admm_iterations
+        self.tolerance = config.tolerance
+        self.gossip_cap = config.gossip_cap
+        dense = mixing_matrix(graph, config.weights)
+        self.mixing = as_sparse(dense, dtype=torch.float64)
+        self.agreement = config.consensus_tolerance * spectral_gap(dense)
+        """Stop gossip once ||H E - E|| <= this * ||E||."""
         self.degrees = graph.degrees().tolist()
 
     def solve(
@@ -66,28 +105,34 @@ class SyncSolver:
         regularizer: Regularizer,
         setup_flops: list[float],
         network: LayerNetwork,
-    ) -> torch.Tensor:
+    ) -> LayerSolution:
         """``grams``, ``crosses``: the layer data of the nodes in this process (all of
         them in the simulator, one in the distributed runtime); gossip goes through
-        ``network.transport_for``."""
+        ``network.transport_for``, the stopping rules' sums through ``network.total``."""
         local, classes, width = crosses.shape
         nodes = network.graph.agents
         identity = torch.eye(width, dtype=grams.dtype)
         inverses = torch.cholesky_inverse(torch.linalg.cholesky(grams + identity / self.mu))
         transport = network.transport_for(classes * width, grams.dtype)
-        everyone = torch.ones(local, dtype=torch.bool)
-        rounds = self.rounds if nodes > 1 else 0
         consensus = torch.zeros_like(crosses)
         dual = torch.zeros_like(crosses)
-        for _ in range(self.iterations_per_layer):
+        iterations = rounds = 0
+        residuals = [float("inf")] * local
+        while iterations < self.cap:
             outputs = torch.bmm(crosses + (consensus - dual) / self.mu, inverses)
-            estimate = (outputs + dual).view(local, -1)
-            for _ in range(rounds):
-                transport.broadcast(everyone, estimate)
-                estimate = torch.zeros_like(estimate)
-                transport.mix(self.mixing, out=estimate)
+            estimate, used = self._gossip(transport, (outputs + dual).view(local, -1), network)
+            rounds += used
+            previous = consensus
             consensus = consensus_prox(estimate.view_as(crosses), regularizer, self.mu, nodes)
             dual += outputs - consensus
+            iterations += 1
+            squares = relative_residual(outputs, consensus, previous)
+            if self.tolerance > 0:  # one number for the whole network
+                residuals = [residual_of(network.total(squares))] * local
+                if tolerance_met(residuals[0], self.tolerance):
+                    break
+            elif iterations == self.cap:  # a fixed count: each node's own, nothing to agree
+                residuals = [residual_of(row) for row in squares]
         factor_flops = float(width) ** 3
         network.work_in_rounds(
             RoundsWork(
@@ -96,7 +141,38 @@ class SyncSolver:
                 mix_flops=[2.0 * (degree + 1) * classes * width for degree in self.degrees],
                 message_bytes=classes * width * grams.element_size(),
                 rounds=rounds,
-                iterations=self.iterations_per_layer,
+                iterations=iterations,
             )
         )
-        return consensus
+        return LayerSolution(
+            outputs=consensus,
+            steps=[iterations] * local,
+            rounds=[rounds] * local,
+            residual=residuals,
+            converged=[converged(residual, self.tolerance) for residual in residuals],
+        )
+
+    def _gossip(self, transport, estimate: torch.Tensor, network: LayerNetwork):
+        """Mix ``estimate`` (local nodes, k): a fixed number of rounds, or until the
+        nodes agree; returns the estimate and the rounds used."""
+        if network.graph.agents == 1:
+            return estimate, 0
+        everyone = torch.ones(estimate.shape[0], dtype=torch.bool)
+        fixed = self.rounds != "auto"
+        limit = self.rounds if fixed else self.gossip_cap
+        used = 0
+        while used < limit:
+            transport.broadcast(everyone, estimate)
+            mixed = torch.zeros_like(estimate)
+            transport.mix(self.mixing, out=mixed)
+            used += 1
+            if not fixed:
+                squares = torch.stack(
+                    [(mixed - estimate).square().sum(1), mixed.square().sum(1)], dim=1
+                )
+                moved, size = (float(value) for value in network.total(squares))
+                if moved <= (self.agreement**2) * size:
+                    estimate = mixed
+                    break
+            estimate = mixed
+        return estimate, used

@@ -139,7 +139,7 @@ class RoundsWork:
     message_bytes: int
     """Size of one gossip message."""
     rounds: int
-    """Gossip rounds per iteration (0: nothing is sent)."""
+    """Gossip rounds, all iterations together (0: nothing is sent)."""
     iterations: int
 
 
@@ -169,10 +169,17 @@ class AsyncNode(Protocol):
     index: int
     """The node's index in the graph."""
     updates: int
-    """Updates made so far this layer; the stamp of the next push."""
+    """Updates made so far this layer."""
 
     @property
     def neighbours(self) -> list[int]: ...
+
+    @property
+    def stamp(self) -> int:
+        """What the pushes of the latest update carry; it grows with every update."""
+
+    def waiting_on(self) -> list[int]:
+        """The neighbours whose news this node still needs."""
 
     def receive(self, sender: int, stamp: int, block: torch.Tensor) -> bool:
         """Take a neighbour's block; False if it is older than one already taken."""
@@ -184,7 +191,7 @@ class AsyncNode(Protocol):
         """``"update"``, ``"wait"`` (for news) or ``"done"`` (with this layer)."""
 
     def update(self) -> dict[int, torch.Tensor]:
-        """One update; returns the block to push to each neighbour."""
+        """One update; returns the block to push to each neighbour, with ``stamp``."""
 
     @property
     def solution(self) -> torch.Tensor:
@@ -233,6 +240,11 @@ class LayerNetwork(Protocol):
         """A transport for one gossip phase: values of ``width`` floats, every node
         starting from zeros, messages added to ``counters``."""
 
+    def total(self, values: torch.Tensor) -> torch.Tensor:
+        """The sum over every node of the network of one row of ``values`` per node of
+        this process ((local nodes, k) -> (k,)): what a synchronous solver's stopping
+        rules agree on (in the distributed runtime, one all-reduce of k numbers)."""
+
     def work_alone(self, node: int, flops: float) -> None:
         """Node ``node`` computes ``flops`` operations, nobody waiting on anyone."""
 
@@ -247,12 +259,27 @@ class LayerNetwork(Protocol):
         """Virtual time at which the last node finished (None: real time only)."""
 
 
-class LayerSolver(Protocol):
-    """Solves one layer's problem for the nodes of this process; returns their
-    (local nodes, Q, n) output matrices. ``setup_flops[m]`` is local node m's work
-    to build its layer data before solving; the solver reports it with its own."""
+@dataclass(frozen=True)
+class LayerSolution:
+    """What a layer solver found for the nodes of this process, and how hard it worked:
+    one entry per local node in every list."""
 
-    iterations_per_layer: int
+    outputs: torch.Tensor
+    """(local nodes, Q, n) output matrices."""
+    steps: list[int]
+    """ADMM iterations (synchronous, centralized) or updates (asynchronous) made."""
+    rounds: list[int]
+    """Gossip rounds, all iterations together (0: no gossip)."""
+    residual: list[float]
+    """The final relative residual the stopping rule looked at."""
+    converged: list[bool]
+    """Stopped because the residual met the tolerance (False: the cap stopped it)."""
+
+
+class LayerSolver(Protocol):
+    """Solves one layer's problem for the nodes of this process. ``setup_flops[m]`` is
+    local node m's work to build its layer data before solving; the solver reports it
+    with its own."""
 
     def solve(
         self,
@@ -261,4 +288,4 @@ class LayerSolver(Protocol):
         regularizer: Regularizer,
         setup_flops: list[float],
         network: LayerNetwork,
-    ) -> torch.Tensor: ...
+    ) -> LayerSolution: ...

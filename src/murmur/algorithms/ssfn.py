@@ -23,7 +23,7 @@ from typing import Literal
 
 import torch
 
-from murmur.algorithms.protocols import Ball, LayerNetwork, Regularizer, Ridge
+from murmur.algorithms.protocols import Ball, LayerNetwork, LayerSolution, Regularizer, Ridge
 from murmur.errors import UsageError
 from murmur.sections import AlgorithmConfig
 from murmur.seeding import generator
@@ -44,7 +44,11 @@ class LayerwiseConfig(AlgorithmConfig):
     nodes: int = 500
     """Random nodes per layer (the layer has 2Q more); with grow, the most."""
     admm_iterations: int = 100
-    """ADMM iterations per layer (k_max); asynchronous: updates per node and layer."""
+    """The cap on ADMM iterations per layer (k_max); asynchronous: on updates per node
+    and layer."""
+    tolerance: float = 1e-4
+    """ADMM stops once its relative primal and dual residuals are both at most this
+    (asynchronous: every node's relative fixed-point residual); 0: always run to the cap."""
 
     def __post_init__(self) -> None:
         _positive(self.lam, "algorithm.lam (lambda)")
@@ -56,6 +60,8 @@ class LayerwiseConfig(AlgorithmConfig):
             raise UsageError(f"algorithm.nodes must be at least 1, not {self.nodes}")
         if self.admm_iterations < 1:
             raise UsageError("algorithm.admm_iterations must be at least 1")
+        if not 0 <= self.tolerance < 1:
+            raise UsageError(f"algorithm.tolerance must be in [0, 1), not {self.tolerance}")
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,53 @@ def consensus_prox(values: torch.Tensor, regularizer: Regularizer, mu: float, no
     return values.div_(1.0 + regularizer.lam * mu / nodes)
 
 
+@dataclass(frozen=True)
+class Admm:
+    """ADMM's answer for one node: the output matrix, the iterations it took and its
+    final relative residual."""
+
+    output: torch.Tensor
+    iterations: int
+    residual: float
+
+
+def relative_residual(
+    output: torch.Tensor, split: torch.Tensor, previous: torch.Tensor
+) -> torch.Tensor:
+    """Per node of (M, Q, n) stacks, the squares ||O - Z||^2 (primal), ||Z - Z_prev||^2
+    (dual, up to the step 1/mu) and the scales max(||O||^2, ||Z||^2) and ||Z||^2 they are
+    relative to: (M, 4), so that sums over nodes give the network's residuals."""
+    flat = output.flatten(1), split.flatten(1), previous.flatten(1)
+    out_square = flat[0].square().sum(1)
+    split_square = flat[1].square().sum(1)
+    return torch.stack(
+        [
+            (flat[0] - flat[1]).square().sum(1),
+            (flat[1] - flat[2]).square().sum(1),
+            torch.maximum(out_square, split_square),
+            split_square,
+        ],
+        dim=1,
+    )
+
+
+def residual_of(squares: torch.Tensor) -> float:
+    """max(primal / scale, dual / scale) from the summed squares of
+    :func:`relative_residual`."""
+    primal, dual, scale, split = (float(value) for value in squares)
+    return max((primal / max(scale, 1e-300)) ** 0.5, (dual / max(split, 1e-300)) ** 0.5)
+
+
+def tolerance_met(residual: float, tolerance: float) -> bool:
+    """Stop early: a positive tolerance is met (0 means: always run to the cap)."""
+    return tolerance > 0 and residual <= tolerance
+
+
+def converged(residual: float, tolerance: float) -> bool:
+    """What a layer reports: it met its tolerance, or it had none (a fixed count)."""
+    return tolerance == 0 or residual <= tolerance
+
+
 def admm_single(
     gram: torch.Tensor,
     cross: torch.Tensor,
@@ -151,12 +204,15 @@ def admm_single(
     mu: float,
     iterations: int,
     iterate: bool = False,
-) -> torch.Tensor:
+    tolerance: float = 0.0,
+) -> Admm:
     """ADMM of docs/ALGORITHMS.md for min ||T - Y O^T||^2 s.t. ||O||_F <= radius.
 
     A = (G + I/mu)^-1, B = C; repeat: O = (B + (Q + Lam)/mu) A; Q = proj(O - Lam);
-    Lam = Lam + Q - O. Returns Q, which satisfies the constraint, or with
-    ``iterate`` the last O, which may exceed it (what the SSFN authors' code returns).
+    Lam = Lam + Q - O, at most ``iterations`` times, stopping once the relative primal
+    residual ||O - Q|| / max(||O||, ||Q||) and the relative change of Q are both at most
+    ``tolerance``. Returns Q, which satisfies the constraint, or with ``iterate`` the
+    last O, which may exceed it (what the SSFN authors' code returns).
     """
     n = gram.shape[0]
     system = gram + torch.eye(n, dtype=gram.dtype) / mu
@@ -164,11 +220,19 @@ def admm_single(
     inverse = torch.cholesky_inverse(factor)
     split = torch.zeros_like(cross)
     dual = torch.zeros_like(cross)
-    for _ in range(iterations):
+    residual = float("inf")
+    done = 0
+    while done < iterations:
+        previous = split
         output = (cross + (split + dual) / mu) @ inverse
         split = project_ball((output - dual).unsqueeze(0), radius).squeeze(0)
         dual += split - output
-    return output if iterate else split
+        done += 1
+        squares = relative_residual(output[None], split[None], previous[None])[0]
+        residual = residual_of(squares)
+        if tolerance_met(residual, tolerance):
+            break
+    return Admm(output if iterate else split, done, residual)
 
 
 def ridge_solution(gram: torch.Tensor, cross: torch.Tensor, lam: float) -> torch.Tensor:
@@ -188,7 +252,8 @@ class CentralSolver:
 
     def __init__(self, config: LayerwiseConfig) -> None:
         self.mu = config.mu
-        self.iterations_per_layer = config.admm_iterations
+        self.cap = config.admm_iterations
+        self.tolerance = config.tolerance
         self.iterate = isinstance(config, SsfnConfig) and config.output == "iterate"
 
     def solve(
@@ -198,24 +263,34 @@ class CentralSolver:
         regularizer: Regularizer,
         setup_flops: list[float],
         network: LayerNetwork,
-    ) -> torch.Tensor:
-        outputs = []
+    ) -> LayerSolution:
+        outputs, steps, residuals = [], [], []
         for node, (gram, cross) in enumerate(zip(grams, crosses, strict=True)):
             n, classes = gram.shape[0], cross.shape[0]
             if isinstance(regularizer, Ridge):
                 outputs.append(ridge_solution(gram, cross, regularizer.lam))
+                steps.append(0)
+                residuals.append(0.0)
                 flops = n**3 / 3 + matmul_flops(classes, n, n)
             else:
-                outputs.append(
-                    admm_single(
-                        gram,
-                        cross,
-                        regularizer.radius,
-                        self.mu,
-                        self.iterations_per_layer,
-                        iterate=self.iterate,
-                    )
+                found = admm_single(
+                    gram,
+                    cross,
+                    regularizer.radius,
+                    self.mu,
+                    self.cap,
+                    iterate=self.iterate,
+                    tolerance=self.tolerance,
                 )
-                flops = n**3 + self.iterations_per_layer * matmul_flops(classes, n, n)
+                outputs.append(found.output)
+                steps.append(found.iterations)
+                residuals.append(found.residual)
+                flops = n**3 + found.iterations * matmul_flops(classes, n, n)
             network.work_alone(node, setup_flops[node] + flops)
-        return torch.stack(outputs)
+        return LayerSolution(
+            outputs=torch.stack(outputs),
+            steps=steps,
+            rounds=[0] * len(steps),
+            residual=residuals,
+            converged=[converged(residual, self.tolerance) for residual in residuals],
+        )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +79,25 @@ class DistributedNetwork:
         """This node's neighbours still there (an asynchronous run drops failed ones)."""
         return self._neighbourhood().live
 
+    def total(self, values: torch.Tensor) -> torch.Tensor:
+        """This node's row summed over the ranks: one all-reduce, given ``timeout``
+        seconds. If it fails, the failure the gossip's messages name (a lost neighbour,
+        or another rank's ABORT) is raised when it comes within a timeout, else a
+        failure naming no rank."""
+        summed = values.sum(dim=0).clone()
+        group = self.group if self.group is not None else dist.group.WORLD
+        try:
+            work = dist.all_reduce(summed, group=group, async_op=True)
+            if work.wait(timedelta(seconds=self.timeout)) is False:
+                raise RuntimeError(f"no answer within {self.timeout:g} s")
+        except RuntimeError as error:
+            if self._transport is not None:
+                self._transport.raise_failure_within(self.timeout)
+            raise PeerFailure(
+                [], f"the all-reduce of the stopping rule failed ({first_line(error)})"
+            ) from None
+        return summed
+
     def work_alone(self, node: int, flops: float) -> None:
         """Real work takes real time: nothing to add."""
 
@@ -117,10 +137,10 @@ class DistributedNetwork:
             if action == "done":
                 break
             if action == "update":
-                stamp = node.updates
-                channel.push(node.update(), stamp)
+                blocks = node.update()
+                channel.push(blocks, node.stamp)
             else:
-                channel.wait([j for j, stamp in node.stamps.items() if stamp < node.quota - 1])
+                channel.wait(node.waiting_on())
         channel.close()
 
     def _neighbourhood(self) -> Neighbourhood:
@@ -209,6 +229,10 @@ _LAYER_COLUMNS = (
     "messages",
     "bytes",
     "wall",
+    "steps",
+    "rounds",
+    "residual",
+    "converged",
 )
 _LAYER_TOTALS = ("events", "messages", "bytes", "control", "rejected", "train_seconds")
 
@@ -464,6 +488,10 @@ def _layer_row(record: dict[str, Any], rows: LayerRows) -> list[float]:
         rows.messages[0],
         rows.bytes[0],
         record["wall_seconds"],
+        rows.steps[0],
+        rows.rounds[0],
+        rows.residual[0],
+        float(rows.converged[0]),
     ]
 
 
@@ -481,6 +509,10 @@ def _layer_record(at: torch.Tensor, outputs: torch.Tensor) -> dict[str, Any]:
         train_accuracy=column["train_accuracy"].tolist(),
         train_residual=column["train_residual"].tolist(),
         train_target=column["train_target"].tolist(),
+        steps=column["steps"].to(torch.int64).tolist(),
+        rounds=column["rounds"].to(torch.int64).tolist(),
+        residual=column["residual"].tolist(),
+        converged=[bool(value) for value in column["converged"].tolist()],
     )
     return layer_record(
         int(column["layer"][0]),
@@ -517,7 +549,7 @@ def _layer_outcome(
         samples=int(sum(setup.shards[rank].numel() for rank in ranks)),
         parameters=results.outputs[-1],
         extra={
-            **layerwise_extra(trained, records[-1], graph, decentralized=True),
+            **layerwise_extra(trained, records, graph, decentralized=True),
             "runtime": "distributed",
             "world_size": graph.agents,
             "ranks": ranks,

@@ -318,6 +318,18 @@ class Mailbox:
                 raise PeerTimeout(waiting, f"{rank_list(waiting)} {late}")
             self._condition.wait(remaining)
 
+    def raise_failure_within(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for news of a failure (an ABORT, or a neighbour lost) and
+        raise it; return if none came."""
+        deadline = time.monotonic() + timeout
+        with self._condition:
+            while True:
+                self._raise_if_broken(list(self._lost))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._condition.wait(remaining)
+
     def raise_if_aborted(self) -> None:
         """Raise the failure a neighbour reported (ABORT), if one has."""
         with self._condition:

@@ -194,6 +194,10 @@ class DistributedTransport:
             self.control_messages += len(silent.ranks)
             return wait(self.timeout)
 
+    def raise_failure_within(self, timeout: float) -> None:
+        """Raise the failure a neighbour reported or this rank saw within ``timeout``."""
+        self._mailbox.raise_failure_within(timeout)
+
     def abort(self, failed: Sequence[int]) -> None:
         """Best effort: tell the neighbours still alive that rank ``failed[0]`` failed."""
         targets = [n for n in self.neighbours if n not in failed]

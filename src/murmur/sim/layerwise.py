@@ -49,6 +49,9 @@ class SimulatedNetwork:
             self.graph, torch.zeros(self.graph.agents, width, dtype=dtype), counters=self.counters
         )
 
+    def total(self, values: torch.Tensor) -> torch.Tensor:
+        return values.sum(dim=0)
+
     def work_alone(self, node: int, flops: float) -> None:
         self.clock.advance(self.compute.seconds(node, flops))
         self.ready = [self.clock.now] * self.graph.agents
@@ -59,8 +62,9 @@ class SimulatedNetwork:
         update_seconds = compute.round_seconds(work.update_flops)
         mix_seconds = compute.round_seconds(list(work.mix_flops))
         message_seconds = self.links.seconds(work.message_bytes)
-        for _ in range(work.iterations):
-            self.clock.advance(update_seconds + work.rounds * (message_seconds + mix_seconds))
+        self.clock.advance(
+            work.iterations * update_seconds + work.rounds * (message_seconds + mix_seconds)
+        )
         self.ready = [self.clock.now] * self.graph.agents
 
     def run_async(self, nodes: list[AsyncNode], work: AsyncWork) -> None:
@@ -99,8 +103,8 @@ class _AsyncRun:
 
     def _update(self, i: int) -> None:
         node = self.nodes[i]
-        stamp = node.updates
         blocks = node.update()
+        stamp = node.stamp
         seconds = self.network.compute.seconds(node.index, self.work.update_flops)
         arrival = self.clock.now + seconds + self.message_seconds
         for j, block in blocks.items():

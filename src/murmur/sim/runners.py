@@ -95,6 +95,6 @@ def run_layerwise(
         parameters=trained.outputs,
         extra={
             "virtual_seconds": trained.virtual_seconds,
-            **layerwise_extra(trained, trained.last_record, graph, decentralized),
+            **layerwise_extra(trained, trained.records, graph, decentralized),
         },
     )

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from murmur.algorithms.protocols import LayerNetwork, LayerSolver
+from murmur.algorithms.protocols import LayerNetwork, LayerSolution, LayerSolver
 from murmur.algorithms.ssfn import (
     Ball,
     LayerwiseConfig,
@@ -61,6 +61,8 @@ class LayerwiseResult:
     last_record: dict[str, Any]
     rows: list[LayerRows]
     """Every kept layer's per-node measurements, layer 0 first."""
+    records: list[dict[str, Any]]
+    """Every kept layer's record, layer 0 first."""
 
 
 def train_layerwise(
@@ -84,27 +86,29 @@ def train_layerwise(
     grow = isinstance(config, SsfnConfig) and config.grow
     radius = norm_bound(config, classes)
 
-    outputs = _solve(state, solver, Ridge(config.lam), network, [0.0] * nodes)
+    solution = _solve(state, solver, Ridge(config.lam), network, [0.0] * nodes)
+    outputs = solution.outputs
     history = [outputs]
-    record, rows = state.evaluate(0, outputs, network, started, solver.iterations_per_layer)
-    layer_rows = [rows]
+    iterations = max(solution.steps)
+    record, rows = state.evaluate(0, solution, network, started, iterations)
+    layer_rows, records = [rows], [record]
     on_record(record)
     sizes: list[int] = []
-    iterations = solver.iterations_per_layer
     bar = tqdm(total=config.layers, disable=not progress, unit="layer", leave=False)
     for layer in range(1, config.layers + 1):
         grown = _grow_layer if grow else _next_layer
-        next_state, next_outputs, iterations_used = grown(
+        next_state, next_solution, iterations_used = grown(
             state, outputs, solver, network, config, layer, radius, seed
         )
         next_record, rows = next_state.evaluate(
-            layer, next_outputs, network, started, iterations + iterations_used
+            layer, next_solution, network, started, iterations + iterations_used
         )
         gain = _improvement(record["train_nme"], next_record["train_nme"])
         if grow and gain < config.layer_tolerance:
             break
-        state, outputs, record = next_state, next_outputs, next_record
+        state, outputs, record = next_state, next_solution.outputs, next_record
         layer_rows.append(rows)
+        records.append(record)
         iterations += iterations_used
         sizes.append(outputs.shape[2])
         history.append(outputs)
@@ -121,6 +125,7 @@ def train_layerwise(
         admm_iterations=iterations,
         last_record=record,
         rows=layer_rows,
+        records=records,
     )
 
 
@@ -203,13 +208,14 @@ class _LayerState:
     def evaluate(
         self,
         layer: int,
-        outputs: torch.Tensor,
+        solution: LayerSolution,
         network: LayerNetwork,
         started: float,
         iterations: int,
     ) -> tuple[dict[str, Any], LayerRows]:
         """This layer's record and the per-node rows it was made from."""
-        rows = self.measure(outputs, network.counters)
+        outputs = solution.outputs
+        rows = self.measure(solution, network.counters)
         record = layer_record(
             layer,
             rows,
@@ -221,9 +227,10 @@ class _LayerState:
         )
         return record, rows
 
-    def measure(self, outputs: torch.Tensor, counters: MessageCounters) -> LayerRows:
+    def measure(self, solution: LayerSolution, counters: MessageCounters) -> LayerRows:
         """Each node's test accuracy and loss, training accuracy and squared residual
-        on its shard, and message counts."""
+        on its shard, message counts and what solving the layer took."""
+        outputs = solution.outputs
         train_accuracy, test_accuracy, test_loss = [], [], []
         residuals, targets = [], []
         for node, output in enumerate(outputs):
@@ -244,6 +251,10 @@ class _LayerState:
             train_accuracy=train_accuracy,
             train_residual=residuals,
             train_target=targets,
+            steps=list(solution.steps),
+            rounds=list(solution.rounds),
+            residual=list(solution.residual),
+            converged=list(solution.converged),
         )
 
 
@@ -253,19 +264,19 @@ def _solve(
     regularizer: Regularizer,
     network: LayerNetwork,
     extra_flops: list[float],
-) -> torch.Tensor:
+) -> LayerSolution:
     grams, crosses, flops = state.problem()
     setup = [a + b for a, b in zip(flops, extra_flops, strict=True)]
     try:
-        outputs = solver.solve(grams, crosses, regularizer, setup, network)
+        solution = solver.solve(grams, crosses, regularizer, setup, network)
     except torch.linalg.LinAlgError:
-        outputs = None
-    if outputs is None or not bool(torch.isfinite(outputs).all()):
+        solution = None
+    if solution is None or not bool(torch.isfinite(solution.outputs).all()):
         raise UsageError(
             "the layer problem diverged (non-finite output matrices); lower algorithm.mu, "
             "or raise algorithm.gossip_rounds for dssfn"
         )
-    return outputs
+    return solution
 
 
 def _next_layer(state, outputs, solver, network, config, layer, radius, seed, nodes=None):
@@ -276,8 +287,8 @@ def _next_layer(state, outputs, solver, network, config, layer, radius, seed, no
     next_state = state.advanced(outputs, weights)
     width = next_state.inputs[0].shape[1]
     feature_flops = [matmul_flops(y.shape[0], previous, width) for y in state.inputs]
-    next_outputs = _solve(next_state, solver, Ball(radius), network, feature_flops)
-    return next_state, next_outputs, solver.iterations_per_layer
+    solution = _solve(next_state, solver, Ball(radius), network, feature_flops)
+    return next_state, solution, max(solution.steps)
 
 
 def _grow_layer(state, outputs, solver, network, config: SsfnConfig, layer, radius, seed):
@@ -287,14 +298,14 @@ def _grow_layer(state, outputs, solver, network, config: SsfnConfig, layer, radi
     used = 0
     count = 0
     while True:
-        candidate_state, candidate_outputs, iterations = _next_layer(
+        candidate_state, candidate, iterations = _next_layer(
             state, outputs, solver, network, config, layer, radius, seed, nodes=count
         )
         used += iterations
-        error = _train_nme(candidate_state, candidate_outputs)
+        error = _train_nme(candidate_state, candidate.outputs)
         if best is not None and _improvement(best[0], error) < config.node_tolerance:
             break
-        best = (error, candidate_state, candidate_outputs)
+        best = (error, candidate_state, candidate)
         if count >= config.nodes:
             break
         count = min(count + config.node_step, config.nodes)
@@ -320,14 +331,47 @@ def _accuracy(estimate: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 def layerwise_extra(
-    trained: LayerwiseResult, last: dict[str, Any], graph: Graph, decentralized: bool
+    trained: LayerwiseResult, records: list[dict[str, Any]], graph: Graph, decentralized: bool
 ) -> dict[str, Any]:
-    """What a layer-wise run adds to its summary, in either runtime; ``last``: the
-    run's last record (of every node)."""
+    """What a layer-wise run adds to its summary, in either runtime, from its layers'
+    records (of every node): sizes, training figures, and per layer what solving it
+    took and whether it converged before its cap."""
+    last = records[-1]
     return {
         "layers": trained.sizes,
         "train_accuracy": accuracy_summary(last["train_accuracy"]),
         "train_nme": last["train_nme"],
         "admm_iterations": trained.admm_iterations,
         "mean_degree": float(graph.degrees().double().mean()) if decentralized else 0.0,
+        "layer_reports": [layer_report(record) for record in records],
+        "unconverged_layers": [record["layer"] for record in records if not record["converged"]],
     }
+
+
+def layer_report(record: dict[str, Any]) -> dict[str, Any]:
+    """One layer's line of the summary: what solving it took, and how close it got."""
+    return {
+        key: record[key]
+        for key in (
+            "layer",
+            "width",
+            "solver_steps",
+            "gossip_rounds",
+            "residual",
+            "relative_consensus_distance",
+            "converged",
+        )
+    }
+
+
+def cap_warnings(summary: dict[str, Any], config: LayerwiseConfig) -> list[str]:
+    """One line per layer that stopped at its cap before meeting the tolerance."""
+    lines = []
+    for report in summary.get("layer_reports", []):
+        if not report["converged"]:
+            lines.append(
+                f"layer {report['layer']} stopped at its cap of {config.admm_iterations} "
+                f"(residual {report['residual']:.2g} > tolerance {config.tolerance:g}); "
+                "raise algorithm.admm_iterations or algorithm.tolerance"
+            )
+    return lines

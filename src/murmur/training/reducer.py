@@ -59,6 +59,14 @@ class LayerRows(AgentRows):
     train_accuracy: list[float]
     train_residual: list[float]
     train_target: list[float]
+    steps: list[int]
+    """ADMM iterations or asynchronous updates the layer took at each node."""
+    rounds: list[int]
+    """Gossip rounds at each node, all iterations together."""
+    residual: list[float]
+    """Each node's final relative residual."""
+    converged: list[bool]
+    """Whether each node stopped on the tolerance rather than the cap."""
 
 
 def _agent_columns(rows: AgentRows) -> dict[str, Any]:
@@ -135,6 +143,13 @@ def layer_record(
         "train_accuracy_mean": train["mean"],
         "train_nme": nme_db(residual, target),
         "consensus_distance": float((outputs - mean).square().sum() / outputs.shape[0]),
+        "relative_consensus_distance": float(
+            (outputs - mean).norm() / mean.norm().clamp(min=1e-300) / outputs.shape[0] ** 0.5
+        ),
+        "solver_steps": max(rows.steps),
+        "gossip_rounds": max(rows.rounds),
+        "residual": max(rows.residual),
+        "converged": all(rows.converged),
         **_message_columns(rows),
         "wall_seconds": wall_seconds,
     }
