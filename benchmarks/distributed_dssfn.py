@@ -12,7 +12,8 @@ with one torch thread per rank (``run.threads=1``), two presets are run:
   ends for a node once it and its neighbours have made that many.
 
 Both with the overrides ``--set`` (default: 3 layers after layer 0, 100 random
-nodes per layer; the presets' own ADMM iterations: 100 sync, 300 async), and
+nodes per layer; a fixed 100 ADMM iterations of 10 gossip rounds for sync, 300
+updates for async), and
 each in two conditions: all ranks equal, and rank 0 slowed by sleeping
 ``--delay`` seconds before each of its local updates: before each call of
 ``consensus_prox`` (once per ADMM iteration) for sync, before each
@@ -34,7 +35,7 @@ sync/async of ``train_s`` per condition: above 1, async is faster.
 These are real seconds on this machine: with more ranks than cores the N
 processes take turns on the cores, so they say how the two solvers share a
 small machine, not how a network of N machines would fare (for that, see the
-virtual clock of ``dssfn_async_speedup.py``).
+virtual times of ``murmur reproduce dssfn``).
 
 Every rank waits at most ``--timeout`` seconds for a peer and every job has a
 deadline (``--limit``); a job that fails or overruns is killed, and the script
@@ -68,6 +69,16 @@ from murmur.errors import UsageError
 
 SOLVERS = (("sync", "dssfn-vowel"), ("async", "dssfn-async-vowel"))
 """(label, preset) of each solver, in the table's order."""
+FIXED_WORK = {
+    "dssfn-vowel": [
+        "algorithm.tolerance=0",
+        "algorithm.gossip_rounds=10",
+        "algorithm.admm_iterations=100",
+    ],
+    "dssfn-async-vowel": ["algorithm.tolerance=0", "algorithm.admm_iterations=300"],
+}
+"""A fixed amount of work per layer (no stopping on a tolerance), so that the slow rank's
+sleeps add up to a known time: 100 ADMM iterations of 10 gossip rounds, 300 updates."""
 DEFAULT_SET = ["algorithm.layers=3", "algorithm.nodes=100"]
 QUICK_SET = [
     "algorithm.layers=1",
@@ -95,7 +106,14 @@ class Measurement:
 
 
 def config_for(preset: str, agents: int, extra: list[str]) -> Config:
-    overrides = [f"topology.agents={agents}", "topology.graph=ring", "run.threads=1", *extra]
+    fixed = FIXED_WORK[preset]
+    overrides = [
+        f"topology.agents={agents}",
+        "topology.graph=ring",
+        "run.threads=1",
+        *fixed,
+        *extra,
+    ]
     return load_experiment(preset, overrides).runs[0][1]
 
 

@@ -48,16 +48,6 @@ def test_simulator_throughput_quick_run_prints_the_ratio_table():
         assert all(ratio > 0 for ratio in ratios)
 
 
-def test_dssfn_async_speedup_quick_run_prints_one_row_per_graph():
-    lines = _quick_run("dssfn_async_speedup.py")
-    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["graph", "nodes"])
-    rows = [line.split() for line in lines[start + 1 :] if line.strip()]
-    assert len(rows) == 1
-    graph, nodes, degree, sync_accuracy, sync_seconds = rows[0][:5]
-    assert (graph, nodes, degree) == ("ring", "4", "2")
-    assert 0 < float(sync_accuracy) <= 100 and float(sync_seconds) > 0
-
-
 def test_hogwild_scaling_quick_run_prints_both_settings_and_the_ratio():
     lines = _quick_run("hogwild_scaling.py")
     start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["workers", "samples"])

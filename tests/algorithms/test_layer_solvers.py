@@ -16,7 +16,7 @@ from murmur.algorithms.protocols import AsyncWork, Ball, Ridge, RoundsWork
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
 from murmur.metrics.counters import MessageCounters
 from murmur.sim.transport import InMemoryTransport
-from murmur.topology import Graph, complete
+from murmur.topology import Graph, complete, ring
 
 F64 = torch.float64
 CLASSES, WIDTH = 2, 3
@@ -162,3 +162,86 @@ def test_central_ssfn_refuses_layer_data_of_different_node_counts():
         CentralSolver(SsfnConfig()).solve(
             grams, crosses[:1], Ridge(lam=0.5), [0.0, 0.0], _Recorder(complete(2))
         )
+
+
+def _shrunk_mean(grams, crosses, mu: float, lam: float) -> torch.Tensor:
+    """One ADMM iteration with exact averaging: mean_m O_m / (1 + lam mu / M)."""
+    nodes = grams.shape[0]
+    return _first_outputs(grams, crosses, mu).mean(dim=0) / (1.0 + lam * mu / nodes)
+
+
+@pytest.mark.parametrize("tolerance", [1e-3, 1e-6])
+def test_auto_gossip_agrees_within_its_consensus_tolerance(tolerance):
+    """Ring of 8, one ADMM iteration: every node's consensus is the exact shrunk mean to
+    within the tolerance (the stopping bound ||HE - E|| / (1 - lambda_2) guarantees it)."""
+    grams, crosses = _layer_data(8)
+    config = DssfnConfig(
+        mu=3.0, admm_iterations=1, gossip_rounds="auto", consensus_tolerance=tolerance
+    )
+    network = _Recorder(ring(8))
+    solution = SyncSolver(config, network.graph).solve(
+        grams, crosses, Ridge(lam=0.5), [0.0] * 8, network
+    )
+    expected = _shrunk_mean(grams, crosses, 3.0, 0.5)
+    # The bound is on the whole stack of estimates; one node's share is at most all of it.
+    stack = torch.linalg.vector_norm(solution.outputs - expected)
+    assert stack <= tolerance * torch.linalg.vector_norm(expected.expand(8, -1, -1))
+    assert solution.rounds[0] == network.rounds[0].rounds > 1
+
+
+def test_auto_gossip_takes_more_rounds_on_a_larger_ring():
+    """Mixing on a ring slows as it grows (1 - lambda_2 ~ 1/N^2): more rounds to agree."""
+    used = []
+    for nodes in (4, 16):
+        grams, crosses = _layer_data(nodes)
+        config = DssfnConfig(mu=3.0, admm_iterations=1, gossip_rounds="auto")
+        network = _Recorder(ring(nodes))
+        used.append(
+            SyncSolver(config, network.graph)
+            .solve(grams, crosses, Ridge(lam=0.5), [0.0] * nodes, network)
+            .rounds[0]
+        )
+    assert used[1] > 4 * used[0]
+
+
+def test_warm_started_gossip_reaches_the_same_layer_with_fewer_rounds():
+    """ADMM to 1e-8 on a ring of 6: starting each phase from the last estimates gives the
+    optimum of the cold start to 1e-6, with fewer gossip rounds in all."""
+    grams, crosses = _layer_data(6)
+    found = {}
+    for warm in (False, True):
+        config = DssfnConfig(
+            mu=3.0,
+            admm_iterations=2000,
+            tolerance=1e-8,
+            gossip_rounds="auto",
+            consensus_tolerance=1e-10,
+            warm_start=warm,
+        )
+        network = _Recorder(ring(6))
+        found[warm] = SyncSolver(config, network.graph).solve(
+            grams, crosses, Ball(radius=0.3), [0.0] * 6, network
+        )
+        assert all(found[warm].converged)
+    cold, warm = found[False], found[True]
+    error = torch.linalg.vector_norm(warm.outputs - cold.outputs)
+    assert error <= 1e-6 * torch.linalg.vector_norm(cold.outputs)
+    assert warm.rounds[0] < cold.rounds[0]
+
+
+def test_the_ridge_layer_takes_mu0_and_the_ball_layers_mu():
+    """One node, one iteration: C (G + I/mu0)^-1 / (1 + lam mu0) for the ridge with
+    mu0 = 0.5; the ball layer still uses mu = 3 (its first output is C (G + I/3)^-1)."""
+    grams, crosses = _layer_data(1)
+    config = DssfnConfig(mu=3.0, mu0=0.5, admm_iterations=1, tolerance=0.0)
+    network = _Recorder(complete(1))
+    ridge = SyncSolver(config, network.graph).solve(
+        grams, crosses, Ridge(lam=0.5), [0.0], network
+    )
+    expected = _first_outputs(grams, crosses, 0.5) / (1.0 + 0.5 * 0.5)
+    torch.testing.assert_close(ridge.outputs, expected, rtol=1e-13, atol=0.0)
+    ball = SyncSolver(config, network.graph).solve(
+        grams, crosses, Ball(radius=100.0), [0.0], network
+    )
+    first = _first_outputs(grams, crosses, 3.0)
+    torch.testing.assert_close(ball.outputs, first, rtol=1e-12, atol=0.0)

@@ -53,6 +53,7 @@ from murmur.algorithms.ssfn import (
     LayerwiseConfig,
     Regularizer,
     converged,
+    layer_step,
     matmul_flops,
     tolerance_met,
 )
@@ -227,7 +228,7 @@ class AsyncSolver:
     against its neighbours' processes); see the module docstring."""
 
     def __init__(self, config: DssfnAsyncConfig, graph: Graph) -> None:
-        self.gamma = 2.0 / config.mu
+        self.config = config
         self.eta = config.eta
         self.cap = config.admm_iterations
         self.tolerance = config.tolerance
@@ -251,7 +252,7 @@ class AsyncSolver:
                 live(index),
                 regularizer,
                 self.graph.agents,
-                self.gamma,
+                2.0 / layer_step(self.config, regularizer),
                 self.eta,
                 self.cap,
                 self.tolerance,

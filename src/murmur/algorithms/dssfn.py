@@ -12,6 +12,11 @@ graph (Metropolis weights: 1/(d+1) on a d-regular graph), and prox is the
 projection onto ||O||_F <= eps (layers >= 1) or the shrinkage of the ridge
 (layer 0). Every round waits for the slowest node and message.
 
+With ``warm_start`` a phase starts from the node's previous estimate plus the change of
+its own value, so the estimates keep tracking the average of the current values
+(the mixing is doubly stochastic, so their average is always exactly that) and
+start each phase nearly agreed once ADMM settles.
+
 How long each phase runs: a fixed ``gossip_rounds``, or with "auto" until the
 estimates agree within ``consensus_tolerance``: a round that moves the stack of
 estimates E by ||H E - E|| bounds their distance to consensus by
@@ -37,6 +42,7 @@ from murmur.algorithms.ssfn import (
     Regularizer,
     consensus_prox,
     converged,
+    layer_step,
     matmul_flops,
     relative_residual,
     residual_of,
@@ -59,6 +65,11 @@ class DssfnConfig(LayerwiseConfig):
     average at which a gossip phase stops."""
     gossip_cap: int = 5000
     """With auto rounds: the most rounds of one gossip phase."""
+    warm_start: bool = True
+    """Each gossip phase starts from the previous phase's estimates plus the change of
+    the node's own value (dynamic average consensus), not from the own value alone: the
+    average is the same, but as ADMM settles the estimates start nearly agreed, so auto
+    rounds need few rounds. False: every phase starts afresh, as in the paper."""
     weights: Literal["metropolis", "uniform"] = "metropolis"
     """Gossip mixing matrix H (uniform = 1/(d+1), regular graphs only)."""
 
@@ -87,11 +98,12 @@ class SyncSolver:
     """Consensus ADMM over the graph, every node in lockstep."""
 
     def __init__(self, config: DssfnConfig, graph: Graph) -> None:
-        self.mu = config.mu
+        self.config = config
         self.rounds = config.gossip_rounds
         self.cap = config.admm_iterations
         self.tolerance = config.tolerance
         self.gossip_cap = config.gossip_cap
+        self.warm_start = config.warm_start
         dense = mixing_matrix(graph, config.weights)
         self.mixing = as_sparse(dense, dtype=torch.float64)
         self.agreement = config.consensus_tolerance * spectral_gap(dense)
@@ -111,19 +123,24 @@ class SyncSolver:
         ``network.transport_for``, the stopping rules' sums through ``network.total``."""
         local, classes, width = crosses.shape
         nodes = network.graph.agents
+        mu = layer_step(self.config, regularizer)
         identity = torch.eye(width, dtype=grams.dtype)
-        inverses = torch.cholesky_inverse(torch.linalg.cholesky(grams + identity / self.mu))
+        inverses = torch.cholesky_inverse(torch.linalg.cholesky(grams + identity / mu))
         transport = network.transport_for(classes * width, grams.dtype)
         consensus = torch.zeros_like(crosses)
         dual = torch.zeros_like(crosses)
+        estimate = last = None
         iterations = rounds = 0
         residuals = [float("inf")] * local
         while iterations < self.cap:
-            outputs = torch.bmm(crosses + (consensus - dual) / self.mu, inverses)
-            estimate, used = self._gossip(transport, (outputs + dual).view(local, -1), network)
+            outputs = torch.bmm(crosses + (consensus - dual) / mu, inverses)
+            own = (outputs + dual).view(local, -1)
+            start = own if estimate is None or not self.warm_start else estimate + (own - last)
+            estimate, used = self._gossip(transport, start, network)
+            last = own
             rounds += used
             previous = consensus
-            consensus = consensus_prox(estimate.view_as(crosses), regularizer, self.mu, nodes)
+            consensus = consensus_prox(estimate.view_as(crosses).clone(), regularizer, mu, nodes)
             dual += outputs - consensus
             iterations += 1
             squares = relative_residual(outputs, consensus, previous)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from murmur.errors import UsageError
-from murmur.reproduce import asysg, detsgrad
+from murmur.reproduce import asysg, detsgrad, dssfn
 from murmur.reproduce.claims import Claim, Verdict, judge
 from murmur.reproduce.report import write_report
 from murmur.training.runs import create_run_dir
@@ -39,6 +39,7 @@ class Paper:
 PAPERS: dict[str, Paper] = {
     "detsgrad": Paper(detsgrad.TITLE, detsgrad.reproduce),
     "asysg": Paper(asysg.TITLE, asysg.reproduce),
+    "dssfn": Paper(dssfn.TITLE, dssfn.reproduce),
 }
 
 

@@ -32,6 +32,10 @@ SECONDS_PER_ITERATION = {
 784-100-10, batch 32; 10 agents for the decentralized ones; Hogwild's counts its
 single-process comparison too), measured; only the start-up estimate uses them."""
 
+SECONDS_PER_LAYER = {"ssfn": 0.5, "dssfn": 25.0, "dssfn-async": 25.0}
+"""Seconds per layer of a layer-wise run here (Vowel, 20 nodes, layers run to their
+tolerances), measured; scaled by the nodes per layer and the agents."""
+
 SECONDS_PER_RUN = 0.5
 """Set-up and evaluation of one run, on top of its iterations."""
 
@@ -58,7 +62,12 @@ def estimate_seconds(configs: Sequence[Config]) -> float:
     take less)."""
     total = 0.0
     for config in configs:
-        per_iteration = SECONDS_PER_ITERATION.get(config.algorithm.name, 5e-3)
+        algorithm = config.algorithm
+        if algorithm.name in SECONDS_PER_LAYER:
+            size = algorithm.nodes / 500 * config.topology.agents / 20
+            total += SECONDS_PER_RUN + SECONDS_PER_LAYER[algorithm.name] * size * algorithm.layers
+            continue
+        per_iteration = SECONDS_PER_ITERATION.get(algorithm.name, 5e-3)
         total += SECONDS_PER_RUN + per_iteration * config.run.iterations
     return total
 
