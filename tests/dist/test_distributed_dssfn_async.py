@@ -48,6 +48,18 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return float((actual - expected).norm() / expected.norm())
 
 
+def _four_ranks_against_centralized(tmp_path: Path, path: Path):
+    """Run ``path`` as four ranks (each must succeed, silently); returns the run folder,
+    the ranks' last output matrices and centralized SSFN's (3000 ADMM iterations)."""
+    out, params = tmp_path / "run", tmp_path / "params.pt"
+    argv = ["run", str(path), "--runtime", "distributed", "--out", str(out), "--quiet"]
+    report, stderr = drive(tmp_path, [*argv, "--timeout", "20"], world=4, params=params)
+    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
+    assert all(text == "" for text in stderr.values()), stderr
+    ((_, central),) = load_experiment(str(write_config(tmp_path, "ssfn", updates=3000))).runs
+    return out, torch.load(params), run(central).parameters[0]
+
+
 def test_four_processes_stop_on_their_tolerance_near_centralized_ssfn(tmp_path):
     """Tolerance 1e-7 with a cap of 5000 updates (and mu = 1e-3, with which every layer
     converges quickly): the pushes tell neighbours who is settled, every layer ends
@@ -55,14 +67,8 @@ def test_four_processes_stop_on_their_tolerance_near_centralized_ssfn(tmp_path):
     path = write_config(tmp_path, "dssfn-async", updates=5000)
     text = path.read_text().replace("tolerance = 0", "tolerance = 1e-7")
     path.write_text(text.replace("mu = 0.1", "mu = 0.001"))
-    out, params = tmp_path / "run", tmp_path / "params.pt"
-    argv = ["run", str(path), "--runtime", "distributed", "--out", str(out), "--quiet"]
-    report, stderr = drive(tmp_path, [*argv, "--timeout", "20"], world=4, params=params)
-    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
-    assert all(text == "" for text in stderr.values()), stderr
-    ((_, central),) = load_experiment(str(write_config(tmp_path, "ssfn", updates=3000))).runs
-    expected = run(central).parameters[0]
-    errors = [relative_error(output, expected) for output in torch.load(params)]
+    out, outputs, expected = _four_ranks_against_centralized(tmp_path, path)
+    errors = [relative_error(output, expected) for output in outputs]
     assert max(errors) < 1e-3, errors
     summary = json.loads((out / "summary.json").read_text())
     assert summary["unconverged_layers"] == []
@@ -73,15 +79,7 @@ def test_four_processes_reach_centralized_ssfn(tmp_path):
     """ARock's fixed point is the centralized solution: 300 updates per node and layer
     bring every node within 2e-3 of it (the simulator's ARock: 5e-4 at 200)."""
     path = write_config(tmp_path, "dssfn-async", updates=300)
-    out, params = tmp_path / "run", tmp_path / "params.pt"
-    argv = ["run", str(path), "--runtime", "distributed", "--out", str(out), "--quiet"]
-    report, stderr = drive(tmp_path, [*argv, "--timeout", "20"], world=4, params=params)
-    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
-    assert all(text == "" for text in stderr.values()), stderr
-
-    ((_, central),) = load_experiment(str(write_config(tmp_path, "ssfn", updates=3000))).runs
-    expected = run(central).parameters[0]
-    outputs = torch.load(params)
+    out, outputs, expected = _four_ranks_against_centralized(tmp_path, path)
     assert outputs.shape == (4, *expected.shape)
     errors = [relative_error(output, expected) for output in outputs]
     assert max(errors) < 2e-3, errors

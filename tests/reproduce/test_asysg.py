@@ -2,39 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from reproduced import PNG_MAGIC, claim_section, claim_verdict, quick, run_summary
 
-from murmur.cli import main
 from murmur.metrics.report import read_run, speedups
 from murmur.reproduce import asysg
 from murmur.reproduce.report import VERDICT_PREFIX
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("reproduce") / "asysg"
-    assert main(["reproduce", "asysg", "--quick", "--quiet", "--out", str(folder)]) == 0
-    return folder
-
-
-def _summary(out: Path, label: str) -> dict:
-    return json.loads((out / "runs" / label / "summary.json").read_text())
-
-
-def _section(report: str, number: int) -> str:
-    return report.split(f"\n## {number}. ")[1].split("\n## ")[0]
-
-
-def _verdict(section: str) -> str:
-    line = next(line for line in section.splitlines() if line.startswith(VERDICT_PREFIX))
-    return line.removeprefix(VERDICT_PREFIX).strip()
+    return quick(tmp_path_factory, "asysg")
 
 
 def test_every_claim_has_a_verdict_line_and_every_plot_exists(out):
@@ -50,11 +32,11 @@ def test_every_claim_has_a_verdict_line_and_every_plot_exists(out):
 def test_the_speedups_and_their_verdicts_are_the_runs(out, first, key):
     report = (out / "report.md").read_text()
     workers = asysg.QUICK.con_workers if key == "con" else asysg.QUICK.incon_workers
-    summaries = [_summary(out, f"{key}-{w}") for w in workers]
+    summaries = [run_summary(out, f"{key}-{w}") for w in workers]
     pairs = speedups(summaries)
     limit = math.sqrt(summaries[0]["iterations_to_target"])
     for index in range(2):
-        section = _section(report, first + index)
+        section = claim_section(report, first + index)
         for w, summary, pair in zip(workers, summaries, pairs, strict=True):
             assert f"| {w} | {summary['iterations_to_target']:,} |" in section
             assert f"W = {w}: {pair[index]:.2f}" in section
@@ -63,19 +45,19 @@ def test_the_speedups_and_their_verdicts_are_the_runs(out, first, key):
             for w, pair in zip(workers, pairs, strict=True)
             if w <= limit
         )
-        assert _verdict(section) == ("holds" if passed else "not comparable (quick run)")
+        assert claim_verdict(section) == ("holds" if passed else "not comparable (quick run)")
 
 
 def test_hogwild_is_real_processes_and_its_speedup_is_the_runs(out):
-    section = _section((out / "report.md").read_text(), 5)
-    summary = _summary(out, "hogwild")
+    section = claim_section((out / "report.md").read_text(), 5)
+    summary = run_summary(out, "hogwild")
     assert summary["workers"] == asysg.cores()
     assert f"a speed-up of {summary['speedup']:.2f}" in section
     assert f"{asysg.cores()} cores" in section
 
 
 def test_the_ergodic_rate_is_fitted_to_the_recorded_gradient_norms(out):
-    section = _section((out / "report.md").read_text(), 6)
+    section = claim_section((out / "report.md").read_text(), 6)
     ks = asysg.QUICK.rate_iterations
     averages = [asysg.ergodic_average(read_run(out / "runs" / f"rate-{k}").records, k) for k in ks]
     slope = np.polyfit(np.log(ks), np.log(averages), 1)[0]
@@ -83,7 +65,7 @@ def test_the_ergodic_rate_is_fitted_to_the_recorded_gradient_norms(out):
         assert f"| {k:,} | " in section and f" | {average:.4g} |" in section
     assert f"fitted log-log slope {slope:.3f}" in section
     passed = slope <= -0.5 + asysg.SLOPE_TOLERANCE
-    assert _verdict(section) == ("holds" if passed else "not comparable (quick run)")
+    assert claim_verdict(section) == ("holds" if passed else "not comparable (quick run)")
 
 
 def test_the_ergodic_average_leaves_out_the_last_iterate_and_needs_a_record():

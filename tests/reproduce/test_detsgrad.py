@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from reproduced import PNG_MAGIC, claim_section, quick, run_summary
 
-from murmur.cli import main
 from murmur.reproduce import detsgrad
 from murmur.reproduce.claims import percent
 from murmur.reproduce.report import VERDICT_PREFIX
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("reproduce") / "detsgrad"
-    assert main(["reproduce", "detsgrad", "--quick", "--quiet", "--out", str(folder)]) == 0
-    return folder
-
-
-def _summary(out: Path, label: str) -> dict:
-    return json.loads((out / "runs" / label / "summary.json").read_text())
-
-
-def _section(report: str, number: int) -> str:
-    return report.split(f"\n## {number}. ")[1].split("\n## ")[0]
+    return quick(tmp_path_factory, "detsgrad")
 
 
 def test_every_claim_has_a_verdict_line_and_every_plot_exists(out):
@@ -44,11 +31,11 @@ def test_every_claim_has_a_verdict_line_and_every_plot_exists(out):
 
 def test_the_accuracies_and_their_verdicts_are_the_runs(out):
     report = (out / "report.md").read_text()
-    central = _summary(out, "centralized")["accuracy"]["mean"]
+    central = run_summary(out, "centralized")["accuracy"]["mean"]
     for number, split in enumerate(detsgrad.SPLITS, 1):
-        section = _section(report, number)
-        agents = _summary(out, f"detsgrad-{split}")["accuracy"]["per_agent"]
-        dsgd = _summary(out, f"dsgd-{split}")["accuracy"]["per_agent"]
+        section = claim_section(report, number)
+        agents = run_summary(out, f"detsgrad-{split}")["accuracy"]["per_agent"]
+        dsgd = run_summary(out, f"dsgd-{split}")["accuracy"]["per_agent"]
         for agent, (mine, theirs) in enumerate(zip(agents, dsgd, strict=True)):
             assert f"| {agent} | {percent(mine)} | {percent(theirs)} |" in section
         assert f"| centralized SGD | {percent(central)} |" in section
@@ -59,14 +46,14 @@ def test_the_accuracies_and_their_verdicts_are_the_runs(out):
 
 def test_the_messages_and_events_are_the_runs(out):
     report = (out / "report.md").read_text()
-    section = _section(report, 3)
+    section = claim_section(report, 3)
     for split in detsgrad.SPLITS:
-        mine, theirs = _summary(out, f"detsgrad-{split}"), _summary(out, f"dsgd-{split}")
+        mine, theirs = run_summary(out, f"detsgrad-{split}"), run_summary(out, f"dsgd-{split}")
         ratio = mine["messages"] / theirs["messages"]
         assert f"| {mine['events']:,} | {mine['messages']:,} | {theirs['messages']:,} | " in section
         assert f"{100 * ratio:.1f} %" in section
-    events = _summary(out, "detsgrad-digit")["events_per_agent"]
-    section = _section(report, 4)
+    events = run_summary(out, "detsgrad-digit")["events_per_agent"]
+    section = claim_section(report, 4)
     for agent, total in enumerate(events):
         assert f"| {agent} | " in section and f" | {total} |" in section
     assert f"fired {min(events):,} to {max(events):,} events" in section

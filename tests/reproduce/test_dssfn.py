@@ -2,37 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from reproduced import PNG_MAGIC, claim_section, claim_verdict, quick, run_summary
 
-from murmur.cli import main
 from murmur.reproduce import dssfn
 from murmur.reproduce.claims import percent
 from murmur.reproduce.report import VERDICT_PREFIX
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("reproduce") / "dssfn"
-    assert main(["reproduce", "dssfn", "--quick", "--quiet", "--out", str(folder)]) == 0
-    return folder
-
-
-def _summary(out: Path, label: str) -> dict:
-    return json.loads((out / "runs" / label / "summary.json").read_text())
-
-
-def _section(report: str, number: int) -> str:
-    return report.split(f"\n## {number}. ")[1].split("\n## ")[0]
-
-
-def _verdict(section: str) -> str:
-    (line,) = [line for line in section.splitlines() if line.startswith(VERDICT_PREFIX)]
-    return line.removeprefix(VERDICT_PREFIX).strip()
+    return quick(tmp_path_factory, "dssfn")
 
 
 def test_every_claim_has_a_verdict_and_every_plot_exists(out):
@@ -46,36 +28,36 @@ def test_every_claim_has_a_verdict_and_every_plot_exists(out):
 
 
 def test_the_accuracy_table_holds_the_runs_accuracies_and_virtual_times(out):
-    section = _section((out / "report.md").read_text(), 1)
-    central = _summary(out, "ssfn-vowel")["accuracy"]["mean"]
-    sync = _summary(out, "dssfn-vowel")
+    section = claim_section((out / "report.md").read_text(), 1)
+    central = run_summary(out, "ssfn-vowel")["accuracy"]["mean"]
+    sync = run_summary(out, "dssfn-vowel")
     (row,) = [line for line in section.splitlines() if line.startswith("| vowel |")]
     assert f"| {percent(central)} |" in row
     assert percent(sync["accuracy"]["mean"]) in row and f"{sync['virtual_seconds']:.3g}" in row
     gaps = [
         abs(value - central)
         for form in ("dssfn", "dssfn-async")
-        for value in _summary(out, f"{form}-vowel")["accuracy"]["per_agent"]
+        for value in run_summary(out, f"{form}-vowel")["accuracy"]["per_agent"]
     ]
     holds = 100 * max(gaps) <= dssfn.NODE_POINTS
-    assert _verdict(section) == "holds" or not holds
+    assert claim_verdict(section) == "holds" or not holds
 
 
 def test_the_time_claims_follow_from_the_runs_virtual_seconds(out):
     report = (out / "report.md").read_text()
-    sync = _summary(out, "dssfn-vowel")["virtual_seconds"]
-    asynchronous = _summary(out, "dssfn-async-vowel")["virtual_seconds"]
-    verdict = _verdict(_section(report, 3))
+    sync = run_summary(out, "dssfn-vowel")["virtual_seconds"]
+    asynchronous = run_summary(out, "dssfn-async-vowel")["virtual_seconds"]
+    verdict = claim_verdict(claim_section(report, 3))
     assert (verdict == "holds") == (asynchronous < sync)
     ratios = [
-        _summary(out, f"dssfn-ring-{n}")["virtual_seconds"]
-        / _summary(out, f"dssfn-async-ring-{n}")["virtual_seconds"]
+        run_summary(out, f"dssfn-ring-{n}")["virtual_seconds"]
+        / run_summary(out, f"dssfn-async-ring-{n}")["virtual_seconds"]
         for n in dssfn.QUICK.ring_nodes
     ]
-    assert " → ".join(f"{r:.2f}" for r in ratios) in _section(report, 4)
+    assert " → ".join(f"{r:.2f}" for r in ratios) in claim_section(report, 4)
 
 
 def test_every_layer_of_the_table_runs_converged(out):
     """The presets' caps leave room: no layer stops at its cap."""
     for form in dssfn.FORMS:
-        assert _summary(out, f"{form}-vowel")["unconverged_layers"] == []
+        assert run_summary(out, f"{form}-vowel")["unconverged_layers"] == []
