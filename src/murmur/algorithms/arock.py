@@ -4,7 +4,7 @@ Liang et al., arXiv 2004.05082; ARock: Peng, Xu, Yan, Yin, arXiv 1506.02396.
 Each layer's problem min_O sum_m f_m(O) (f_m: node m's least squares plus its
 share of the regularizer) is split over the edges: O_i = y_e = O_j for every
 edge e = (i, j). ADMM on that split is a fixed-point iteration z = T z in one
-variable z_{e,i} per edge end; with gamma = 2 / mu:
+variable z_{e,i} per edge end; with gamma = 2 / mu (2 / mu0 for layer 0's ridge):
 
     x_i       = argmin_x f_i(x) + (gamma d_i / 2) ||x||^2 + < sum_{e at i} z_{e,i}, x >
     T(z)_{e,j} = (z_{e,j} - z_{e,i}) / 2 - gamma x_i            for every edge e = (i, j)
