@@ -34,13 +34,12 @@ def test_the_accuracy_table_holds_the_runs_accuracies_and_virtual_times(out):
     (row,) = [line for line in section.splitlines() if line.startswith("| vowel |")]
     assert f"| {percent(central)} |" in row
     assert percent(sync["accuracy"]["mean"]) in row and f"{sync['virtual_seconds']:.3g}" in row
-    gaps = [
-        abs(value - central)
-        for form in ("dssfn", "dssfn-async")
-        for value in run_summary(out, f"{form}-vowel")["accuracy"]["per_agent"]
-    ]
-    holds = 100 * max(gaps) <= dssfn.NODE_POINTS
-    assert claim_verdict(section) == "holds" or not holds
+    forms = ("dssfn", "dssfn-async")
+    accuracies = [run_summary(out, f"{form}-vowel")["accuracy"] for form in forms]
+    mean_gap = max(abs(a["mean"] - central) for a in accuracies)
+    node_gap = max(abs(v - central) for a in accuracies for v in a["per_agent"])
+    holds = 100 * mean_gap <= dssfn.MEAN_POINTS and 100 * node_gap <= dssfn.NODE_POINTS
+    assert claim_verdict(section) == ("holds" if holds else "not comparable (quick run)")
 
 
 def test_the_time_claims_follow_from_the_runs_virtual_seconds(out):
