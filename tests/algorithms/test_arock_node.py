@@ -9,6 +9,7 @@ With the norm bound inactive,
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from murmur.algorithms.arock import ArockNode, ball_constrained_solve
@@ -209,8 +210,10 @@ def test_a_binding_ball_with_small_curvature_scales_the_free_solution_onto_the_s
     rotated = torch.tensor([[3.0, 4.0, 0.0]], dtype=torch.float64)
     curvature = torch.full((3,), 0.5, dtype=torch.float64)
     basis = torch.eye(3, dtype=torch.float64)
-    torch.testing.assert_close(ball_constrained_solve(rotated, curvature, basis, 5.0), rotated)
-    torch.testing.assert_close(ball_constrained_solve(rotated, curvature, basis, 20.0), 2 * rotated)
+    torch.testing.assert_close(ball_constrained_solve(rotated, curvature, basis, 5.0)[0], rotated)
+    torch.testing.assert_close(
+        ball_constrained_solve(rotated, curvature, basis, 20.0)[0], 2 * rotated
+    )
 
 
 def test_the_update_count_grows_by_one_per_update():
@@ -219,3 +222,45 @@ def test_the_update_count_grows_by_one_per_update():
     for _ in range(3):
         node.update()
     assert node.updates == 3
+
+
+def _ball_solution(gram: torch.Tensor, rhs: torch.Tensor, radius: float) -> torch.Tensor:
+    """argmin tr(X gram X^T) - <rhs, X> on ||X|| <= radius, by bisection on the multiplier
+    of X(nu) = rhs (2 gram + 2 nu I)^-1 (gram positive definite)."""
+    identity = torch.eye(gram.shape[0], dtype=gram.dtype)
+
+    def solution(nu: float) -> torch.Tensor:
+        return torch.linalg.solve(2.0 * gram + 2.0 * nu * identity, rhs.T).T
+
+    if float(solution(0.0).norm()) <= radius:
+        return solution(0.0)
+    low, high = 0.0, 1.0
+    while float(solution(high).norm()) > radius:
+        low, high = high, 2.0 * high
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if float(solution(middle).norm()) > radius else (low, middle)
+    return solution(high)
+
+
+def test_a_node_with_fewer_samples_than_features_solves_on_the_range_of_its_gram():
+    """G of 3 samples and 8 features has rank 3: the node keeps only G's range, and its
+    x_i still equals the full solution (curvature gamma d on the null space), with the
+    norm bound binding or not, update after update."""
+    stream = torch.Generator().manual_seed(3)
+    inputs = torch.randn(3, 8, generator=stream, dtype=torch.float64)
+    targets = torch.randn(3, 2, generator=stream, dtype=torch.float64)
+    gram, cross = inputs.T @ inputs, targets.T @ inputs
+    for radius in (0.05, 1e6):
+        node = ArockNode(0, gram, cross, [1, 2], Ball(radius), NODES, GAMMA, 0.5, cap=10)
+        assert node.reduced and node.basis.shape == (8, 3)
+        for _ in range(3):
+            node.inbox = {
+                j: torch.randn(2, 8, generator=stream, dtype=torch.float64) for j in (1, 2)
+            }
+            node.update()
+            curvature = gram + 0.5 * GAMMA * 2 * torch.eye(8, dtype=torch.float64)
+            rhs = 2.0 * cross - sum(node.inbox.values())
+            expected = _ball_solution(curvature, rhs, radius)
+            torch.testing.assert_close(node.solution, expected, rtol=0, atol=1e-9)
+            assert (radius > 1) or float(node.solution.norm()) == pytest.approx(radius, rel=1e-9)

@@ -128,17 +128,22 @@ def _ball_problem(seed: int, shift: float = 0.7):
 def test_ball_constrained_solve_matches_direct_solution_when_active(seed, fraction):
     arguments, (gram, cross) = _ball_problem(seed)
     radius = fraction * frobenius(direct_ball(gram, cross, None))
-    result = ball_constrained_solve(*arguments, radius)
+    result, shift = ball_constrained_solve(*arguments, radius)
     assert relative_error(result, direct_ball(gram, cross, radius)) <= 1e-9
     assert frobenius(result) == pytest.approx(radius, rel=1e-9)
+    # a warm start on either side of the multiplier lands on the same one
+    for start in (0.5 * shift, 2.0 * shift, 100.0 * shift):
+        again, same = ball_constrained_solve(*arguments, radius, start)
+        assert same == pytest.approx(shift, rel=1e-9)
+        assert relative_error(again, result) <= 1e-9
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_ball_constrained_solve_inactive_or_unbounded_is_the_free_minimizer(seed):
     arguments, (gram, cross) = _ball_problem(seed)
     free = torch.linalg.solve(gram, cross.T).T
-    loose = ball_constrained_solve(*arguments, 3.0 * frobenius(free))
-    unbounded = ball_constrained_solve(*arguments, None)
+    loose = ball_constrained_solve(*arguments, 3.0 * frobenius(free))[0]
+    unbounded = ball_constrained_solve(*arguments, None)[0]
     assert relative_error(loose, free) <= 1e-10
     assert relative_error(unbounded, free) <= 1e-10
 
