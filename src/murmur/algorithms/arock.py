@@ -183,6 +183,12 @@ class ArockNode:
         self.shift = 0.0
         """The norm bound's multiplier at the latest update."""
 
+    @property
+    def update_flops(self) -> float:
+        """An update's two products with the basis (Q, n) x (n, r), r = G's kept rank."""
+        classes, width = self.cross2.shape
+        return 2 * matmul_flops(classes, width, self.basis.shape[1])
+
     def rest_curvature(self, degree: int) -> float:
         """The update's curvature where G is 0: gamma per edge plus twice the ridge share."""
         return self.gamma * degree + 2.0 * self.ridge
@@ -311,7 +317,7 @@ class AsyncSolver:
         ]
         work = AsyncWork(
             setup_flops=[flops + 4.0 * float(width) ** 3 for flops in setup_flops],
-            update_flops=2 * matmul_flops(classes, width, width),
+            update_flops=[node.update_flops for node in nodes],
             values=classes * width,
             dtype=crosses.dtype,
         )
