@@ -8,6 +8,7 @@ progress bar over the runs and writes each run's folder under ``OUT/runs/``.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,10 +34,10 @@ SECONDS_PER_ITERATION = {
 single-process comparison too), measured; only the start-up estimate uses them."""
 
 SECONDS_PER_LAYER = {"ssfn": 0.2, "dssfn": 6.0, "dssfn-async": 60.0}
-"""Seconds per layer (layer 0 included) of a layer-wise run here with 20 nodes and 100
-random nodes per layer, each layer run to its tolerance, measured on Vowel and
-Satimage; scaled by the agents (ARock's time is mostly the updates' count, which
-barely depends on the layer's width)."""
+"""Seconds per layer (layer 0 included) of a layer-wise run here with 20 nodes, 100
+random nodes per layer and tolerance 1e-4, measured on Vowel and Satimage; the
+estimate scales them by the agents, the square of the layer's width (the local
+products) and the digits of the tolerance (the iterations it takes)."""
 
 SECONDS_PER_RUN = 0.5
 """Set-up and evaluation of one run, on top of its iterations."""
@@ -67,8 +68,10 @@ def estimate_seconds(configs: Sequence[Config]) -> float:
         algorithm = config.algorithm
         if algorithm.name in SECONDS_PER_LAYER:
             layers = algorithm.layers + 1
-            size = config.topology.agents / 20
-            total += SECONDS_PER_RUN + SECONDS_PER_LAYER[algorithm.name] * size * layers
+            size = config.topology.agents / 20 * ((algorithm.nodes + 20) / 120) ** 2
+            digits = -math.log10(algorithm.tolerance) / 4 if algorithm.tolerance > 0 else 1.0
+            per_layer = SECONDS_PER_LAYER[algorithm.name] * size * max(digits, 0.25)
+            total += SECONDS_PER_RUN + per_layer * layers
             continue
         per_iteration = SECONDS_PER_ITERATION.get(algorithm.name, 5e-3)
         total += SECONDS_PER_RUN + per_iteration * config.run.iterations
