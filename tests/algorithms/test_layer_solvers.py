@@ -141,8 +141,9 @@ def test_arock_reports_an_eigendecomposition_per_node_and_two_products_per_updat
     ]
 
 
-def test_arock_counts_products_with_the_range_of_a_low_rank_gram_only():
-    """G_m of one sample has rank 1: 2 x (2 Q n x 1) flops per update."""
+def test_arock_charges_dense_products_even_on_the_range_of_a_low_rank_gram():
+    """G_m of one sample has rank 1, but an update is charged 2 x (2 Q n^2), as the
+    synchronous form's is: the two forms' clocks compare like for like."""
     stream = torch.Generator().manual_seed(6)
     features = torch.rand(2, 1, WIDTH, generator=stream, dtype=F64)
     grams = features.transpose(1, 2) @ features
@@ -151,7 +152,7 @@ def test_arock_counts_products_with_the_range_of_a_low_rank_gram_only():
     AsyncSolver(DssfnAsyncConfig(mu=3.0, admm_iterations=2), network.graph).solve(
         grams, crosses, Ball(radius=1.0), [0.0, 0.0], network
     )
-    assert network.asynchronous[0].update_flops == [2 * 2.0 * CLASSES * WIDTH] * 2
+    assert network.asynchronous[0].update_flops == [2 * 2.0 * CLASSES * WIDTH * WIDTH] * 2
 
 
 def test_central_ssfn_reports_a_solve_for_the_ridge_and_admm_products_for_the_ball():

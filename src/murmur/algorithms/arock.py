@@ -185,9 +185,11 @@ class ArockNode:
 
     @property
     def update_flops(self) -> float:
-        """An update's two products with the basis (Q, n) x (n, r), r = G's kept rank."""
+        """What the virtual clock charges an update: two dense (Q, n) x (n, n) products,
+        as for synchronous dSSFN's update (which could take the same low-rank shortcut),
+        so that the two forms' times compare like for like."""
         classes, width = self.cross2.shape
-        return 2 * matmul_flops(classes, width, self.basis.shape[1])
+        return 2 * matmul_flops(classes, width, width)
 
     def rest_curvature(self, degree: int) -> float:
         """The update's curvature where G is 0: gamma per edge plus twice the ridge share."""
