@@ -260,12 +260,14 @@ class ArockNode:
         self.x, self.shift = ball_constrained_solve(
             whole @ basis, 2.0 * self.values + rest, basis, self.radius, self.shift, outside
         )
+        # z - eta (z - T(z)) = z - (eta / 2) (z + z_{e,i} + 2 gamma x_i), with T(z) as above
         moved = size = 0.0
+        pull = (2.0 * self.gamma) * self.x
         for j, block in self.own.items():
-            target = (block - self.inbox[j]) / 2.0 - self.gamma * self.x
-            new = block - self.eta * (block - target)
-            moved += float((new - block).square().sum())
-            size += float(new.square().sum())
+            step = (block + self.inbox[j] + pull).mul_(-0.5 * self.eta)
+            new = block + step
+            moved += float(torch.vdot(step.view(-1), step.view(-1)))
+            size += float(torch.vdot(new.view(-1), new.view(-1)))
             self.own[j] = new
         self.updates += 1
         self.residual = (moved / max(size, 1e-300)) ** 0.5 / self.eta if self.own else 0.0
