@@ -173,3 +173,15 @@ def test_distributed_server_quick_run_prints_six_rows_and_the_ratios():
     ratios = [line for line in lines if line.startswith("sync-ps a=")]
     assert len(ratios) == 4
     assert all(float(line.split(":")[-1]) > 0 for line in ratios)
+
+
+def test_arock_update_quick_run_prints_both_shards_with_the_same_solution():
+    """The range-only update keeps each shard's rank (its samples) and reaches the
+    full-basis update's x."""
+    lines = _quick_run("arock_update.py")
+    assert lines[0].split()[:3] == ["shard", "rank", "width"]
+    rows = {line.split()[0]: line.split() for line in lines[1:] if line.strip()}
+    assert set(rows) == {"vowel", "satimage"}
+    assert (rows["vowel"][1], rows["satimage"][1]) == ("26", "222")
+    for cells in rows.values():
+        assert float(cells[5]) > 0 and float(cells[6]) <= 1e-9
