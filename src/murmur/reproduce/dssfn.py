@@ -8,7 +8,7 @@ synchronous dSSFN and asynchronous dSSFN (ARock) on Vowel, Satimage, Letter and
 mnist5k; the three with a single layer after layer 0, whose output matrices are
 compared; and on Vowel, the two decentralized forms on rings of 5 to 40 nodes
 and on circulant graphs of degree 2, 4 and 8 with 20 nodes. Times are the
-simulator's virtual seconds (its default 1 GFLOP/s per node, 1 ms latency and
+simulator's virtual seconds (its default 10 GFLOP/s per node, 1 ms latency and
 1 Gbit/s links), so they compare the two forms, not this machine with the
 paper's.
 
@@ -89,6 +89,13 @@ QUICK = Scale(
 )
 
 
+FIRST_LAYER_TOLERANCE = {"dssfn-async": ("algorithm.tolerance=1e-5",)}
+"""The first-layer runs check the fixed point, so ARock runs to a tighter tolerance
+than its presets' 3e-5: its residual is measured on the edge variables, about gamma
+times the output matrix, and at 3e-5 its nodes stop about 1.5e-3 (relative) from
+centralized SSFN's matrix on Vowel; consensus ADMM's 1e-4 lands within 4.2e-4."""
+
+
 def plan(quick: bool) -> list[PlannedRun]:
     """The table's runs, the first-layer runs, then the sweeps over nodes and degrees."""
     scale = QUICK if quick else FULL
@@ -99,7 +106,8 @@ def plan(quick: bool) -> list[PlannedRun]:
     if not quick:  # the quick table has one layer already: its runs serve
         first = (*scale.shrink, "algorithm.layers=1")
         for form in FORMS:
-            runs.append(PlannedRun(f"{form}-first-layer", f"{form}-vowel", first))
+            tight = FIRST_LAYER_TOLERANCE.get(form, ())
+            runs.append(PlannedRun(f"{form}-first-layer", f"{form}-vowel", (*first, *tight)))
     for form in ("dssfn", "dssfn-async"):
         for nodes in scale.ring_nodes:
             overrides = (*scale.sweep, f"topology.agents={nodes}")
