@@ -264,3 +264,21 @@ def test_a_node_with_fewer_samples_than_features_solves_on_the_range_of_its_gram
             expected = _ball_solution(curvature, rhs, radius)
             torch.testing.assert_close(node.solution, expected, rtol=0, atol=1e-9)
             assert (radius > 1) or float(node.solution.norm()) == pytest.approx(radius, rel=1e-9)
+
+
+def test_a_low_rank_node_left_without_neighbours_takes_the_minimum_norm_solution():
+    """Both neighbours fail on a ball layer: nothing curves the update off G's range,
+    and x_i is the bound-constrained least squares on the node's own data, with no part
+    off that range (no division by a zero curvature)."""
+    stream = torch.Generator().manual_seed(4)
+    inputs = torch.randn(3, 8, generator=stream, dtype=torch.float64)
+    targets = torch.randn(3, 2, generator=stream, dtype=torch.float64)
+    gram, cross = inputs.T @ inputs, targets.T @ inputs
+    node = ArockNode(0, gram, cross, [1, 2], Ball(0.05), NODES, GAMMA, 0.5, cap=10)
+    node.drop(1)
+    node.drop(2)
+    node.update()
+    expected = _ball_solution(gram + 1e-12 * torch.eye(8, dtype=torch.float64), 2.0 * cross, 0.05)
+    assert bool(torch.isfinite(node.solution).all())
+    torch.testing.assert_close(node.solution, expected, rtol=0, atol=1e-8)
+    assert float(node.solution.norm()) == pytest.approx(0.05, rel=1e-9)

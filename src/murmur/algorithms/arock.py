@@ -162,7 +162,7 @@ class ArockNode:
         # update's curvature is the same constant, so only G's range needs the basis
         # (on a shard of 26 samples and 522 features, 20 times fewer flops).
         kept = values > _RANK_CUTOFF * float(values.max().clamp(min=0.0))
-        self.reduced = bool(kept.sum() < len(values)) and self.rest_curvature(len(neighbours)) > 0
+        self.reduced = bool(kept.sum() < len(values))
         self.values = values[kept] if self.reduced else values.clamp(min=0.0)
         self.basis = basis[:, kept] if self.reduced else basis
         self.cross2 = 2.0 * cross
@@ -252,13 +252,16 @@ class ArockNode:
         incoming = sum(self.inbox.values(), torch.zeros_like(self.cross2))
         whole = self.cross2 - incoming
         rest = self.rest_curvature(len(self.own))
+        # With no edge left and no ridge (rest 0) the update is flat off G's range, where
+        # V = 2C has no part: the minimum-norm solution lives on the range alone.
         outside = (whole, rest) if self.reduced and rest > 0 else None
-        basis = self.basis
-        if self.reduced and outside is None:  # every neighbour failed: the full basis again
-            values, basis = torch.linalg.eigh(self.basis @ (self.values[:, None] * self.basis.T))
-            self.values, self.basis, self.reduced = values.clamp(min=0.0), basis, False
         self.x, self.shift = ball_constrained_solve(
-            whole @ basis, 2.0 * self.values + rest, basis, self.radius, self.shift, outside
+            whole @ self.basis,
+            2.0 * self.values + rest,
+            self.basis,
+            self.radius,
+            self.shift,
+            outside,
         )
         # z - eta (z - T(z)) = z - (eta / 2) (z + z_{e,i} + 2 gamma x_i), with T(z) as above
         moved = size = 0.0
