@@ -157,7 +157,7 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
         (item,) = {a for a in typing.get_args(hint) if a is not Ellipsis}
         if not isinstance(value, list | tuple):
             raise UsageError(f"{key} must be a list, e.g. [100, 50], not {value!r}")
-        return tuple(_coerce(key, item, v) for v in value)
+        return tuple(_coerce(f"{key}[{i}]", item, v) for i, v in enumerate(value))
     if origin in (typing.Union, types.UnionType):
         for member in typing.get_args(hint):
             try:
@@ -173,6 +173,8 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise UsageError(f"{key} must be an integer, not {value!r}")
+        if not -(2**63) <= value < 2**63:
+            raise UsageError(f"{key} must be an integer from -2**63 to 2**63 - 1, not {value}")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):

@@ -29,6 +29,7 @@ class RunConfig:
     """torch intra-op threads; 1 is fastest for small per-agent models."""
 
     def __post_init__(self) -> None:
+        require(self.seed >= 0, f"run.seed must be >= 0, not {self.seed}")
         require(self.iterations >= 1, "run.iterations must be at least 1")
         require(self.eval_every >= 1, "run.eval_every must be at least 1")
         require(self.threads >= 1, "run.threads must be at least 1")
