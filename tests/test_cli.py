@@ -211,6 +211,14 @@ def test_out_folder_that_is_not_empty_is_refused_and_left_alone(capsys, tmp_path
     assert (out / "notes.txt").read_text() == "keep me\n"
 
 
+def test_out_path_that_is_a_file_is_named_as_one_and_left_alone(capsys, tmp_path):
+    out = tmp_path / "notes.txt"
+    out.write_text("keep me\n")
+    line = assert_one_line_error(capsys, main(["run", "detsgrad", *FAST, "--out", str(out)]))
+    assert f"{out} is a file, not a folder" in line
+    assert out.read_text() == "keep me\n"
+
+
 def test_module_entry_point_reports_one_line(tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "murmur", "run", "no-such-preset"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from pathlib import Path
 
@@ -519,3 +520,17 @@ def test_relative_extends_is_read_from_the_including_files_folder(tmp_path):
     (tmp_path / "sub" / "child.toml").write_text('extends = "base.toml"\n[run]\nseed = 4\n')
     ((_, config),) = load_experiment(str(tmp_path / "sub" / "child.toml")).runs
     assert (config.run.iterations, config.run.seed, config.algorithm.name) == (7, 4, "dsgd")
+
+
+def test_a_folder_a_device_or_a_non_utf8_file_is_refused_as_a_preset(tmp_path):
+    """Each gets its own one-line reason, not 'unknown preset' or a decoding traceback."""
+    binary = tmp_path / "latin.toml"
+    binary.write_bytes(b'description = "caf\xe9"\n')
+    cases = [
+        (str(tmp_path), "is a folder, not a preset name or a .toml file"),
+        ("/dev/null", "is not a regular file"),
+        (str(binary), "is not UTF-8 text (byte 18)"),
+    ]
+    for source, message in cases:
+        with pytest.raises(UsageError, match=re.escape(message)):
+            load_experiment(source)

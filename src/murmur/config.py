@@ -265,12 +265,20 @@ def _read_preset(source: str, seen: tuple[str, ...]) -> tuple[str, dict[str, Any
     if source in seen:
         raise UsageError(f"presets extend each other in a loop: {' -> '.join(seen + (source,))}")
     path = Path(source)
+    if path.is_dir():
+        raise UsageError(f"{source} is a folder, not a preset name or a .toml file")
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{source} is not a regular file, not a preset name or a .toml file")
     if source.endswith(".toml") or path.is_file():
         name = path.stem
         try:
-            text = path.read_text()
+            text = path.read_bytes().decode("utf-8")
         except OSError as error:
             raise UsageError(f"cannot read config file {source}: {error.strerror}") from None
+        except UnicodeDecodeError as error:
+            raise UsageError(
+                f"config file {source} is not UTF-8 text (byte {error.start})"
+            ) from None
     else:
         name = source
         if source not in preset_names():

@@ -85,7 +85,9 @@ def train_run(
 
 def check_run_dir(path: Path) -> None:
     """Refuse a run folder that already holds something: a run never overwrites another."""
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path} is a file, not a folder; choose another --out")
+    if path.exists() and any(path.iterdir()):
         raise UsageError(f"{path} already exists and is not empty; choose another --out")
 
 
