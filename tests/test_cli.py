@@ -376,4 +376,4 @@ def test_an_automatic_consensus_step_runs_on_a_graph_a_fixed_one_would_not(capsy
     fixed = main([*argv, "--set", "algorithm.b=0.45", "--out", str(tmp_path / "fixed")])
     line = assert_one_line_error(capsys, fixed)
     assert "algorithm.b=0.45 is too large for erdos_renyi(0.3) with 20 agents" in line
-    assert line.endswith("or b = \"auto\"")
+    assert line.endswith('or b = "auto"')

@@ -77,12 +77,11 @@ class DssfnConfig(LayerwiseConfig):
         super().__post_init__()
         if self.gossip_rounds != "auto" and self.gossip_rounds < 1:
             raise UsageError(
-                f"algorithm.gossip_rounds must be at least 1 or \"auto\", not {self.gossip_rounds}"
+                f'algorithm.gossip_rounds must be at least 1 or "auto", not {self.gossip_rounds}'
             )
         if not 0 < self.consensus_tolerance < 1:
             raise UsageError(
-                "algorithm.consensus_tolerance must be in (0, 1), "
-                f"not {self.consensus_tolerance}"
+                f"algorithm.consensus_tolerance must be in (0, 1), not {self.consensus_tolerance}"
             )
         if self.gossip_cap < 1:
             raise UsageError(f"algorithm.gossip_cap must be at least 1, not {self.gossip_cap}")
