@@ -106,9 +106,7 @@ def _pair() -> SimulatedNetwork:
 
 
 def _work(setup: list[float]) -> AsyncWork:
-    return AsyncWork(
-        setup_flops=setup, update_flops=[2.0] * len(setup), values=0, dtype=torch.float64
-    )
+    return AsyncWork(setup_flops=setup, update_flops=2.0, values=0, dtype=torch.float64)
 
 
 def test_an_asynchronous_node_updates_again_at_once_or_finishes_when_its_state_says_so():

@@ -183,14 +183,6 @@ class ArockNode:
         self.shift = 0.0
         """The norm bound's multiplier at the latest update."""
 
-    @property
-    def update_flops(self) -> float:
-        """What the virtual clock charges an update: two dense (Q, n) x (n, n) products,
-        as for synchronous dSSFN's update (which could take the same low-rank shortcut),
-        so that the two forms' times compare like for like."""
-        classes, width = self.cross2.shape
-        return 2 * matmul_flops(classes, width, width)
-
     def rest_curvature(self, degree: int) -> float:
         """The update's curvature where G is 0: gamma per edge plus twice the ridge share."""
         return self.gamma * degree + 2.0 * self.ridge
@@ -324,7 +316,9 @@ class AsyncSolver:
         ]
         work = AsyncWork(
             setup_flops=[flops + 4.0 * float(width) ** 3 for flops in setup_flops],
-            update_flops=[node.update_flops for node in nodes],
+            # two dense (Q, n) x (n, n) products, whatever shortcut a node takes: as for
+            # synchronous dSSFN's update (which could take the same one), like for like
+            update_flops=2 * matmul_flops(classes, width, width),
             values=classes * width,
             dtype=crosses.dtype,
         )

@@ -149,8 +149,8 @@ class AsyncWork:
 
     setup_flops: Sequence[float]
     """Per node of this process, before its first update."""
-    update_flops: Sequence[float]
-    """Per node of this process, per update."""
+    update_flops: float
+    """Per update of a node."""
     values: int
     """Numbers in one pushed block."""
     dtype: torch.dtype

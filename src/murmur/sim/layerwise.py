@@ -105,7 +105,7 @@ class _AsyncRun:
         node = self.nodes[i]
         blocks = node.update()
         stamp = node.stamp
-        seconds = self.network.compute.seconds(node.index, self.work.update_flops[i])
+        seconds = self.network.compute.seconds(node.index, self.work.update_flops)
         arrival = self.clock.now + seconds + self.message_seconds
         for j, block in blocks.items():
             self.clock.at(
