@@ -43,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="run folder (default: runs/PRESET-TIMESTAMP)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument(
+        "--check",
+        action="store_true",
+        help="check the config, data, graph and memory estimate, print what would run, "
+        "and stop: nothing is trained or written",
+    )
+    run.add_argument(
         "--runtime",
         choices=("simulator", "distributed"),
         default="simulator",
@@ -128,7 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _run_distributed(
                     args.preset, args.overrides, args.out, not args.quiet, args.timeout
                 )
-            return _run(args.preset, args.overrides, args.out, progress=not args.quiet)
+            return _run(
+                args.preset, args.overrides, args.out, progress=not args.quiet, check=args.check
+            )
         if args.command == "launch":
             from murmur.dist.launch import launch
 
@@ -169,20 +177,26 @@ def _error_line(message: str) -> None:
     sys.stderr.flush()
 
 
-def _run(source: str, overrides: list[str], out: str | None, progress: bool) -> int:
+def _run(
+    source: str, overrides: list[str], out: str | None, progress: bool, check: bool = False
+) -> int:
     from murmur.config import load_experiment
     from murmur.experiment import run
     from murmur.metrics.report import format_table
-    from murmur.training.runs import check_run_dir
-    from murmur.training.setup import prepare
+    from murmur.training.runs import check_run, check_run_dir
 
     experiment = load_experiment(source, overrides)
-    setups = [prepare(config) for _, config in experiment.runs]  # all checked before any starts
+    setups = [check_run(config) for _, config in experiment.runs]  # all before any starts
     root = (
         Path(out) if out else Path("runs") / f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     check_run_dir(root)
     several = len(experiment.runs) > 1
+    if check:
+        for (label, config), setup in zip(experiment.runs, setups, strict=True):
+            print(_plan_line(label, config, setup))
+        print(f"checked: {len(setups)} run{'s' * several}; nothing was trained or written")
+        return 0
     summaries = []
     for (label, config), setup in zip(experiment.runs, setups, strict=True):
         run_dir = root / label if several else root
@@ -199,6 +213,22 @@ def _run(source: str, overrides: list[str], out: str | None, progress: bool) -> 
         (root / "comparison.md").write_text(format_table(summaries, markdown=True) + "\n")
         print(f"\nruns in {root}; plots: murmur report {root}")
     return 0
+
+
+def _plan_line(label: str, config: Config, setup: Any) -> str:
+    """What ``murmur run --check`` says one run would do."""
+    from murmur.training.memory import human_size
+
+    graph = setup.graph
+    learners = (
+        f"{graph.name} of {graph.agents} agents ({graph.num_edges} edges)"
+        if graph.agents > 1
+        else f"{len(setup.shards)} learner{'s' * (len(setup.shards) > 1)}"
+    )
+    return (
+        f"{label}: {config.algorithm.name} on {config.data.dataset}, {learners}, "
+        f"{config.run.iterations} iterations, about {human_size(setup.memory)} of memory"
+    )
 
 
 def _warn_caps(label: str, summary: dict[str, Any], config: Config) -> None:

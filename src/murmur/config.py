@@ -43,6 +43,9 @@ from murmur.sections import (
     TopologyConfig,
 )
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""Largest float32: parameters and data are float32, so every number must fit."""
+
 SECTIONS = ("run", "data", "model", "topology", "timing", "algorithm")
 
 
@@ -179,8 +182,11 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise UsageError(f"{key} must be a number, not {value!r}")
-        if not math.isfinite(value):
-            raise UsageError(f"{key} must be a finite number, not {value!r}")
+        if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+            raise UsageError(
+                f"{key} must be a finite number within float32's range "
+                f"(magnitude at most {FLOAT32_MAX:.4g}), not {value!r}"
+            )
         return float(value)
     if hint is str:
         if not isinstance(value, str):

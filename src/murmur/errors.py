@@ -10,3 +10,10 @@ from __future__ import annotations
 
 class UsageError(ValueError):
     """Bad input from the user: a config value, a CLI argument, a file."""
+
+
+class RunFailed(UsageError):
+    """A run that started but cannot go on because of its input: a step that diverges.
+
+    The run folder keeps what was written and a ``summary.json`` that says why.
+    """

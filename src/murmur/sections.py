@@ -8,11 +8,13 @@ murmur but its errors, so every layer may use it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from murmur.errors import UsageError
+
+MAX_THREADS = 1024
+"""Most torch intra-op threads a run may ask for."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,10 @@ class RunConfig:
         require(self.seed >= 0, f"run.seed must be >= 0, not {self.seed}")
         require(self.iterations >= 1, "run.iterations must be at least 1")
         require(self.eval_every >= 1, "run.eval_every must be at least 1")
-        require(self.threads >= 1, "run.threads must be at least 1")
+        require(
+            1 <= self.threads <= MAX_THREADS,
+            f"run.threads must be from 1 to {MAX_THREADS}, not {self.threads}",
+        )
 
 
 @dataclass(frozen=True)
@@ -120,22 +125,53 @@ class TimingConfig:
     """Bytes per second of every link (1.25e8 is 1 Gbit/s)."""
 
     def __post_init__(self) -> None:
+        # Bounds that keep every virtual time finite, however long the run.
         require(
-            math.isfinite(self.flops_per_second) and self.flops_per_second > 0,
-            "timing.flops_per_second must be positive",
+            1.0 <= self.flops_per_second,
+            f"timing.flops_per_second must be at least 1, not {self.flops_per_second}",
         )
-        require(self.noise_sigma >= 0, "timing.noise_sigma must be >= 0")
         require(
-            all(math.isfinite(speed) and speed > 0 for speed in self.speeds),
-            "timing.speeds must all be positive",
+            0 <= self.noise_sigma <= MAX_NOISE_SIGMA,
+            f"timing.noise_sigma must be from 0 to {MAX_NOISE_SIGMA:g}, not {self.noise_sigma}",
+        )
+        require(
+            all(MIN_SPEED <= speed <= 1 / MIN_SPEED for speed in self.speeds),
+            f"timing.speeds must all be from {MIN_SPEED:g} to {1 / MIN_SPEED:g}",
         )
         require(self.stragglers >= 0, "timing.stragglers must be >= 0")
         require(
-            math.isfinite(self.straggler_factor) and self.straggler_factor >= 1,
-            f"timing.straggler_factor must be at least 1, not {self.straggler_factor}",
+            1 <= self.straggler_factor <= 1 / MIN_SPEED,
+            f"timing.straggler_factor must be from 1 to {1 / MIN_SPEED:g}, "
+            f"not {self.straggler_factor}",
         )
-        require(self.latency >= 0, "timing.latency must be >= 0")
-        require(self.bandwidth > 0, "timing.bandwidth must be positive")
+        require(
+            0 <= self.latency <= MAX_LATENCY,
+            f"timing.latency must be from 0 to {MAX_LATENCY:g} seconds, not {self.latency}",
+        )
+        require(
+            self.bandwidth >= 1.0,
+            f"timing.bandwidth must be at least 1 byte per second, not {self.bandwidth}",
+        )
+
+    def check_units(self, units: int, what: str) -> None:
+        """``speeds`` and ``stragglers`` against the run's ``units`` agents or workers."""
+        if self.speeds and len(self.speeds) != units:
+            raise UsageError(
+                f"timing.speeds has {len(self.speeds)} values for {units} {what}; "
+                "give one per agent or none"
+            )
+        if self.stragglers > units:
+            raise UsageError(
+                f"timing.stragglers is {self.stragglers} but there are only {units} {what}"
+            )
+
+
+MIN_SPEED = 1e-6
+"""Slowest relative speed of an agent (and so the largest straggler factor is 1e6)."""
+MAX_NOISE_SIGMA = 10.0
+"""Largest sigma of the log-normal compute factor: beyond it almost every factor is 0."""
+MAX_LATENCY = 1e6
+"""Longest message latency in virtual seconds (11.6 days)."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,10 @@ class Decaying:
     eps: float
 
     def __call__(self, iteration: int) -> float:
-        return self.scale / (self.eps * iteration + 1.0) ** self.exponent
+        try:
+            return self.scale / (self.eps * iteration + 1.0) ** self.exponent
+        except OverflowError:  # a huge exponent: the schedule has decayed to nothing
+            return 0.0
 
 
 @dataclass(frozen=True)

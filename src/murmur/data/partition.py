@@ -57,13 +57,7 @@ def partition(
             f"{', '.join(PARTITIONS)}"
         )
     samples = _count_samples(labels, num_samples)
-    if agents < 1:
-        raise UsageError(f"topology.agents={agents} must be at least 1")
-    if agents > samples:
-        raise UsageError(
-            f"topology.agents={agents} exceeds the {samples} training samples; every agent "
-            "needs at least one, so use fewer agents"
-        )
+    check_agents(agents, samples)
     generator = torch.Generator().manual_seed(seed)
     if scheme == "iid":
         order = torch.randperm(samples, generator=generator)
@@ -78,6 +72,17 @@ def partition(
     if scheme == "labels":
         return _by_labels(labels, agents, labels_per_agent, classes, generator)
     return _by_dirichlet(labels, agents, alpha, classes, seed)
+
+
+def check_agents(agents: int, samples: int) -> None:
+    """Every agent needs at least one of the ``samples`` training samples."""
+    if agents < 1:
+        raise UsageError(f"topology.agents={agents} must be at least 1")
+    if agents > samples:
+        raise UsageError(
+            f"topology.agents={agents} exceeds the {samples} training samples; every agent "
+            "needs at least one, so use fewer agents"
+        )
 
 
 def _count_samples(labels: torch.Tensor | None, num_samples: int | None) -> int:

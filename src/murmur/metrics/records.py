@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -22,7 +23,7 @@ class MetricsWriter:
     def write(self, record: dict[str, Any]) -> None:
         self.records.append(record)
         if self._file is not None:
-            self._file.write(json.dumps(record) + "\n")
+            self._file.write(to_json(record) + "\n")
             self._file.flush()
 
     def close(self) -> None:
@@ -93,4 +94,24 @@ class RunResult:
         return {**values, **extra}
 
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        path.write_text(to_json({"status": "finished", **self.to_dict()}, indent=2) + "\n")
+
+
+def write_failure(path: Path, reason: str, **fields: Any) -> None:
+    """summary.json of a run that stopped before its end: ``status``, ``error``, ``fields``."""
+    path.write_text(to_json({"status": "failed", "error": reason, **fields}, indent=2) + "\n")
+
+
+def to_json(value: Any, indent: int | None = None) -> str:
+    """Strict JSON: a number that is not finite (NaN, infinity) is written as null."""
+    return json.dumps(_finite(value), indent=indent, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value

@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from murmur.errors import UsageError
 from murmur.sections import TimingConfig
 from murmur.seeding import generator
 
@@ -81,15 +80,7 @@ class ComputeTimes:
     """Seeded compute time of each agent's updates."""
 
     def __init__(self, config: TimingConfig, agents: int, seed: int) -> None:
-        if config.speeds and len(config.speeds) != agents:
-            raise UsageError(
-                f"timing.speeds has {len(config.speeds)} values for {agents} agents; "
-                "give one per agent or none"
-            )
-        if config.stragglers > agents:
-            raise UsageError(
-                f"timing.stragglers is {config.stragglers} but there are only {agents} agents"
-            )
+        config.check_units(agents, "agents")
         speeds = list(config.speeds) if config.speeds else [1.0] * agents
         for agent in range(config.stragglers):
             speeds[agent] /= config.straggler_factor

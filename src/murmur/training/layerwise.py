@@ -35,7 +35,7 @@ from murmur.algorithms.ssfn import (
     one_hot,
     random_weights,
 )
-from murmur.errors import UsageError
+from murmur.errors import RunFailed
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.seeding import derive_seed
@@ -272,7 +272,7 @@ def _solve(
     except torch.linalg.LinAlgError:
         solution = None
     if solution is None or not bool(torch.isfinite(solution.outputs).all()):
-        raise UsageError(
+        raise RunFailed(
             "the layer problem diverged (non-finite output matrices); lower algorithm.mu, "
             "or raise algorithm.gossip_rounds for dssfn"
         )

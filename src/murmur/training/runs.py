@@ -3,20 +3,23 @@
 A runtime trains (a *runner*: the simulator's, a rank's, Hogwild's processes)
 and hands back an :class:`~murmur.metrics.records.Outcome`; :func:`train_run`
 writes the resolved config first, every record as it comes, and the
-:class:`~murmur.metrics.records.RunResult` last. A run never overwrites another.
+:class:`~murmur.metrics.records.RunResult` last; a run that stops early (a
+diverging step, a lost peer, an interrupt) leaves a ``summary.json`` with
+``"status": "failed"`` and the reason. A run never overwrites another.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from murmur.config import Config, save_config
-from murmur.errors import UsageError
+from murmur.errors import RunFailed, UsageError
 from murmur.metrics.evaluation import accuracy_summary
-from murmur.metrics.records import MetricsWriter, Outcome, RunResult
+from murmur.metrics.records import MetricsWriter, Outcome, RunResult, write_failure
 from murmur.registry import ALGORITHMS
 from murmur.training.setup import Setup, build_context, prepare
 
@@ -46,8 +49,28 @@ def train_run(
     if run_dir is not None:
         save_config(config, run_dir / "config.toml")
     writer = MetricsWriter(run_dir / "metrics.jsonl" if run_dir is not None else None)
+
+    def on_record(record: dict[str, Any]) -> None:
+        check_finite_record(record)
+        writer.write(record)
+
     try:
-        outcome = runner(setup, algorithm, writer.write, progress)
+        outcome = runner(setup, algorithm, on_record, progress)
+    except BaseException as error:
+        if run_dir is not None:
+            write_failure(
+                run_dir / "summary.json",
+                failure_reason(error),
+                name=name or config.algorithm.name,
+                preset=preset,
+                algorithm=config.algorithm.name,
+                dataset=config.data.dataset,
+                seed=config.run.seed,
+                evaluations=len(writer.records),
+                wall_seconds=time.perf_counter() - started,
+                run_dir=str(run_dir.resolve()),
+            )
+        raise
     finally:
         writer.close()
     last = outcome.last_record
@@ -81,6 +104,39 @@ def train_run(
     if run_dir is not None:
         result.write(run_dir / "summary.json")
     return result
+
+
+def check_finite_record(record: dict[str, Any]) -> None:
+    """Stop a run whose test loss is no longer a number: its steps diverged."""
+    losses = record.get("test_loss")
+    if isinstance(losses, list) and not all(
+        isinstance(loss, float) and math.isfinite(loss) for loss in losses
+    ):
+        raise RunFailed(
+            f"training diverged by iteration {record.get('iteration')} (the test loss is no "
+            "longer finite); lower the steps (algorithm.a, or algorithm.b where it has one)"
+        )
+
+
+def failure_reason(error: BaseException) -> str:
+    """One line for summary.json saying why a run stopped early."""
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(error, UsageError):
+        return str(error)
+    return f"{type(error).__name__}: {error}".splitlines()[0]
+
+
+def check_run(config: Config) -> Setup:
+    """Build and check everything a run needs, algorithm included; start nothing.
+
+    What this accepts can still fail only while training (a diverging step);
+    the algorithm built to check it is dropped, ``train_run`` builds its own.
+    """
+    setup = prepare(config)
+    spec = ALGORITHMS[config.algorithm.name]
+    spec.build(config.algorithm, setup.graph, build_context(setup))
+    return setup
 
 
 def check_run_dir(path: Path) -> None:

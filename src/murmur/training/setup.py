@@ -19,15 +19,17 @@ from murmur.algorithms.estimates import Segments
 from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.protocols import BuildContext
 from murmur.config import Config
-from murmur.data import load_dataset, partition
+from murmur.data import DATASETS, load_dataset, partition
 from murmur.data.batches import BatchSampler
 from murmur.data.datasets import Dataset
+from murmur.data.partition import check_agents
 from murmur.errors import UsageError
 from murmur.models import build_model
 from murmur.models.stacked import StackedModel
 from murmur.registry import ALGORITHMS
 from murmur.seeding import derive_seed
 from murmur.topology import Graph, build_graph, ring
+from murmur.training.memory import check_memory
 
 
 @dataclass
@@ -55,12 +57,15 @@ class Setup:
     """The mini-batch training problem (None for layer-wise algorithms)."""
     initial: torch.Tensor | None
     """Stacked initial parameters (None for layer-wise algorithms)."""
+    memory: int = 0
+    """Estimated bytes of memory the run needs (``training.memory``)."""
 
 
 def prepare(config: Config) -> Setup:
     """Build and check everything a run needs; raises UsageError on bad input."""
     torch.set_num_threads(config.run.threads)
     spec = ALGORITHMS[config.algorithm.name]
+    memory = _check_sizes(config)
     dataset = load_dataset(config.data.dataset, root=config.data.root or None)
     if spec.kind == "layerwise" and dataset.task != "classification":
         raise UsageError(
@@ -68,8 +73,12 @@ def prepare(config: Config) -> Setup:
             f"{config.data.dataset} is {dataset.task}"
         )
     graph, shards, batch_size = _learners(config, dataset)
+    if isinstance(config.algorithm, WorkersConfig | HogwildConfig):
+        config.timing.check_units(config.algorithm.workers, "workers")
+    else:
+        config.timing.check_units(graph.agents, "agents")
     if spec.kind == "layerwise":
-        return Setup(config, dataset, graph, shards, None, None)
+        return Setup(config, dataset, graph, shards, None, None, memory)
     module = build_model(
         config.model, dataset.features, dataset.outputs, seed=derive_seed(config.run.seed, "model")
     )
@@ -84,7 +93,17 @@ def prepare(config: Config) -> Setup:
     )
     # One model per agent; the workers of a server or shared-memory run share one.
     initial = model.initial().expand(graph.agents, -1).contiguous()
-    return Setup(config, dataset, graph, shards, problem, initial)
+    return Setup(config, dataset, graph, shards, problem, initial, memory)
+
+
+def _check_sizes(config: Config) -> int:
+    """Sizes against the dataset and this machine's memory, before anything is built."""
+    info = DATASETS.get(config.data.dataset)
+    if info is None:
+        return 0  # load_dataset names the valid datasets
+    if ALGORITHMS[config.algorithm.name].decentralized:
+        check_agents(config.topology.agents, info.train)
+    return check_memory(config, info).total
 
 
 def build_context(setup: Setup) -> BuildContext:

@@ -1,0 +1,172 @@
+"""How much memory a run needs, estimated from its config before anything is built.
+
+A config can ask for more than any machine holds (a hidden layer of 10**11
+units, 100,000 agents on a complete graph, 10**9 samples per batch); building
+it would end in an allocation failure deep inside torch. :func:`check_memory`
+estimates the largest arrays a run allocates from the config and the dataset's
+sizes alone, and refuses a run whose estimate exceeds this machine's memory,
+naming the biggest part and the machine's size.
+
+The estimate counts what grows with the config (stacked models, batches,
+dense graph matrices, Gram matrices, processes) with a margin for the copies an
+algorithm keeps; it is meant to catch runs that cannot fit, not to predict the
+peak to the byte.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from murmur.algorithms.asysg import WorkersConfig
+from murmur.algorithms.hogwild import HogwildConfig
+from murmur.algorithms.ssfn import LayerwiseConfig
+from murmur.config import Config
+from murmur.data import DatasetInfo
+from murmur.errors import UsageError
+from murmur.registry import ALGORITHMS
+
+FLOAT32 = 4
+FLOAT64 = 8
+STATE_COPIES = 12
+"""Model-sized arrays an algorithm keeps per agent: parameters, what its
+neighbours last received, gradient, mixing result, trackers, momentum, scratch
+(DETSGRAD-GT, the largest, peaks near 11 on a ring of 256)."""
+ACTIVATION_COPIES = 4
+"""Per sample and unit: activation, its gradient, and the masks of backward."""
+PROCESS_BYTES = 300 * 2**20
+"""One Python process with torch imported (Hogwild's workers are processes)."""
+DENSE_GRAPH_MATRICES = 3
+"""The dense (agents, agents) float64 matrices of a run: Laplacian, adjacency,
+mixing weights (and the spectrum's workspace)."""
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The bytes a run needs, by part."""
+
+    parts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+    @property
+    def largest(self) -> str:
+        return max(self.parts, key=lambda name: self.parts[name])
+
+
+def estimate_memory(config: Config, info: DatasetInfo) -> MemoryEstimate:
+    """The memory ``config`` needs on a dataset of ``info``'s sizes."""
+    spec = ALGORITHMS[config.algorithm.name]
+    samples = info.train + info.test
+    parts = {
+        "this process": PROCESS_BYTES,
+        "the dataset": 2 * samples * info.features * FLOAT32,
+    }
+    agents = config.topology.agents if spec.decentralized else 1
+    if spec.decentralized:
+        parts["the graph's dense matrices"] = DENSE_GRAPH_MATRICES * agents * agents * FLOAT64
+        parts["the graph's edge lists"] = 4 * _edges(config, agents) * 2 * FLOAT64
+    if isinstance(config.algorithm, LayerwiseConfig):
+        parts.update(_layerwise_parts(config.algorithm, info, agents))
+        return MemoryEstimate(parts)
+    parameters = parameter_count(config, info)
+    outputs = max(info.classes, 1)
+    units = info.features + sum(config.model.hidden if config.model.name == "mlp" else ()) + outputs
+    batch = config.data.batch_size
+    algorithm = config.algorithm
+    if isinstance(algorithm, HogwildConfig):
+        parts["the worker processes"] = algorithm.workers * PROCESS_BYTES
+        parts["the models"] = (algorithm.workers + 2) * STATE_COPIES * parameters * FLOAT32
+        parts["the batches"] = algorithm.workers * batch * units * ACTIVATION_COPIES * FLOAT32
+    elif isinstance(algorithm, WorkersConfig):
+        parts["the models"] = (algorithm.workers + 2) * STATE_COPIES * parameters * FLOAT32
+        parts["the batches"] = algorithm.workers * batch * units * ACTIVATION_COPIES * FLOAT32
+    else:
+        learners_batch = batch if spec.decentralized else batch * config.topology.agents
+        parts["the models"] = agents * STATE_COPIES * parameters * FLOAT32
+        parts["the batches"] = agents * learners_batch * units * ACTIVATION_COPIES * FLOAT32
+    return MemoryEstimate(parts)
+
+
+def parameter_count(config: Config, info: DatasetInfo) -> int:
+    """Parameters of one model of ``config.model`` on ``info``'s inputs and outputs."""
+    outputs = max(info.classes, 1)
+    widths = [info.features, *(config.model.hidden if config.model.name == "mlp" else ()), outputs]
+    return sum((fan_in + 1) * fan_out for fan_in, fan_out in zip(widths, widths[1:], strict=False))
+
+
+def _layerwise_parts(algorithm: LayerwiseConfig, info: DatasetInfo, agents: int) -> dict[str, int]:
+    """SSFN's layers: features of every sample, and each node's Gram matrices."""
+    classes = max(info.classes, 1)
+    width = 2 * classes + algorithm.nodes
+    inputs = max(width, info.features)
+    samples = info.train + info.test
+    return {
+        "the layer features": 4 * samples * inputs * FLOAT64,
+        "the nodes' Gram matrices": 4 * agents * inputs * inputs * FLOAT64,
+        "the layer outputs": 8 * agents * classes * inputs * FLOAT64,
+    }
+
+
+def _edges(config: Config, agents: int) -> int:
+    """Edges of the configured graph, from its kind and size (not built)."""
+    topology = config.topology
+    if topology.graph == "complete":
+        return agents * (agents - 1) // 2
+    if topology.graph == "erdos_renyi":
+        return int(topology.probability * agents * (agents - 1) / 2) + agents
+    if topology.graph == "circular":
+        return agents * max(topology.degree, 2) // 2
+    if topology.graph == "edges":
+        path = Path(topology.edges_file)
+        return path.stat().st_size // 4 if path.is_file() else 0  # a line "i j\n" is 4 bytes
+    return 2 * agents  # ring, star, torus
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the machine's, or its cgroup's limit."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return total
+    return min(total, int(limit)) if limit.isdigit() else total
+
+
+def check_memory(config: Config, info: DatasetInfo) -> MemoryEstimate:
+    """The run's estimate; a UsageError when it exceeds this machine's memory."""
+    estimate = estimate_memory(config, info)
+    available = machine_memory()
+    if estimate.total > available:
+        largest = estimate.largest
+        raise UsageError(
+            f"this run needs about {human_size(estimate.total)} of memory "
+            f"({human_size(estimate.parts[largest])} for {largest}) but this machine has "
+            f"{human_size(available)}; make it smaller ({_advice(config, largest)})"
+        )
+    return estimate
+
+
+def _advice(config: Config, part: str) -> str:
+    if "graph" in part:
+        return "fewer topology.agents or a sparser topology.graph"
+    if "batches" in part:
+        return "a smaller data.batch_size, fewer agents or workers"
+    if "process" in part or isinstance(config.algorithm, WorkersConfig | HogwildConfig):
+        return "fewer algorithm.workers or a smaller model.hidden"
+    if isinstance(config.algorithm, LayerwiseConfig):
+        return "fewer algorithm.nodes or topology.agents"
+    return "fewer topology.agents or a smaller model.hidden"
+
+
+def human_size(size: int) -> str:
+    """Bytes as ``"3.21 GB"``, with binary prefixes of 1024."""
+    value, unit = float(size), "bytes"
+    for bigger in ("KB", "MB", "GB", "TB", "PB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{size} bytes" if unit == "bytes" else f"{value:.3g} {unit}"
