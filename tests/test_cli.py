@@ -110,6 +110,17 @@ def read_records(folder: Path) -> list[dict]:
         ("detsgrad-gt", ["algorithm.vy=-1"], "algorithm.v0 and algorithm.vy must be >= 0"),
         ("detsgrad", ["algorithm.trigger=tensor"], "algorithm.trigger must be one of 'model'"),
         ("detsgrad", ["algorithm.b=1.5"], "algorithm.b=1.5 is too large for ring with 4 agents"),
+        ("dsgd", ["model.hidden=[100000000000]"], "for the models) but this machine has"),
+        ("asysg-con", ["algorithm.workers=1000000000"], "of memory (9.31 TB for the batches"),
+        ("dsgd", ["data.batch_size=1000000000"], "for the batches) but this machine has"),
+        ("dssfn-vowel", ["algorithm.nodes=100000000"], "for the nodes' Gram matrices"),
+        ("detsgrad", ["algorithm.a=1e39"], "algorithm.a must be a finite number within float32"),
+        ("detsgrad", ["run.threads=9223372036854775807"], "run.threads must be from 1 to 1024"),
+        ("asysg-con", ["timing.speeds=[1.0, 2.0]"], "timing.speeds has 2 values for 8 workers"),
+        ("detsgrad", ["timing.stragglers=5"], "timing.stragglers is 5 but there are only 4"),
+        ("detsgrad", ["timing.flops_per_second=1e-300"], "flops_per_second must be at least 1"),
+        ("detsgrad", ["timing.bandwidth=1e-300"], "bandwidth must be at least 1 byte per"),
+        ("detsgrad", ["timing.noise_sigma=100"], "timing.noise_sigma must be from 0 to 10"),
     ],
 )
 def test_bad_run_input_is_one_line_and_creates_no_folder(
@@ -121,6 +132,48 @@ def test_bad_run_input_is_one_line_and_creates_no_folder(
     line = assert_one_line_error(capsys, main(argv))
     assert message in line
     assert not out.exists()
+
+
+def test_check_prints_each_run_and_writes_nothing(capsys, tmp_path):
+    out = run_ok(capsys, "run", "default", *FAST, "--check", "--out", str(tmp_path / "out"))
+    lines = out.splitlines()
+    assert [line.split(":")[0] for line in lines[:-1]] == [
+        "detsgrad",
+        "dsgd",
+        "detsgrad-gt",
+        "centralized",
+    ]
+    assert "ring of 4 agents (4 edges), 20 iterations, about" in lines[0]
+    assert lines[-1] == "checked: 4 runs; nothing was trained or written"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_comparison_member_is_refused_before_any_member_runs(capsys, tmp_path):
+    config = tmp_path / "pair.toml"
+    config.write_text(
+        'compare = ["dsgd", { preset = "dsgd", label = "steep", set = ["algorithm.b=1.5"] }]\n'
+    )
+    out = tmp_path / "out"
+    line = assert_one_line_error(capsys, main(["run", str(config), *FAST, "--out", str(out)]))
+    assert "algorithm.b=1.5 is too large" in line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("preset", ["detsgrad", "asysg-con"])
+def test_a_diverging_run_keeps_its_folder_with_a_failed_summary(capsys, tmp_path, preset):
+    out = tmp_path / "out"
+    argv = ["run", preset, *FAST, "--set", "algorithm.a=1e30", "--out", str(out)]
+    line = assert_one_line_error(capsys, main(argv))
+    assert "training diverged by iteration 10" in line
+    summary = json.loads(
+        (out / "summary.json").read_text(),
+        parse_constant=pytest.fail,  # strict JSON
+    )
+    assert summary["status"] == "failed"
+    assert line.endswith(summary["error"])
+    assert summary["algorithm"] == preset
+    assert (out / "config.toml").is_file()
+    assert [record["iteration"] for record in read_records(out)] == [0]
 
 
 def test_disconnected_graph_is_refused(capsys, tmp_path):

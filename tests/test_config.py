@@ -141,6 +141,23 @@ def test_build_config_refuses_a_section_that_is_not_a_table():
         build_config({"run": 3, "algorithm": {"name": "detsgrad"}})
 
 
+def test_build_config_names_an_array_of_tables_as_one():
+    with pytest.raises(UsageError, match=r"\[\[run\]\] is an array of tables; write the section"):
+        build_config({"run": [{"seed": 1}], "algorithm": {"name": "detsgrad"}})
+
+
+def test_a_long_wrong_value_is_cut_in_the_message():
+    with pytest.raises(UsageError) as error:
+        build_config({"run": {"seed": "x" * 10_000}, "algorithm": {"name": "detsgrad"}})
+    assert len(str(error.value)) < 200
+
+
+@pytest.mark.parametrize("value", [3.5e38, -1e39, 1e308])
+def test_floats_must_fit_in_float32(value):
+    with pytest.raises(UsageError, match="must be a finite number within float32's range"):
+        build_config({"algorithm": {"name": "detsgrad", "a": value}})
+
+
 def test_to_dict_puts_the_algorithm_name_first():
     algorithm = single("detsgrad").to_dict()["algorithm"]
     assert list(algorithm)[:4] == ["name", "a", "d2", "eps"]
@@ -444,6 +461,25 @@ def test_a_file_extending_itself_is_refused(tmp_path):
     write_toml(path, {"extends": str(path)})
     with pytest.raises(UsageError, match="loop"):
         load_experiment(str(path))
+
+
+def test_extends_loop_through_another_spelling_of_the_same_file_is_refused(tmp_path):
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "self.toml"
+    path.write_text('extends = "sub/../self.toml"\n')
+    with pytest.raises(UsageError) as error:
+        load_experiment(str(path))
+    assert str(error.value) == (
+        f"presets extend each other in a loop: {path} -> {tmp_path / 'sub/../self.toml'}"
+    )
+
+
+def test_an_extends_path_too_long_to_look_up_is_one_short_line(tmp_path):
+    path = tmp_path / "long.toml"
+    path.write_text(f'extends = "{"a" * 5000}.toml"\n')
+    with pytest.raises(UsageError, match=r"is too long \(50\d\d characters\)") as error:
+        load_experiment(str(path))
+    assert len(str(error.value)) < 200
 
 
 def test_toml_syntax_error_names_the_file(tmp_path):

@@ -20,7 +20,9 @@ ones, and the resolved config of each run is saved as ``config.toml``.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
+import stat
 import tomllib
 import types
 import typing
@@ -101,8 +103,12 @@ def build_config(raw: Mapping[str, Any]) -> Config:
             f"unknown config section '{unknown[0]}'; valid sections: {', '.join(SECTIONS)}"
         )
     for name, values in raw.items():
+        if isinstance(values, list) and values and all(isinstance(v, Mapping) for v in values):
+            raise UsageError(
+                f"[[{name}]] is an array of tables; write the section once as [{name}]"
+            )
         if not isinstance(values, Mapping):
-            raise UsageError(f"[{name}] must be a table of key = value pairs, not {values!r}")
+            raise UsageError(f"[{name}] must be a table of key = value pairs, not {_shown(values)}")
     sections: dict[str, Any] = {}
     for name, cls in (
         ("run", RunConfig),
@@ -154,12 +160,12 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
         choices = typing.get_args(hint)
         if value not in choices:
             options = ", ".join(repr(c) for c in choices)
-            raise UsageError(f"{key} must be one of {options}, not {value!r}")
+            raise UsageError(f"{key} must be one of {options}, not {_shown(value)}")
         return value
     if origin is tuple:
         (item,) = {a for a in typing.get_args(hint) if a is not Ellipsis}
         if not isinstance(value, list | tuple):
-            raise UsageError(f"{key} must be a list, e.g. [100, 50], not {value!r}")
+            raise UsageError(f"{key} must be a list, e.g. [100, 50], not {_shown(value)}")
         return tuple(_coerce(f"{key}[{i}]", item, v) for i, v in enumerate(value))
     if origin in (typing.Union, types.UnionType):
         for member in typing.get_args(hint):
@@ -168,29 +174,29 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
             except UsageError:
                 continue
         kinds = " or ".join(_describe(member) for member in typing.get_args(hint))
-        raise UsageError(f"{key} must be {kinds}, not {value!r}")
+        raise UsageError(f"{key} must be {kinds}, not {_shown(value)}")
     if hint is bool:
         if not isinstance(value, bool):
-            raise UsageError(f"{key} must be true or false, not {value!r}")
+            raise UsageError(f"{key} must be true or false, not {_shown(value)}")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UsageError(f"{key} must be an integer, not {value!r}")
+            raise UsageError(f"{key} must be an integer, not {_shown(value)}")
         if not -(2**63) <= value < 2**63:
             raise UsageError(f"{key} must be an integer from -2**63 to 2**63 - 1, not {value}")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise UsageError(f"{key} must be a number, not {value!r}")
+            raise UsageError(f"{key} must be a number, not {_shown(value)}")
         if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
             raise UsageError(
                 f"{key} must be a finite number within float32's range "
-                f"(magnitude at most {FLOAT32_MAX:.4g}), not {value!r}"
+                f"(magnitude at most {FLOAT32_MAX:.4g}), not {_shown(value)}"
             )
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise UsageError(f"{key} must be a string, not {value!r}")
+            raise UsageError(f"{key} must be a string, not {_shown(value)}")
         return value
     raise TypeError(f"unsupported config field type {hint!r} for {key}")
 
@@ -267,29 +273,26 @@ def read_preset(source: str) -> tuple[str, dict[str, Any]]:
     return _read_preset(source, seen=())
 
 
-def _read_preset(source: str, seen: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
-    if source in seen:
-        raise UsageError(f"presets extend each other in a loop: {' -> '.join(seen + (source,))}")
+def _read_preset(source: str, seen: tuple[tuple[str, str], ...]) -> tuple[str, dict[str, Any]]:
+    """``seen``: (identity, as written) of the presets that extend this one, in order."""
     path = Path(source)
-    if path.is_dir():
+    kind = _path_kind(path, source)
+    identity = str(path.resolve()) if kind == "file" else source
+    if identity in (known for known, _ in seen):
+        chain = " -> ".join(written for _, written in seen)
+        raise UsageError(f"presets extend each other in a loop: {chain} -> {source}")
+    if kind == "folder":
         raise UsageError(f"{source} is a folder, not a preset name or a .toml file")
-    if path.exists() and not path.is_file():
+    if kind == "other":
         raise UsageError(f"{source} is not a regular file, not a preset name or a .toml file")
-    if source.endswith(".toml") or path.is_file():
+    if kind == "file" or source.endswith(".toml"):
         name = path.stem
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except OSError as error:
-            raise UsageError(f"cannot read config file {source}: {error.strerror}") from None
-        except UnicodeDecodeError as error:
-            raise UsageError(
-                f"config file {source} is not UTF-8 text (byte {error.start})"
-            ) from None
+        text = _read_text(path, source)
     else:
         name = source
         if source not in preset_names():
             raise UsageError(
-                f"unknown preset '{source}'; valid presets: {', '.join(preset_names())} "
+                f"unknown preset {_shown(source)}; valid presets: {', '.join(preset_names())} "
                 "(or give a path to a .toml file)"
             )
         text = (resources.files("murmur") / "presets" / f"{source}.toml").read_text()
@@ -299,13 +302,45 @@ def _read_preset(source: str, seen: tuple[str, ...]) -> tuple[str, dict[str, Any
         raise UsageError(f"{source} is not valid TOML: {error}") from None
     parent = raw.pop("extends", None)
     if parent is not None:
-        parent = str(parent)
-        if parent.endswith(".toml") and path.is_file() and not Path(parent).is_absolute():
+        if not isinstance(parent, str) or not parent:
+            raise UsageError(f"{source}: 'extends' must be a preset name or a .toml path")
+        if parent.endswith(".toml") and kind == "file" and not Path(parent).is_absolute():
             parent = str(path.parent / parent)  # relative to the file that extends it
-        _, base = _read_preset(parent, seen + (source,))
+        _, base = _read_preset(parent, seen + ((identity, source),))
         base.pop("description", None)
         raw = _merge(base, raw)
     return name, raw
+
+
+def _path_kind(path: Path, source: str) -> Literal["file", "folder", "other", "missing"]:
+    """What ``source`` names on disk; a path too long to look up is a UsageError."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            raise UsageError(
+                f"the path {_shown(source)} is too long ({len(source)} characters)"
+            ) from None
+        return "missing"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    return "file" if stat.S_ISREG(mode) else "other"
+
+
+def _read_text(path: Path, source: str) -> str:
+    """A config file's text, decoded as UTF-8; a clear UsageError otherwise."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot read config file {source}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise UsageError(f"config file {source} is not UTF-8 text (byte {error.start})") from None
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for one-line error messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
@@ -352,7 +387,7 @@ def _compare_member(name: str, member: Any) -> tuple[str, str, list[str]]:
     if not isinstance(member, Mapping) or "preset" not in member:
         raise UsageError(
             f"preset {name}: each 'compare' entry is a preset name or a table "
-            f"{{ preset = ..., label = ..., set = [...] }}, not {member!r}"
+            f"{{ preset = ..., label = ..., set = [...] }}, not {_shown(member)}"
         )
     unknown = sorted(set(member) - {"preset", "label", "set"})
     if unknown:
@@ -366,7 +401,7 @@ def _compare_member(name: str, member: Any) -> tuple[str, str, list[str]]:
     preset = str(member["preset"])
     label = str(member.get("label", preset))
     if not label or "/" in label or label.startswith("."):
-        raise UsageError(f"preset {name}: compare label {label!r} cannot name a folder")
+        raise UsageError(f"preset {name}: compare label {_shown(label)} cannot name a folder")
     return preset, label, settings
 
 

@@ -12,6 +12,7 @@ from summaries import summary_for, worker_summary
 
 from murmur.errors import UsageError
 from murmur.metrics import plots
+from murmur.metrics.records import to_json
 from murmur.metrics.report import (
     format_table,
     has_target,
@@ -719,3 +720,12 @@ def test_bytes_vs_dsgd_column_is_absent_without_a_dsgd_run_that_sent_bytes(tmp_p
     assert relative_bytes(summaries) == [None, None]
     run_dirs = [make_run(tmp_path / "runs", summary, records_for(4, 8)) for summary in summaries]
     assert "bytes vs DSGD" not in write_report(run_dirs, tmp_path / "report").read_text()
+
+
+def test_run_files_are_strict_json_with_null_for_numbers_that_are_not_finite():
+    text = to_json({"loss": float("nan"), "per_agent": [1.0, float("inf")], "n": 3})
+    assert json.loads(text, parse_constant=pytest.fail) == {
+        "loss": None,
+        "per_agent": [1.0, None],
+        "n": 3,
+    }

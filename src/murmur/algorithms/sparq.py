@@ -18,7 +18,6 @@ CHOCO-SGD.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -87,11 +86,7 @@ class Sparq:
     def event_threshold(self, iteration: int) -> float:
         """c_k eta_k^2: the squared drift at which an agent sends at iteration k."""
         eta = self.gradient_step(iteration)
-        try:
-            growth = (iteration + 1) ** self.growth
-        except OverflowError:  # a huge exponent: nothing is worth sending any more
-            return math.inf
-        return self.threshold * growth * eta**2
+        return self.threshold * (iteration + 1) ** self.growth * eta**2
 
     def step(
         self, state: SparqState, grads: torch.Tensor, iteration: int, transport: Transport

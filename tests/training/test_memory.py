@@ -1,0 +1,72 @@
+"""The memory estimate: parameter counts of the real models, and runs that cannot fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from murmur.config import build_config
+from murmur.data import DATASETS
+from murmur.errors import UsageError
+from murmur.models import build_model
+from murmur.training.memory import (
+    check_memory,
+    estimate_memory,
+    human_size,
+    machine_memory,
+    parameter_count,
+)
+
+
+def config(**sections):
+    return build_config({"algorithm": {"name": "dsgd"}, **sections})
+
+
+@pytest.mark.parametrize(
+    "dataset, model",
+    [
+        ("mnist5k", {"name": "mlp", "hidden": [100]}),
+        ("mnist5k", {"name": "mlp", "hidden": [30, 20, 10]}),
+        ("blobs", {"name": "linear"}),
+        ("synthetic", {"name": "mlp", "hidden": [7]}),
+    ],
+)
+def test_parameter_count_is_that_of_the_built_model(dataset, model):
+    run = config(data={"dataset": dataset}, model=model)
+    info = DATASETS[dataset]
+    module = build_model(run.model, info.features, max(info.classes, 1), seed=0)
+    assert parameter_count(run, info) == sum(p.numel() for p in module.parameters())
+
+
+def test_the_models_part_grows_with_agents_times_parameters():
+    info = DATASETS["mnist5k"]
+    small = estimate_memory(config(topology={"agents": 10}), info).parts["the models"]
+    large = estimate_memory(config(topology={"agents": 40}), info).parts["the models"]
+    assert large == 4 * small
+    assert small >= 10 * parameter_count(config(), info) * 4  # at least one float32 copy
+
+
+def test_a_complete_graph_counts_its_edges():
+    info = DATASETS["mnist5k"]
+    ring = estimate_memory(config(topology={"agents": 1000}), info)
+    complete = estimate_memory(config(topology={"agents": 1000, "graph": "complete"}), info)
+    ratio = complete.parts["the graph's edge lists"] / ring.parts["the graph's edge lists"]
+    assert ratio == pytest.approx(999 / 4)
+
+
+def test_a_run_that_fits_is_accepted_and_one_that_cannot_is_refused():
+    info = DATASETS["mnist5k"]
+    assert check_memory(config(), info).total < machine_memory()
+    with pytest.raises(UsageError) as error:
+        check_memory(config(model={"hidden": [10**11]}), info)
+    message = str(error.value)
+    assert message.startswith("this run needs about ")
+    assert f"but this machine has {human_size(machine_memory())}" in message
+    assert "a smaller model.hidden" in message
+
+
+@pytest.mark.parametrize(
+    "size, text",
+    [(0, "0 bytes"), (1023, "1023 bytes"), (1024, "1 KB"), (1536 * 2**20, "1.5 GB")],
+)
+def test_human_size(size, text):
+    assert human_size(size) == text
