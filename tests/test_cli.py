@@ -398,6 +398,37 @@ def test_report_of_a_folder_without_runs_is_refused(capsys, tmp_path):
     assert list(empty.iterdir()) == []
 
 
+def test_report_lists_failed_runs_below_the_table(capsys, tmp_path):
+    runs = tmp_path / "runs"
+    run_ok(capsys, "run", "dsgd", *FAST, "--out", str(runs / "dsgd"))
+    lost = runs / "lost"
+    lost.mkdir()
+    failed = {"status": "failed", "error": "lost peer 2", "name": "lost"}
+    (lost / "summary.json").write_text(json.dumps(failed))
+    printed = run_ok(capsys, "report", str(runs), "--out", str(tmp_path / "report")).splitlines()
+    assert printed[2].startswith("dsgd ") and printed[3] == f"failed: lost ({lost}): lost peer 2"
+    printed = run_ok(capsys, "report", str(lost), "--out", str(tmp_path / "lost")).splitlines()
+    assert printed[:2] == ["no run finished", f"failed: lost ({lost}): lost peer 2"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        (b"{}", " has no field 'name'"),
+        (b'{"status": "failed", "error": 3}', ": field 'error' must be a string, not 3"),
+        (b'{"name": "caf\xe9"}', " is not UTF-8 text (byte 13)"),
+    ],
+)
+def test_report_of_a_damaged_summary_names_the_file(capsys, tmp_path, payload, problem):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_bytes(payload)
+    line = assert_one_line_error(capsys, main(["report", str(run)]))
+    assert line.startswith(f"murmur: error: {run / 'summary.json'}{problem}")
+    assert line.endswith("; the file is damaged, remake the run")
+    assert sorted(run.iterdir()) == [run / "summary.json"]
+
+
 # ---- listings -----------------------------------------------------------------------------
 
 

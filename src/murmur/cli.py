@@ -284,7 +284,7 @@ def _datasets() -> int:
 
 
 def _report(folders: list[str], out: str | None) -> int:
-    from murmur.metrics.report import format_table, read_run
+    from murmur.metrics.report import failed_line, format_table, read_run
     from murmur.metrics.report_files import write_report
 
     run_dirs: list[Path] = []
@@ -298,7 +298,12 @@ def _report(folders: list[str], out: str | None) -> int:
             run_dirs.extend(members)
     target = Path(out) if out else Path(folders[0]) if len(folders) == 1 else Path("report")
     path = write_report(run_dirs, target)
-    print(format_table([read_run(d).summary for d in run_dirs]))
+    runs = [read_run(d) for d in run_dirs]
+    finished = [run.summary for run in runs if not run.failed]
+    print(format_table(finished) if finished else "no run finished")
+    for run in runs:
+        if run.failed:
+            print(failed_line(run))
     print(f"\nreport: {path}")
     return 0
 

@@ -362,3 +362,84 @@ def test_label_out_of_range_is_reported(tmp_path):
     _corrupt(tmp_path, "t10k-labels-idx1-ubyte", _idx_bytes(np.array([1, 2, 12], np.uint8)))
     with pytest.raises(UsageError, match="label 12 is outside 0..9"):
         load_dataset("mnist", root=tmp_path)
+
+
+def _header(magic: int, *dims: int) -> bytes:
+    return struct.pack(f">I{len(dims)}I", magic, *dims)
+
+
+def test_images_file_without_images_is_reported(tmp_path):
+    path = _corrupt(tmp_path, "train-images-idx3-ubyte", _header(0x803, 0, 4, 3))
+    (tmp_path / "train-labels-idx1-ubyte").write_bytes(_header(0x801, 0))
+    with pytest.raises(UsageError, match="holds no images") as caught:
+        load_dataset("mnist", root=tmp_path)
+    assert str(path) in str(caught.value)
+
+
+def test_labels_file_without_labels_is_reported(tmp_path):
+    path = _corrupt(tmp_path, "t10k-labels-idx1-ubyte", _header(0x801, 0))
+    with pytest.raises(UsageError, match=f"{path} holds no labels"):
+        load_dataset("mnist", root=tmp_path)
+
+
+@pytest.mark.parametrize("dims", [(5, 0, 3), (5, 4, 0)])
+def test_images_without_pixels_are_reported(tmp_path, dims):
+    _corrupt(tmp_path, "train-images-idx3-ubyte", _header(0x803, *dims))
+    with pytest.raises(UsageError, match=f"its images are {dims[1]}x{dims[2]} pixels"):
+        load_dataset("mnist", root=tmp_path)
+
+
+def test_header_dimensions_whose_product_wraps_around_in_int64_are_truncated(tmp_path):
+    # 2**31 * 2**31 * 4 = 2**64, which is 0 in int64: the file would seem complete.
+    _corrupt(tmp_path, "train-images-idx3-ubyte", _header(0x803, 2**31, 2**31, 4))
+    with pytest.raises(UsageError, match=f"truncated: .* need {2**64} data bytes, found 0"):
+        load_dataset("mnist", root=tmp_path)
+
+
+def test_huge_header_dimensions_are_reported(tmp_path):
+    largest = 2**32 - 1
+    images = _header(0x803, largest, largest, largest) + bytes(60)
+    _corrupt(tmp_path, "train-images-idx3-ubyte", images)
+    with pytest.raises(UsageError, match=f"need {largest**3} data bytes, found 60"):
+        load_dataset("mnist", root=tmp_path)
+
+
+def test_train_and_test_images_of_different_sizes_name_both_files(tmp_path):
+    images = _idx_bytes(np.zeros((3, 5, 3), dtype=np.uint8))
+    test_path = _corrupt(tmp_path, "t10k-images-idx3-ubyte", images)
+    with pytest.raises(UsageError) as caught:
+        load_dataset("mnist", root=tmp_path)
+    message = str(caught.value)
+    assert f"{tmp_path / 'train-images-idx3-ubyte'} holds images of 4x3 pixels" in message
+    assert f"{test_path} holds images of 5x3" in message
+
+
+@pytest.mark.parametrize("payload", [bytes(range(256)) * 3, b"", b"\x00\x00"])
+def test_random_bytes_are_not_an_idx_file(tmp_path, payload):
+    path = _corrupt(tmp_path, "train-labels-idx1-ubyte", payload)
+    with pytest.raises(UsageError, match=f"{path} is not an IDX label file"):
+        load_dataset("mnist", root=tmp_path)
+
+
+def test_truncated_gzip_is_reported(tmp_path):
+    _mnist_dir(tmp_path, compress=("train",))
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(UsageError, match=f"{path} is unreadable"):
+        load_dataset("mnist", root=tmp_path)
+
+
+def test_root_with_an_unknown_user_is_reported():
+    with pytest.raises(UsageError, match="data.root='~no-such-user-here/mnist': cannot find"):
+        load_dataset("mnist", root="~no-such-user-here/mnist")
+
+
+def test_directory_that_cannot_be_searched_is_reported(tmp_path, monkeypatch):
+    _mnist_dir(tmp_path)
+
+    def refuse(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(Path, "is_file", refuse)
+    with pytest.raises(UsageError, match="cannot look for .*Permission denied.*make .* readable"):
+        load_dataset("mnist", root=tmp_path)

@@ -14,6 +14,7 @@ def summary_for(name: str, algorithm: str, agents: int = 4, **fields) -> dict:
         "iterations": 300,
         "seed": 0,
         "accuracy": {"mean": 0.8, "min": 0.75, "max": 0.85, "per_agent": [0.8] * agents},
+        "test_loss": 0.6,
         "events": 100,
         "events_per_agent": [25] * agents,
         "messages": 200,

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from summaries import worker_summary
+from summaries import summary_for, worker_summary
 
 from murmur.metrics import plots
 from murmur.metrics.report import Run, read_run
@@ -65,29 +65,34 @@ def sgd_records(agents: int) -> list[dict]:
 def layer_summary(
     name: str, algorithm: str, agents: int, mean_degree: float, virtual_seconds: float, **fields
 ) -> dict:
-    summary = {
-        "name": name,
-        "algorithm": algorithm,
-        "dataset": "vowel",
-        "agents": agents,
-        "topology": "ring" if agents > 1 else "none",
-        "iterations": 120,
-        "accuracy": {"mean": 0.55, "min": 0.5, "max": 0.6, "per_agent": [0.55] * agents},
-        "events": 600,
-        "events_per_agent": [120] * agents,
-        "messages": 1200,
-        "bytes": 9_926_400,
-        "communication_saving": None,
-        "wall_seconds": 0.2,
-        "virtual_seconds": virtual_seconds,
-        "layers": [122, 122, 122],
-        "train_accuracy": {"mean": 0.97, "min": 0.96, "max": 0.98, "per_agent": [0.97] * agents},
-        "train_nme": -8.1,
-        "admm_iterations": 120,
-        "mean_degree": mean_degree,
-    }
+    summary = summary_for(
+        name,
+        algorithm,
+        agents=agents,
+        dataset="vowel",
+        topology="ring" if agents > 1 else "none",
+        iterations=120,
+        accuracy={"mean": 0.55, "min": 0.5, "max": 0.6, "per_agent": [0.55] * agents},
+        events=600,
+        events_per_agent=[120] * agents,
+        messages=1200,
+        bytes=9_926_400,
+        communication_saving=None,
+        wall_seconds=0.2,
+        virtual_seconds=virtual_seconds,
+        layers=[122, 122, 122],
+        train_accuracy={"mean": 0.97, "min": 0.96, "max": 0.98, "per_agent": [0.97] * agents},
+        train_nme=-8.1,
+        admm_iterations=120,
+        mean_degree=mean_degree,
+    )
     summary.update(fields)
     return summary
+
+
+def accuracy(mean: float, agents: int) -> dict:
+    """The accuracy field of a summary whose agents all reached ``mean``."""
+    return {"mean": mean, "min": mean, "max": mean, "per_agent": [mean] * agents}
 
 
 def make_run(root: Path, summary: dict, records: list[dict]) -> Path:
@@ -104,12 +109,12 @@ def sweep(root: Path) -> list[Path]:
     summaries = [
         layer_summary("sync-8", "dssfn", 8, 2.0, 1.5),
         layer_summary("sync-4", "dssfn", 4, 2.0, 1.0),
-        layer_summary("sync-8-full", "dssfn", 8, 7.0, 2.0, accuracy={"mean": 0.6}),
+        layer_summary("sync-8-full", "dssfn", 8, 7.0, 2.0, accuracy=accuracy(0.6, 8)),
         layer_summary("async-4", "dssfn-async", 4, 2.0, 0.05),
         layer_summary("central", "ssfn", 1, 0.0, 0.02),
     ]
     runs = [make_run(root, s, layer_records(s["agents"])) for s in summaries]
-    sgd = {"name": "sgd", "algorithm": "detsgrad", "agents": 10, "accuracy": {"mean": 0.2}}
+    sgd = summary_for("sgd", "detsgrad", agents=10, accuracy=accuracy(0.2, 10))
     runs.append(make_run(root, sgd, sgd_records(10)))
     return runs
 
@@ -153,8 +158,7 @@ def test_new_plots_are_not_written_with_a_single_x_value(tmp_path):
 def test_new_plots_need_their_fields(tmp_path):
     # SGD runs at several agent counts have no virtual seconds or mean degree.
     runs = [
-        read_run(make_run(tmp_path, {"name": f"sgd-{n}", "algorithm": "dsgd", "agents": n}, []))
-        for n in (4, 8)
+        read_run(make_run(tmp_path, summary_for(f"sgd-{n}", "dsgd", agents=n), [])) for n in (4, 8)
     ]
     assert not plots.plot_time_vs_nodes(runs, tmp_path / "time.png")
     assert not plots.plot_accuracy_vs_degree(runs, tmp_path / "degree.png")
@@ -272,7 +276,7 @@ def test_report_writes_and_links_speedup_and_staleness_plots(tmp_path):
         assert is_png(out / file), file
         assert (out / file).stat().st_size > 5_000
         assert f"]({file})" in report
-    write_report([make_run(tmp_path / "sgd", {"name": "sgd", "algorithm": "dsgd"}, [])], out)
+    write_report([make_run(tmp_path / "sgd", summary_for("sgd", "dsgd"), [])], out)
     for file in WORKER_PLOTS:  # a later report without worker runs removes them
         assert not (out / file).exists(), file
 
@@ -443,8 +447,8 @@ def test_communication_plots_without_a_run_that_sends_still_write_a_png(plot, tm
 def test_report_writes_and_links_the_communication_plots(tmp_path):
     out = tmp_path / "report"
     summaries = [
-        {"name": "base", "algorithm": "dsgd", "bytes": 16_000},
-        {"name": "central", "algorithm": "centralized", "agents": 1, "bytes": 0},
+        summary_for("base", "dsgd", bytes=16_000),
+        summary_for("central", "centralized", agents=1, messages=0, bytes=0),
     ]
     run_dirs = [
         make_run(tmp_path / "runs", summary, communication_records(20 if index == 0 else 0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import struct
 from pathlib import Path
@@ -14,11 +15,13 @@ from murmur.errors import UsageError
 from murmur.metrics import plots
 from murmur.metrics.records import to_json
 from murmur.metrics.report import (
+    failed_line,
     format_table,
     has_target,
     human_bytes,
     read_run,
     relative_bytes,
+    run_label,
     speedups,
 )
 from murmur.metrics.report_files import write_report
@@ -134,6 +137,231 @@ def test_malformed_summary_is_a_usage_error_naming_the_file(tmp_path):
         read_run(run_dir)
 
 
+def refusal(run_dir: Path) -> str:
+    """The one-line UsageError read_run raises for a damaged run folder."""
+    with pytest.raises(UsageError) as error:
+        read_run(run_dir)
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("file", ["summary.json", "metrics.jsonl"])
+def test_file_that_is_not_utf8_names_the_byte(tmp_path, file):
+    run_dir = make_run(tmp_path, summary_for("a", "dsgd"), records_for(4, 8, evaluations=1))
+    path = run_dir / file
+    path.write_bytes(path.read_bytes()[:20] + b"\xff" + path.read_bytes()[20:])
+    assert refusal(run_dir) == (
+        f"{path} is not UTF-8 text (byte 20); the file is damaged, remake the run"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("[" * 100_000, "nested too deeply"), ("7" * 5000, "a number has more than 4300 digits")],
+)
+def test_json_that_python_cannot_hold_is_one_line(tmp_path, text, problem):
+    run_dir = make_run(tmp_path, summary_for("a", "dsgd"))
+    (run_dir / "summary.json").write_text(text)
+    assert f"summary.json is not valid JSON ({problem})" in refusal(run_dir)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"messages": "abc"},
+            """field 'messages' must be an integer from 0 to 2**63 - 1, not "abc\"""",
+        ),
+        ({"messages": 10**30}, "field 'messages' must be an integer from 0 to 2**63 - 1, not 1000"),
+        ({"agents": True}, "field 'agents' must be an integer from 1 to 2**63 - 1, not true"),
+        ({"agents": 0}, "field 'agents' must be an integer from 1 to 2**63 - 1, not 0"),
+        ({"preset": 3}, "field 'preset' must be a string, not 3"),
+        ({"wall_seconds": math.nan}, "field 'wall_seconds' must be a finite number >= 0, not NaN"),
+        ({"bytes": 2.5}, "field 'bytes' must be an integer from 0 to 2**63 - 1, not 2.5"),
+        ({"accuracy": [0.8]}, "field 'accuracy' must be an object, not a list"),
+        (
+            {"accuracy": {"mean": 1.5, "min": 0.5, "max": 0.9, "per_agent": None}},
+            "field 'accuracy.mean' must be a number from 0 to 1 or null, not 1.5",
+        ),
+        ({"events_per_agent": [3, -1]}, "field 'events_per_agent[1]' must be an integer from 0"),
+        (
+            {"communication_saving": math.inf},
+            "'communication_saving' must be a finite number or null, not Infinity",
+        ),
+        ({"test_loss": "low"}, "field 'test_loss' must be a number, not \"low\""),
+        ({"status": "done"}, """field 'status' must be "finished" or "failed", not "done\""""),
+        (
+            {"virtual_seconds": -1.0},
+            "field 'virtual_seconds' must be a finite number >= 0, not -1.0",
+        ),
+        ({"layers": [122, 0]}, "field 'layers[1]' must be an integer from 1 to 2**63 - 1, not 0"),
+        ({"failed_agents": ["2"]}, "field 'failed_agents[0]' must be an integer from 0"),
+        ({"iterations_to_target": -5}, "field 'iterations_to_target' must be an integer from 0"),
+        (
+            {"single_process": {"samples_per_second": 10.0, "accuracy": 2}},
+            "field 'single_process.accuracy' must be a number from 0 to 1 or null, not 2",
+        ),
+        ({"messages": "x" * 100}, 'not "' + "x" * 36 + "...;"),
+    ],
+)
+def test_summary_field_of_the_wrong_type_is_named(tmp_path, fields, message):
+    run_dir = make_run(tmp_path, summary_for("a", "dsgd") | fields)
+    line = refusal(run_dir)
+    assert line.startswith(f"{run_dir / 'summary.json'}: ")
+    assert message in line
+    assert line.endswith("; the file is damaged, remake the run")
+
+
+@pytest.mark.parametrize("field", ["name", "accuracy", "messages", "test_loss", "wall_seconds"])
+def test_summary_without_a_field_every_run_writes_is_refused(tmp_path, field):
+    run_dir = make_run(tmp_path, summary_for("a", "dsgd"))
+    summary = summary_for("a", "dsgd")
+    del summary[field]
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    assert refusal(run_dir) == (
+        f"{run_dir / 'summary.json'} has no field '{field}'; the file is damaged, remake the run"
+    )
+
+
+def test_empty_summary_is_refused(tmp_path):
+    run_dir = make_run(tmp_path, summary_for("a", "dsgd"))
+    (run_dir / "summary.json").write_text("{}")
+    assert "summary.json has no field 'name'" in refusal(run_dir)
+
+
+def test_object_without_a_field_names_the_object_and_the_field(tmp_path):
+    staleness = {"mean": 1.0, "max": 2}
+    run_dir = make_run(tmp_path, worker_summary("w", 2, None, None, staleness=staleness))
+    assert "summary.json has no field 'staleness.histogram'" in refusal(run_dir)
+
+
+def test_values_runs_may_write_are_accepted(tmp_path):
+    # A diverged run's losses and distance; no saving, no target, no accuracy (regression).
+    summary = worker_summary(
+        "w",
+        2,
+        None,
+        None,
+        status="finished",
+        test_loss=math.nan,
+        consensus_distance=math.inf,
+        target_loss=None,
+        accuracy={"mean": None, "min": None, "max": None, "per_agent": None},
+        failed_workers=[],
+    )
+    records = records_for(2, 4)
+    records[0] |= {"accuracy_mean": None, "test_accuracy": None, "test_loss": [math.nan] * 2}
+    run = read_run(make_run(tmp_path, summary, records))
+    assert math.isnan(run.summary["test_loss"]) and len(run.records) == 3
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"iteration": "100"}, "field 'iteration' must be an integer from 0 to 2**63 - 1"),
+        ({"accuracy_mean": math.nan}, "field 'accuracy_mean' must be a number from 0 to 1 or null"),
+        ({"test_accuracy": [0.5, "x", 0.5, 0.5]}, "field 'test_accuracy[1]' must be a number"),
+        ({"messages": 1.5}, "field 'messages' must be an integer from 0"),
+        ({"layer": None}, "field 'layer' must be an integer from 0"),
+        ({"events_per_agent": {}}, "field 'events_per_agent' must be a list, not an object"),
+    ],
+)
+def test_record_field_of_the_wrong_type_names_file_and_line(tmp_path, change, message):
+    records = records_for(4, 8)
+    records[1] |= change
+    run_dir = make_run(tmp_path, summary_for("a", "dsgd"), records)
+    line = refusal(run_dir)
+    assert line.startswith(f"{run_dir / 'metrics.jsonl'}, line 2: {message}")
+
+
+def test_record_without_an_iteration_is_refused(tmp_path):
+    records = records_for(4, 8)
+    del records[2]["iteration"]
+    run_dir = make_run(tmp_path, summary_for("a", "dsgd"), records)
+    assert refusal(run_dir) == (
+        f"{run_dir / 'metrics.jsonl'}, line 3 has no field 'iteration'; "
+        "the file is damaged, remake the run"
+    )
+
+
+# ---- runs that failed during training -----------------------------------------------------
+
+
+def failed_summary(name: str, error: str = "diverged at iteration 40 (loss nan)") -> dict:
+    """summary.json of a run that failed during training."""
+    return {
+        "status": "failed",
+        "error": error,
+        "name": name,
+        "preset": "default",
+        "algorithm": "dsgd",
+        "dataset": "mnist5k",
+        "seed": 0,
+        "run_dir": "/elsewhere/" + name,
+    }
+
+
+def test_failed_run_is_read_with_its_error_and_without_records(tmp_path):
+    run_dir = make_run(tmp_path, failed_summary("lost"), records_for(4, 8))
+    (run_dir / "metrics.jsonl").write_text('{"iteration": 10, "accur')  # cut off: not read
+    run = read_run(run_dir)
+    assert run.failed and run.records == []
+    assert failed_line(run) == f"failed: lost ({run_dir}): diverged at iteration 40 (loss nan)"
+    assert not read_run(make_run(tmp_path, summary_for("ok", "dsgd"))).failed
+
+
+def test_failed_run_needs_only_status_and_error(tmp_path):
+    run_dir = make_run(tmp_path, failed_summary("bare"))
+    (run_dir / "summary.json").write_text('{"status": "failed", "error": "lost peer 3"}')
+    assert failed_line(read_run(run_dir)) == f"failed: bare ({run_dir}): lost peer 3"
+    (run_dir / "summary.json").write_text('{"status": "failed"}')
+    assert "summary.json has no field 'error'" in refusal(run_dir)
+    (run_dir / "summary.json").write_text('{"status": "failed", "error": "x", "seed": "0"}')
+    assert "field 'seed' must be an integer" in refusal(run_dir)
+
+
+def test_report_lists_failed_runs_below_the_table_and_leaves_them_out_of_plots(
+    tmp_path, monkeypatch
+):
+    plotted = []
+    monkeypatch.setattr(
+        plots,
+        "plot_accuracy",
+        lambda runs, path: plotted.append([run_label(r.summary) for r in runs]),
+    )
+    run_dirs = [
+        make_run(tmp_path / "runs", summary_for("base", "dsgd"), records_for(4, 8)),
+        make_run(tmp_path / "runs", failed_summary("diverged")),
+        make_run(tmp_path / "runs", summary_for("event", "detsgrad"), records_for(4, 2)),
+    ]
+    report = write_report(run_dirs, tmp_path / "report").read_text()
+    assert plotted == [["base", "event"]]
+    assert "2 runs. Accuracies are" in report
+    assert "1 run failed and is listed below the table, left out of it and the plots." in report
+    table = [line for line in report.splitlines() if line.startswith("|")]
+    assert [row["name"] for row in markdown_rows("\n".join(table))] == ["base", "event"]
+    failed = f"- failed: diverged ({run_dirs[1]}): diverged at iteration 40 (loss nan)"
+    lines = report.splitlines()
+    assert lines.index(failed) > lines.index(table[-1])
+    assert "**diverged**" in report  # its configuration is still listed
+
+
+def test_report_of_failed_runs_only_says_so_and_draws_nothing(tmp_path):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "accuracy.png").write_bytes(PNG_MAGIC)  # a stale plot of an earlier report goes
+    run_dirs = [
+        make_run(tmp_path / "runs", failed_summary("a")),
+        make_run(tmp_path / "runs", failed_summary("b", "lost peer 2")),
+    ]
+    report = write_report(run_dirs, out).read_text()
+    assert "No run finished: 2 runs failed, so there is no table and no plot." in report
+    assert f"- failed: b ({run_dirs[1]}): lost peer 2" in report
+    assert "|" not in report and ".png" not in report
+    assert list(out.iterdir()) == [out / "report.md"]
+
+
 def test_saving_vs_dsgd_is_relative_to_the_dsgd_run_in_the_table():
     summaries = [
         summary_for("event", "detsgrad", messages=5_000),
@@ -245,7 +473,7 @@ def test_write_report_writes_table_plots_and_config_list(tmp_path):
         make_run(
             tmp_path / "runs",
             summary_for(
-                "single", "centralized", agents=1, messages=None, bytes=0, events_per_agent=None
+                "single", "centralized", agents=1, messages=0, bytes=0, events_per_agent=[0]
             ),
             records_for(1, 0),
         ),
@@ -709,9 +937,8 @@ def test_bytes_vs_dsgd_uses_the_dsgd_run_of_the_same_dataset_topology_and_agents
     "summaries",
     [
         [summary_for("event", "detsgrad"), summary_for("single", "centralized", agents=1)],
-        # A DSGD run that sent nothing (one agent, or no count) is no baseline.
+        # A DSGD run that sent nothing (one agent) is no baseline.
         [summary_for("lonely", "dsgd", agents=1, bytes=0), summary_for("event", "detsgrad")],
-        [summary_for("old", "dsgd", bytes=None), summary_for("event", "detsgrad")],
     ],
 )
 def test_bytes_vs_dsgd_column_is_absent_without_a_dsgd_run_that_sent_bytes(tmp_path, summaries):
@@ -729,3 +956,10 @@ def test_run_files_are_strict_json_with_null_for_numbers_that_are_not_finite():
         "per_agent": [1.0, None],
         "n": 3,
     }
+
+
+def test_bytes_vs_dsgd_column_is_absent_when_the_dsgd_run_has_no_byte_count():
+    summaries = [summary_for("old", "dsgd", bytes=None), summary_for("event", "detsgrad")]
+    for markdown in (True, False):
+        assert "bytes vs DSGD" not in format_table(summaries, markdown=markdown)
+    assert relative_bytes(summaries) == [None, None]

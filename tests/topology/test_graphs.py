@@ -323,3 +323,44 @@ def test_build_graph_refuses_no_agents(agents: int) -> None:
 def test_build_graph_names_a_missing_parameter(kind: str, field: str) -> None:
     with pytest.raises(UsageError, match=f"needs topology.{field}"):
         build_graph(kind, 6)
+
+
+@pytest.mark.parametrize("index", ["²", "١", "１", "⑦", "1²"])
+def test_edge_file_refuses_digits_other_than_0_to_9(tmp_path: Path, index: str) -> None:
+    path = write(tmp_path / "g.txt", f"0 1\n{index} 0\n")
+    with pytest.raises(UsageError, match="line 2: expected two agent indices 'i j' in digits 0-9"):
+        from_edge_file(path)
+
+
+def test_edge_file_accepts_leading_zeros(tmp_path: Path) -> None:
+    path = write(tmp_path / "g.txt", "00 001\n" + "0" * 5000 + "1 2\n")
+    assert from_edge_file(path).edges.tolist() == [[0, 1], [1, 2]]
+
+
+def test_edge_file_that_is_not_utf8_names_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "g.txt"
+    path.write_bytes(b"0 1\n1 2 # caf\xe9\n")
+    with pytest.raises(UsageError, match=r"topology.edges_file=.* is not UTF-8 text \(byte 13\)"):
+        from_edge_file(path)
+
+
+@pytest.mark.parametrize("index", [str(2**63), "9" * 5000])
+@pytest.mark.parametrize("agents", [None, 4])
+def test_edge_file_index_beyond_int64(tmp_path: Path, index: str, agents: int | None) -> None:
+    path = write(tmp_path / "g.txt", f"0 1\n1 {index}\n")
+    with pytest.raises(UsageError, match="line 2: an agent index is larger than 922337"):
+        from_edge_file(path, agents=agents)
+
+
+@pytest.mark.parametrize("index", [str(10**15), str(2**63 - 1), "6"])
+def test_edge_file_index_far_beyond_its_edges_is_refused(tmp_path: Path, index: str) -> None:
+    path = write(tmp_path / "g.txt", f"0 1\n1 2\n{index} 2\n")
+    with pytest.raises(UsageError) as caught:
+        from_edge_file(path)
+    assert f"line 3: agent {index} would make {int(index) + 1} agents" in str(caught.value)
+    assert "3 distinct edges reach at most 6" in str(caught.value)
+
+
+def test_edge_file_index_within_reach_of_its_edges_is_kept(tmp_path: Path) -> None:
+    path = write(tmp_path / "g.txt", "0 1\n1 0\n2 5\n1 2\n")
+    assert from_edge_file(path).agents == 6

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.resources
+import math
 import zlib
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
@@ -291,62 +292,105 @@ def _load_idx_dataset(name: str, root: str | Path | None) -> Dataset:
         howto += (
             f" (on Debian/Ubuntu, apt-get install dataset-fashion-mnist fills {FASHION_MNIST_ROOT})"
         )
-        directory = Path(root).expanduser() if root else FASHION_MNIST_ROOT
     elif not root:
         raise UsageError(
             f"data.dataset={name} reads the official MNIST files from disk but data.root "
             f"is not set; {howto}, or use data.dataset=mnist5k (bundled)"
         )
-    else:
-        directory = Path(root).expanduser()
-
+    directory = _idx_directory(root) if root else FASHION_MNIST_ROOT
     if not directory.is_dir():
         raise UsageError(f"data.dataset={name}: directory {directory} does not exist; {howto}")
-    paths = {base: _find_idx_file(directory, base) for base in IDX_FILES}
-    missing = [base for base, path in paths.items() if path is None]
+    found = {base: _find_idx_file(directory, base) for base in IDX_FILES}
+    missing = [base for base, path in found.items() if path is None]
     if missing:
         raise UsageError(
             f"data.dataset={name}: {directory} lacks {', '.join(missing)} (plain or .gz); {howto}"
         )
+    paths = {base: path for base, path in found.items() if path is not None}
 
-    x_train = _read_idx_images(paths["train-images-idx3-ubyte"])
-    y_train = _read_idx_labels(paths["train-labels-idx1-ubyte"])
-    x_test = _read_idx_images(paths["t10k-images-idx3-ubyte"])
-    y_test = _read_idx_labels(paths["t10k-labels-idx1-ubyte"])
-    for images, labels, split in ((x_train, y_train, "train"), (x_test, y_test, "t10k")):
-        if images.shape[0] != labels.shape[0]:
-            raise UsageError(
-                f"data.dataset={name}: {paths[f'{split}-images-idx3-ubyte']} holds "
-                f"{images.shape[0]} images but {paths[f'{split}-labels-idx1-ubyte']} holds "
-                f"{labels.shape[0]} labels; replace them with a matching pair"
-            )
+    x_train, y_train = _read_idx_split(name, paths, "train")
+    x_test, y_test = _read_idx_split(name, paths, "t10k")
+    if x_train.shape[1:] != x_test.shape[1:]:
+        raise UsageError(
+            f"data.dataset={name}: {paths['train-images-idx3-ubyte']} holds images of "
+            f"{_pixels(x_train)} pixels but {paths['t10k-images-idx3-ubyte']} holds images of "
+            f"{_pixels(x_test)}; replace them with files of one image size"
+        )
     return Dataset(
         name=name,
-        x_train=torch.from_numpy(x_train.astype(np.float32) / np.float32(255.0)),
+        x_train=_idx_features(x_train),
         y_train=torch.from_numpy(y_train.astype(np.int64)),
-        x_test=torch.from_numpy(x_test.astype(np.float32) / np.float32(255.0)),
+        x_test=_idx_features(x_test),
         y_test=torch.from_numpy(y_test.astype(np.int64)),
         task="classification",
         num_classes=DATASETS[name].classes,
     )
 
 
+def _idx_directory(root: str | Path) -> Path:
+    """data.root as a path, ``~`` expanded; a ``~user`` that names no user is refused."""
+    try:
+        return Path(root).expanduser()
+    except RuntimeError:
+        raise UsageError(
+            f"data.root={str(root)!r}: cannot find the home directory its '~' names; "
+            "give the full path of the directory"
+        ) from None
+
+
 def _find_idx_file(directory: Path, base: str) -> Path | None:
     for candidate in (directory / base, directory / f"{base}.gz"):
-        if candidate.is_file():
-            return candidate
+        try:
+            if candidate.is_file():
+                return candidate
+        except OSError as error:
+            raise UsageError(
+                f"cannot look for {candidate} ({error.strerror}); make {directory} readable"
+            ) from None
     return None
 
 
+def _read_idx_split(name: str, paths: dict[str, Path], split: str) -> tuple[np.ndarray, np.ndarray]:
+    """One split's images (images, rows, columns) and labels, refused unless they pair up."""
+    images_path = paths[f"{split}-images-idx3-ubyte"]
+    labels_path = paths[f"{split}-labels-idx1-ubyte"]
+    images = _read_idx_images(images_path)
+    labels = _read_idx_labels(labels_path)
+    if images.shape[0] != labels.shape[0]:
+        raise UsageError(
+            f"data.dataset={name}: {images_path} holds {images.shape[0]} images but "
+            f"{labels_path} holds {labels.shape[0]} labels; replace them with a matching pair"
+        )
+    return images, labels
+
+
+def _pixels(images: np.ndarray) -> str:
+    """The image size of (images, rows, columns), e.g. "28x28"."""
+    return f"{images.shape[1]}x{images.shape[2]}"
+
+
+def _idx_features(images: np.ndarray) -> torch.Tensor:
+    """uint8 images (images, rows, columns) as float32 rows of pixels in [0, 1]."""
+    flat = images.reshape(images.shape[0], -1)
+    return torch.from_numpy(flat.astype(np.float32) / np.float32(255.0))
+
+
 def _read_idx_images(path: Path) -> np.ndarray:
-    """An IDX image file as uint8 of shape (images, rows * columns)."""
+    """An IDX image file as uint8 of shape (images, rows, columns), none of them 0."""
     images = _read_idx(path, _IDX_IMAGES_MAGIC)
-    return images.reshape(images.shape[0], -1)
+    if images.shape[0] == 0:
+        raise UsageError(f"{path} holds no images (its header says 0); replace the file")
+    if images.size == 0:
+        raise UsageError(f"{path} says its images are {_pixels(images)} pixels; replace the file")
+    return images
 
 
 def _read_idx_labels(path: Path) -> np.ndarray:
+    """An IDX label file as uint8 of shape (labels,): at least one, each 0..9."""
     labels = _read_idx(path, _IDX_LABELS_MAGIC)
-    if labels.size and labels.max() > 9:
+    if labels.size == 0:
+        raise UsageError(f"{path} holds no labels (its header says 0); replace the file")
+    if labels.max() > 9:
         raise UsageError(
             f"{path}: label {int(labels.max())} is outside 0..9; the file is not an MNIST "
             "label file, replace it"
@@ -375,7 +419,7 @@ def _read_idx(path: Path, magic: int) -> np.ndarray:
     if len(raw) < header:
         raise UsageError(f"{path} is truncated inside its header; replace the file")
     dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    expected = int(np.prod(dims))
+    expected = math.prod(dims)  # exact; np.prod would wrap around in int64
     found = len(raw) - header
     if found != expected:
         problem = "truncated" if found < expected else "longer than its header says"

@@ -5,9 +5,14 @@ evaluation) and ``summary.json`` (the run's result). Nothing here runs during
 training; everything reads finished folders, so a report can be remade at any
 time from the same runs.
 
-Fields that an algorithm does not produce (a centralized run sends no
-messages, older runs lack newer fields) may be missing or null; they are shown
-as ``-``. Layer-wise runs (SSFN, dSSFN) add fields such as ``layers``,
+:func:`read_run` refuses a file that lacks a field every run writes or holds a
+field of the wrong type (see :mod:`murmur.metrics.run_schema`). Fields that an
+algorithm does not produce (a centralized run sends no messages) may be
+missing or null; they are shown as ``-``. A run that failed during training
+(``"status": "failed"`` in its summary) is no row of the table: reports list
+it with its error (see :func:`failed_line`).
+
+Layer-wise runs (SSFN, dSSFN) add fields such as ``layers``,
 ``train_accuracy``, ``virtual_seconds`` and ``mean_degree``; the table and
 report gain their columns and plots only when some run has them, so tables of
 SGD runs alone look as they always did.
@@ -30,16 +35,18 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Real
 from pathlib import Path
 from typing import Any
 
 from murmur.errors import UsageError
+from murmur.metrics.run_schema import check_record, check_summary
 
 __all__ = [
     "Run",
     "read_run",
+    "failed_line",
     "format_table",
     "run_label",
     "has_target",
@@ -53,23 +60,31 @@ _BYTE_UNITS = ("KB", "MB", "GB", "TB", "PB")
 
 @dataclass(frozen=True)
 class Run:
-    """One finished run read from its folder.
+    """One run read from its folder: finished, or failed during training.
 
     ``summary`` is summary.json as written by the run, except that ``run_dir``
     is the folder it was read from (runs may have been moved or copied).
-    ``records`` are the lines of metrics.jsonl in file order.
+    ``records`` are the lines of metrics.jsonl in file order; a failed run has
+    none, as reports only list it.
     """
 
     path: Path
     summary: dict[str, Any]
     records: list[dict[str, Any]]
 
+    @property
+    def failed(self) -> bool:
+        """Whether the run stopped during training; its summary's ``error`` says why."""
+        return self.summary.get("status") == "failed"
+
 
 def read_run(run_dir: str | Path) -> Run:
-    """Read a run folder; a missing folder, summary or malformed file is a UsageError.
+    """Read a run folder; a missing folder or summary, or a damaged file, is a UsageError.
 
-    metrics.jsonl may be absent (a run that stopped before its first
-    evaluation); its records are then empty.
+    summary.json and every line of metrics.jsonl must hold the fields the
+    report reads, as :mod:`murmur.metrics.run_schema` says. metrics.jsonl may
+    be absent (a run that stopped before its first evaluation); its records
+    are then empty.
     """
     path = Path(run_dir)
     if not path.is_dir():
@@ -80,36 +95,64 @@ def read_run(run_dir: str | Path) -> Run:
             f"{summary_path} is missing; {path} is not a finished run folder "
             "(summary.json is written when a run ends)"
         )
-    summary = _read_json_object(summary_path, summary_path.read_text(encoding="utf-8"))
+    summary = _read_json_object(summary_path, _read_text(summary_path))
+    check_summary(str(summary_path), summary)
     summary["run_dir"] = str(path.resolve())
-    return Run(path=path, summary=summary, records=_read_records(path / "metrics.jsonl"))
+    run = Run(path=path, summary=summary, records=[])
+    return run if run.failed else replace(run, records=_read_records(path / "metrics.jsonl"))
+
+
+def failed_line(run: Run) -> str:
+    """How a report lists a run that failed: "failed: <name> (<folder>): <why>"."""
+    return f"failed: {run_label(run.summary)} ({run.path}): {run.summary['error']}"
+
+
+def _read_text(file: Path) -> str:
+    """A run file's text, decoded as UTF-8."""
+    try:
+        return file.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot read {file}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise UsageError(
+            f"{file} is not UTF-8 text (byte {error.start}); the file is damaged, remake the run"
+        ) from None
 
 
 def _read_records(metrics_path: Path) -> list[dict[str, Any]]:
     if not metrics_path.is_file():
         return []
     records = []
-    with metrics_path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if line.strip():
-                records.append(_read_json_object(metrics_path, line, number))
+    for number, line in enumerate(_read_text(metrics_path).split("\n"), start=1):
+        if line.strip():
+            record = _read_json_object(metrics_path, line, number)
+            check_record(f"{metrics_path}, line {number}", record)
+            records.append(record)
     return records
 
 
 def _read_json_object(file: Path, text: str, line: int | None = None) -> dict[str, Any]:
     where = str(file) if line is None else f"{file}, line {line}"
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(
-            f"{where} is not valid JSON ({error.msg}); the file is damaged, remake the run"
-        ) from None
+    value = _parse_json(where, text)
     if not isinstance(value, dict):
         raise UsageError(
             f"{where} holds a JSON {type(value).__name__}, expected an object; "
             "the file is damaged, remake the run"
         )
     return value
+
+
+def _parse_json(where: str, text: str) -> Any:
+    """The JSON value of ``text``; a UsageError naming ``where`` when it is not JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        problem = error.msg
+    except ValueError:  # Python converts integers of at most 4300 digits
+        problem = "a number has more than 4300 digits"
+    except RecursionError:
+        problem = "nested too deeply"
+    raise UsageError(f"{where} is not valid JSON ({problem}); the file is damaged, remake the run")
 
 
 def run_label(summary: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from murmur.metrics import plots
 from murmur.metrics.report import (
     Run,
     as_number,
+    failed_line,
     format_table,
     has_column,
     has_target,
@@ -45,13 +46,16 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
     All runs are read before anything is written, so a bad folder leaves
     out_dir untouched. Re-running overwrites the report and plots.
 
-    Besides the accuracy, messages and events plots and accuracy against
-    cumulative bytes (log axis) and messages, time_vs_nodes.png and
-    accuracy_vs_degree.png are written (and linked) only when some algorithm
-    has runs at two or more node counts / mean degrees, speedup_vs_workers.png
-    only when some algorithm has a W = 1 run and another W that reached the
-    target, and staleness.png only when some run has a staleness histogram;
-    otherwise a stale copy from an earlier report in out_dir is removed.
+    Runs that failed during training are left out of the table and plots and
+    listed below the table with their error. Besides the accuracy, messages
+    and events plots and accuracy against cumulative bytes (log axis) and
+    messages, time_vs_nodes.png and accuracy_vs_degree.png are written (and
+    linked) only when some algorithm has runs at two or more node counts /
+    mean degrees, speedup_vs_workers.png only when some algorithm has a W = 1
+    run and another W that reached the target, and staleness.png only when
+    some run has a staleness histogram; otherwise a stale copy from an
+    earlier report in out_dir is removed. When every run failed, report.md
+    says so and no plot is drawn (stale ones are removed).
     """
     if not run_dirs:
         raise UsageError("no run folders given; pass one or more folders written by `murmur run`")
@@ -61,6 +65,18 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
         raise UsageError(f"report folder {out} is a file; pass a folder path for the report")
     out.mkdir(parents=True, exist_ok=True)
 
+    plot_files = _write_plots([run for run in runs if not run.failed], out)
+    report_path = out / "report.md"
+    report_path.write_text(_report_markdown(runs, out, plot_files), encoding="utf-8")
+    return report_path
+
+
+def _write_plots(runs: list[Run], out: Path) -> list[tuple[str, str]]:
+    """Draw the plots of ``runs`` into out; the (title, file) of each plot written."""
+    if not runs:
+        for _, file in (*_PLOT_FILES, *_OPTIONAL_PLOT_FILES):
+            (out / file).unlink(missing_ok=True)
+        return []
     plots.plot_accuracy(runs, out / "accuracy.png")
     plots.plot_messages(runs, out / "messages.png")
     plots.plot_events_per_agent(runs, out / "events_per_agent.png")
@@ -76,34 +92,20 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
         ),
         "staleness.png": plots.plot_staleness(runs, out / "staleness.png"),
     }
-    plot_files = [
+    return [
         *_PLOT_FILES,
         *((title, file) for title, file in _OPTIONAL_PLOT_FILES if optional[file]),
     ]
 
-    report_path = out / "report.md"
-    report_path.write_text(_report_markdown(runs, out, plot_files), encoding="utf-8")
-    return report_path
-
 
 def _report_markdown(runs: list[Run], out: Path, plot_files: list[tuple[str, str]]) -> str:
-    summaries = [run.summary for run in runs]
-    seconds = (
-        "wall s is wall-clock time, virtual s is simulated time on the virtual clock."
-        if has_column(summaries, "virtual_seconds")
-        else "seconds are wall-clock."
-    )
-    parts = [
-        "# murmur report",
-        "",
-        f"{len(runs)} run{'s' if len(runs) != 1 else ''}. Accuracies are test accuracies over "
-        f"agents at the end of each run; {seconds}",
-        "",
-        "## Results",
-        "",
-        format_table(summaries, markdown=True),
-        "",
-    ]
+    summaries = [run.summary for run in runs if not run.failed]
+    failed = [f"- {failed_line(run)}" for run in runs if run.failed]
+    parts = ["# murmur report", "", _overview(summaries, len(failed)), "", "## Results", ""]
+    if summaries:
+        parts += [format_table(summaries, markdown=True), ""]
+    if failed:
+        parts += [*failed, ""]
     if any(share is not None for share in relative_bytes(summaries)):
         parts += [_relative_bytes_note(), ""]
     if any(has_target(summary) for summary in summaries):
@@ -113,6 +115,29 @@ def _report_markdown(runs: list[Run], out: Path, plot_files: list[tuple[str, str
     parts += ["## Configurations", ""]
     parts += [_config_line(run, out) for run in runs]
     return "\n".join(parts) + "\n"
+
+
+def _overview(summaries: list[dict[str, Any]], failed: int) -> str:
+    """The report's first sentences: how many runs finished and failed, what the numbers are."""
+    failures = f"{failed} run{'s' if failed != 1 else ''} failed"
+    if not summaries:
+        return f"No run finished: {failures}, so there is no table and no plot."
+    seconds = (
+        "wall s is wall-clock time, virtual s is simulated time on the virtual clock."
+        if has_column(summaries, "virtual_seconds")
+        else "seconds are wall-clock."
+    )
+    count = len(summaries)
+    overview = (
+        f"{count} run{'s' if count != 1 else ''}. Accuracies are test accuracies over "
+        f"agents at the end of each run; {seconds}"
+    )
+    if failed:
+        listed = "is" if failed == 1 else "are"
+        overview += (
+            f" {failures} and {listed} listed below the table, left out of it and the plots."
+        )
+    return overview
 
 
 def _relative_bytes_note() -> str:

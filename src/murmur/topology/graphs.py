@@ -27,6 +27,9 @@ GRAPHS: tuple[str, ...] = ("ring", "circular", "complete", "star", "torus", "erd
 ERDOS_RENYI_MAX_DRAWS = 1000
 """How many Erdos-Renyi draws :func:`erdos_renyi` tries before giving up."""
 
+_MAX_INDEX = 2**63 - 1
+"""The largest agent index an edge file may hold: edges become int64 tensors."""
+
 _T = TypeVar("_T")
 
 
@@ -260,60 +263,99 @@ def erdos_renyi(agents: int, probability: float, seed: int) -> Graph:
 
 
 def from_edge_file(path: str | Path, agents: int | None = None) -> Graph:
-    """Read a graph from a text file with one edge ``i j`` per line (0-based indices).
+    """Read a graph from a UTF-8 text file with one edge ``i j`` per line (0-based indices).
 
-    Text after ``#`` and blank lines are ignored; a repeated edge (in either
-    orientation) counts once. ``agents`` defaults to the largest index + 1.
+    Indices are written in the digits 0-9. Text after ``#`` and blank lines are
+    ignored; a repeated edge (in either orientation) counts once. ``agents``
+    defaults to the largest index + 1; an index of twice the number of distinct
+    edges or more is then refused, since some agent would have no edge.
     """
     path = Path(path)
     key = f"topology.edges_file={str(path)!r}"
     if agents is not None:
         _check_agents(agents)
-    if not path.is_file():
-        raise UsageError(
-            f"{key} is not an existing file; give the path of a text file "
-            "with one edge 'i j' per line"
-        )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read {key}: {error}") from error
+    edges = _read_edges(path, key, agents)
+    if agents is None:
+        agents = _inferred_agents(edges, key)
+    return Graph(agents, torch.tensor(list(edges), dtype=torch.int64), f"edges({path.name})")
 
-    pairs: list[tuple[int, int]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+
+def _read_edges(path: Path, key: str, agents: int | None) -> dict[tuple[int, int], int]:
+    """Each distinct edge ``(low, high)`` of the file and the line it first appears on."""
+    edges: dict[tuple[int, int], int] = {}
+    for number, line in enumerate(_edge_text(path, key).splitlines(), start=1):
         content = line.split("#", 1)[0].strip()
         if not content:
             continue
         pair = _parse_edge(content)
         if pair is None:
             raise UsageError(
-                f"{key} line {number}: expected two agent indices 'i j', got {content!r}"
+                f"{key} line {number}: expected two agent indices 'i j' in digits 0-9, "
+                f"got {content!r}"
             )
-        i, j = pair
-        if i == j:
-            raise UsageError(f"{key} line {number}: self loop {i} {j}; remove that line")
-        if agents is not None and max(i, j) >= agents:
+        low, high = sorted(pair)
+        if high > _MAX_INDEX:
             raise UsageError(
-                f"{key} line {number}: agent {max(i, j)} is out of range for "
+                f"{key} line {number}: an agent index is larger than {_MAX_INDEX}, the "
+                "largest a 64-bit integer holds; indices are 0-based (0..agents-1)"
+            )
+        if low == high:
+            raise UsageError(f"{key} line {number}: self loop {low} {high}; remove that line")
+        if agents is not None and high >= agents:
+            raise UsageError(
+                f"{key} line {number}: agent {high} is out of range for "
                 f"topology.agents={agents}; indices are 0-based (0..{agents - 1}), "
                 "so fix the file or raise topology.agents"
             )
-        pairs.append(pair)
+        edges.setdefault((low, high), number)
+    return edges
 
-    if agents is None:
-        if not pairs:
-            raise UsageError(f"{key} has no edges; list at least one edge 'i j'")
-        agents = max(max(pair) for pair in pairs) + 1
-    edges = torch.tensor(pairs, dtype=torch.int64).reshape(-1, 2)
-    return Graph(agents, edges, f"edges({path.name})")
+
+def _edge_text(path: Path, key: str) -> str:
+    """The edge file's text, decoded as UTF-8."""
+    if not path.is_file():
+        raise UsageError(
+            f"{key} is not an existing file; give the path of a text file "
+            "with one edge 'i j' per line"
+        )
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot read {key}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{key} is not UTF-8 text (byte {error.start})") from None
 
 
 def _parse_edge(content: str) -> tuple[int, int] | None:
-    """Two non-negative integers separated by whitespace, or None."""
+    """Two non-negative integers in the digits 0-9 separated by whitespace, or None."""
     fields = content.split()
-    if len(fields) != 2 or not all(field.isdigit() for field in fields):
+    if len(fields) != 2 or not all(field.isascii() and field.isdigit() for field in fields):
         return None
-    return int(fields[0]), int(fields[1])
+    return _parse_index(fields[0]), _parse_index(fields[1])
+
+
+def _parse_index(digits: str) -> int:
+    """The value of a string of digits 0-9, or ``_MAX_INDEX + 1`` for any larger one.
+
+    Longer strings are never converted: ``int()`` refuses more than 4300 digits.
+    """
+    significant = digits.lstrip("0") or "0"
+    return int(significant) if len(significant) <= len(str(_MAX_INDEX)) else _MAX_INDEX + 1
+
+
+def _inferred_agents(edges: dict[tuple[int, int], int], key: str) -> int:
+    """The largest index + 1; refused when the edges cannot reach that many agents."""
+    if not edges:
+        raise UsageError(f"{key} has no edges; list at least one edge 'i j'")
+    (_, largest), number = max(edges.items(), key=lambda item: item[0][1])
+    reach = 2 * len(edges)
+    if largest >= reach:
+        raise UsageError(
+            f"{key} line {number}: agent {largest} would make {largest + 1} agents, but "
+            f"the file's {len(edges)} distinct edges reach at most {reach}, so some agents "
+            "would have no edge; number the agents 0, 1, 2, ... without gaps"
+        )
+    return largest + 1
 
 
 def build_graph(
