@@ -174,6 +174,8 @@ def test_a_diverging_run_keeps_its_folder_with_a_failed_summary(capsys, tmp_path
     assert summary["algorithm"] == preset
     assert (out / "config.toml").is_file()
     assert [record["iteration"] for record in read_records(out)] == [0]
+    report = run_ok(capsys, "report", str(out), "--out", str(tmp_path / "report"))
+    assert f"failed: {preset} ({out}): {summary['error']}" in report
 
 
 def test_disconnected_graph_is_refused(capsys, tmp_path):

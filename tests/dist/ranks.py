@@ -207,3 +207,10 @@ def assert_others_stop_naming(
         assert report["after_kill"][rank] < 2 * timeout + 1.0, report
     if frozen:
         assert min(report["after_kill"].values()) >= timeout - 0.5, "named before the timeout?"
+
+
+def assert_failed_naming(folder: Path, words: str) -> None:
+    """Rank 0 left ``folder`` with a failed summary.json whose error says ``words``."""
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["status"] == "failed", summary
+    assert words in summary["error"], summary["error"]

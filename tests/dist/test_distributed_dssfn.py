@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from ranks import Fault, Kill, assert_others_stop_naming, drive, free_port, read_records
+from ranks import (
+    Fault,
+    Kill,
+    assert_failed_naming,
+    assert_others_stop_naming,
+    drive,
+    free_port,
+    read_records,
+)
 
 from murmur.config import load_experiment
 from murmur.experiment import run
@@ -229,7 +237,7 @@ def test_a_dssfn_rank_that_stops_answering_stops_every_other_rank_naming_it(tmp_
         limit=30.0,
     )
     assert_others_stop_naming(report, stderr, 2, timeout, frozen=stop == signal.SIGSTOP)
-    assert not (out / "summary.json").exists()
+    assert_failed_naming(out, "rank 2")
 
 
 def test_a_dssfn_rank_that_fails_tells_the_others_instead_of_leaving_them_to_time_out(tmp_path):
@@ -252,7 +260,7 @@ def test_a_dssfn_rank_that_fails_tells_the_others_instead_of_leaving_them_to_tim
         assert stderr[rank].count("\n") == 1, stderr[rank]
         assert "rank 2 failed" in stderr[rank], stderr[rank]
     assert max(report["after_start"].values()) < timeout / 2, report
-    assert not (out / "summary.json").exists()
+    assert_failed_naming(out, "rank 2 failed")
 
 
 def test_launch_runs_sync_dssfn_and_rank_0_writes_the_simulators_results(tmp_path):
