@@ -189,7 +189,7 @@ def test_json_that_python_cannot_hold_is_one_line(tmp_path, text, problem):
             {"communication_saving": math.inf},
             "'communication_saving' must be a finite number or null, not Infinity",
         ),
-        ({"test_loss": "low"}, "field 'test_loss' must be a number, not \"low\""),
+        ({"test_loss": "low"}, "field 'test_loss' must be a number or null, not \"low\""),
         ({"status": "done"}, """field 'status' must be "finished" or "failed", not "done\""""),
         (
             {"virtual_seconds": -1.0},
