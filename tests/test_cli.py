@@ -463,3 +463,37 @@ def test_an_automatic_consensus_step_runs_on_a_graph_a_fixed_one_would_not(capsy
     line = assert_one_line_error(capsys, fixed)
     assert "algorithm.b=0.45 is too large for erdos_renyi(0.3) with 20 agents" in line
     assert line.endswith('or b = "auto"')
+
+
+def test_an_error_that_quotes_a_line_break_stays_one_line(capsys):
+    line = assert_one_line_error(capsys, main(["run", "dsgd", "--set", "run.se\ned=1", "--check"]))
+    assert "run.se\\ned" in line
+
+
+def test_set_on_a_section_that_is_not_a_table_is_refused(capsys, tmp_path):
+    config = tmp_path / "value.toml"
+    config.write_text('run = 5\n[algorithm]\nname = "dsgd"\n')
+    argv = ["run", str(config), "--set", "run.seed=1", "--check"]
+    assert "[run] must be a table" in assert_one_line_error(capsys, main(argv))
+
+
+@pytest.mark.parametrize("where", ["out", "data.root", "topology.edges_file"])
+def test_a_path_too_long_for_the_system_is_one_line(capsys, tmp_path, where):
+    long = str(tmp_path / ("x" * 300))
+    argv = ["run", "dsgd", *FAST, "--check"]
+    if where == "out":
+        argv += ["--out", long]
+    elif where == "data.root":
+        argv += ["--set", "data.dataset=mnist", "--set", f"data.root={long}"]
+    else:
+        argv += ["--set", "topology.graph=edges", "--set", f"topology.edges_file={long}"]
+    line = assert_one_line_error(capsys, main(argv))
+    assert "too long" in line
+
+
+def test_a_report_folder_that_cannot_be_made_is_one_line(capsys, tmp_path):
+    run_ok(capsys, "run", "dsgd", *FAST, "--out", str(tmp_path / "run"))
+    (tmp_path / "file").write_text("x")
+    argv = ["report", str(tmp_path / "run"), "--out", str(tmp_path / "file" / "report")]
+    line = assert_one_line_error(capsys, main(argv))
+    assert line.startswith(f"murmur: error: cannot create report folder {tmp_path / 'file'}")

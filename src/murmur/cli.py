@@ -23,7 +23,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,6 +127,9 @@ def _add_timeout(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a path that is not UTF-8 is still printed
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     try:
         if args.command == "run":
@@ -162,6 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("murmur: interrupted", file=sys.stderr)
         return 130
+    except OSError as error:  # a path the system refuses: too long, a loop of links, ...
+        where = f": {_shown_path(error.filename)}" if error.filename is not None else ""
+        _error_line(f"{error.strerror or error}{where}")
+        return 2
     except RuntimeError as error:
         from murmur.dist.mailbox import PeerFailure
 
@@ -173,8 +180,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _error_line(message: str) -> None:
     """One write, so the lines of ranks sharing a terminal do not interleave."""
-    sys.stderr.write(f"murmur: error: {message}\n")
+    sys.stderr.write(f"murmur: error: {one_line(message)}\n")
     sys.stderr.flush()
+
+
+def one_line(message: str) -> str:
+    """``message`` with its line breaks (from quoted input) written as ``\\n``."""
+    return "\\n".join(message.splitlines())
+
+
+def _shown_path(path: Any, limit: int = 80) -> str:
+    text = str(path)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _run(

@@ -197,6 +197,8 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
     if hint is str:
         if not isinstance(value, str):
             raise UsageError(f"{key} must be a string, not {_shown(value)}")
+        if "\0" in value:
+            raise UsageError(f"{key} must not hold a NUL character, not {_shown(value)}")
         return value
     raise TypeError(f"unsupported config field type {hint!r} for {key}")
 
@@ -225,7 +227,12 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[st
     explicit = set()
     for item in overrides:
         section, key, value = parse_override(item)
-        result.setdefault(section, {})[key] = value
+        values = result.setdefault(section, {})
+        if not isinstance(values, dict):
+            raise UsageError(
+                f"[{section}] must be a table of key = value pairs, not {_shown(values)}"
+            )
+        values[key] = value
         explicit.add((section, key))
     if ("algorithm", "name") in explicit:
         # Switching algorithm keeps the parameters the new one shares (a, b, ...).
@@ -302,7 +309,7 @@ def _read_preset(source: str, seen: tuple[tuple[str, str], ...]) -> tuple[str, d
         raise UsageError(f"{source} is not valid TOML: {error}") from None
     parent = raw.pop("extends", None)
     if parent is not None:
-        if not isinstance(parent, str) or not parent:
+        if not isinstance(parent, str) or not parent or "\0" in parent:
             raise UsageError(f"{source}: 'extends' must be a preset name or a .toml path")
         if parent.endswith(".toml") and kind == "file" and not Path(parent).is_absolute():
             parent = str(path.parent / parent)  # relative to the file that extends it

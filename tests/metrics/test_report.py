@@ -176,7 +176,7 @@ def test_json_that_python_cannot_hold_is_one_line(tmp_path, text, problem):
         ({"messages": 10**30}, "field 'messages' must be an integer from 0 to 2**63 - 1, not 1000"),
         ({"agents": True}, "field 'agents' must be an integer from 1 to 2**63 - 1, not true"),
         ({"agents": 0}, "field 'agents' must be an integer from 1 to 2**63 - 1, not 0"),
-        ({"preset": 3}, "field 'preset' must be a string, not 3"),
+        ({"preset": 3}, "field 'preset' must be a string of valid Unicode, not 3"),
         ({"wall_seconds": math.nan}, "field 'wall_seconds' must be a finite number >= 0, not NaN"),
         ({"bytes": 2.5}, "field 'bytes' must be an integer from 0 to 2**63 - 1, not 2.5"),
         ({"accuracy": [0.8]}, "field 'accuracy' must be an object, not a list"),
@@ -190,6 +190,7 @@ def test_json_that_python_cannot_hold_is_one_line(tmp_path, text, problem):
             "'communication_saving' must be a finite number or null, not Infinity",
         ),
         ({"test_loss": "low"}, "field 'test_loss' must be a number or null, not \"low\""),
+        ({"preset": "\ud800"}, "field 'preset' must be a string of valid Unicode, not"),
         ({"status": "done"}, """field 'status' must be "finished" or "failed", not "done\""""),
         (
             {"virtual_seconds": -1.0},

@@ -63,7 +63,10 @@ def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"report folder {out} is a file; pass a folder path for the report")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create report folder {out}: {error.strerror}") from None
 
     plot_files = _write_plots([run for run in runs if not run.failed], out)
     report_path = out / "report.md"

@@ -58,6 +58,15 @@ def _is_integer(value: Any) -> bool:
     )
 
 
+def _is_unicode(text: str) -> bool:
+    """No lone surrogate (JSON's "\\ud800"): such a string cannot be written as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _nullable(field: Field) -> Field:
     return dataclasses.replace(
         field, words=f"{field.words} or null", test=lambda v: v is None or field.test(v)
@@ -72,7 +81,7 @@ def _object_of(**fields: Field) -> Field:
     return Field("an object", lambda v: isinstance(v, dict), fields=fields)
 
 
-TEXT = Field("a string", lambda v: isinstance(v, str))
+TEXT = Field("a string of valid Unicode", lambda v: isinstance(v, str) and _is_unicode(v))
 INTEGER = Field("an integer from -2**63 to 2**63 - 1", _is_integer)
 COUNT = Field("an integer from 0 to 2**63 - 1", lambda v: _is_integer(v) and v >= 0)
 POSITIVE = Field("an integer from 1 to 2**63 - 1", lambda v: _is_integer(v) and v >= 1)
