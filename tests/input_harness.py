@@ -95,6 +95,8 @@ EXITS: Counter[tuple[str, str]] = Counter()
 """Outcomes by family: exit 0, exit 2, traceback, timeout."""
 FINDINGS: Counter[str] = Counter()
 """By family: violations recorded (the known ones; all in findings mode), notes, timeouts."""
+FAILED_RUNS: list[str] = []
+"""The errors of runs that started and failed while training (their folders say so)."""
 STARTED = time.perf_counter()
 
 # ---------------------------------------------------------------- running murmur
@@ -309,6 +311,8 @@ def _failed_folder(out: Path) -> list[str]:
             continue  # an earlier member of a comparison that finished
         elif summary.get("status") != "failed" or not isinstance(summary.get("error"), str):
             problems.append(f"exit 2 left a summary.json with status {summary.get('status')!r}")
+        else:
+            FAILED_RUNS.append(summary["error"])
     return problems
 
 
@@ -576,6 +580,8 @@ def summary_line() -> str:
     for (family, ending), count in sorted(EXITS.items()):
         endings.setdefault(family, []).append(f"{ending}: {count}")
     line += "".join(f"\n  {family}: {', '.join(parts)}" for family, parts in endings.items())
+    if FAILED_RUNS:
+        line += f"\n  runs that failed while training, leaving a failed summary: {len(FAILED_RUNS)}"
     if FINDINGS:
         line += "\n  recorded: " + ", ".join(f"{k} {v}" for k, v in sorted(FINDINGS.items()))
     return line

@@ -363,10 +363,29 @@ WRONG_TYPES = st.one_of(
 )
 
 
+LARGE_STEPS = [10.0, 100.0, 1e4, 1e10, 1e20, 1e38, 3.4e38]
+"""Steps large enough to make training diverge within a few iterations."""
+
+
 def real_value_texts(key: Key) -> st.SearchStrategy[str]:
+    if key.dotted in STEP_KEYS:
+        return st.sampled_from(LARGE_STEPS).map(toml_literal) | value_texts(key)
     if key.dotted in SMALL:
         return st.one_of(SMALL[key.dotted], WRONG_TYPES).map(toml_literal)
     return value_texts(key)
+
+
+STEP_KEYS = {
+    "algorithm.a",
+    "algorithm.b",
+    "algorithm.gamma",
+    "algorithm.momentum",
+    "algorithm.lam",
+    "algorithm.mu",
+    "algorithm.mu0",
+    "algorithm.eta",
+}
+"""Step sizes and regularizers: the values that decide whether training diverges."""
 
 
 @dataclass(frozen=True)
@@ -386,8 +405,11 @@ def config_cases(draw: st.DrawFn, check: bool) -> RunCase:
     keys = keys_for(algorithm)
     generated = []
     valid = {key.dotted for key in keys}
+    steps = [key for key in keys if key.dotted in STEP_KEYS]
     for _ in range(draw(st.integers(1, 3) if check else st.integers(1, 2))):
         key = draw(st.sampled_from(keys))
+        if not check and steps and draw(st.integers(0, 2)) == 0:
+            key = draw(st.sampled_from(steps))  # real runs: steps that may diverge, often
         companions = [c for c in COMPANIONS.get(key.dotted, []) if c.split("=")[0] in valid]
         if companions and draw(st.booleans()):
             generated.append(draw(st.sampled_from(companions)))
