@@ -344,7 +344,7 @@ def _edit_json(content: bytes, op: str, payload: Any, lines: bool) -> bytes:
     for text in texts:
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # damaged already: leave it as it is
             edited.append(text)
             continue
         if isinstance(value, dict):
