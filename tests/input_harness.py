@@ -442,7 +442,8 @@ KNOWN = (
     ),
     Known(
         "report-not-finite",
-        "Infinity or NaN in a count of summary.json (agents, messages, ...): round() raises",
+        "Infinity or NaN in a count of summary.json (agents, messages, ...): round() raises "
+        "after the plots are written, leaving them without report.md",
         r"(OverflowError|ValueError) in (report|report_files|plots).py",
         r"cannot convert float (infinity|NaN) to integer",
     ),
@@ -455,7 +456,8 @@ KNOWN = (
     Known(
         "stdout-not-utf8-path",
         "report --out with bytes that are not UTF-8: printing the path raises "
-        "UnicodeEncodeError after the report is written",
+        "UnicodeEncodeError after the report is written (where stdout is strict UTF-8, as "
+        "under en_US.UTF-8; C and C.UTF-8 use surrogateescape)",
         r"UnicodeEncodeError in cli.py",
         r"surrogates not allowed",
     ),
