@@ -32,11 +32,9 @@ import time
 import traceback
 import warnings
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
@@ -94,7 +92,7 @@ CASES: Counter[str] = Counter()
 EXITS: Counter[tuple[str, str]] = Counter()
 """Outcomes by family: exit 0, exit 2, traceback, timeout."""
 FINDINGS: Counter[str] = Counter()
-"""By family: violations recorded (the known ones; all in findings mode), notes, timeouts."""
+"""By family: violations recorded in findings mode, and timeouts."""
 FAILED_RUNS: list[str] = []
 """The errors of runs that started and failed while training (their folders say so)."""
 STARTED = time.perf_counter()
@@ -225,7 +223,7 @@ def _one_error_line(outcome: Outcome) -> list[str]:
     if outcome.warnings:
         problems.append(f"exit 2 and Python printed {len(outcome.warnings)} warning(s)")
     if any(CONTROL.search(line) for line in lines):
-        problems.append("note: the error line echoes control characters of the input")
+        problems.append("the error line holds control characters of the input, unescaped")
     return problems
 
 
@@ -332,158 +330,6 @@ def check_report(outcome: Outcome, root: Path, before: set[str], out: Path) -> l
     return []
 
 
-# ---------------------------------------------------------------- known violations
-
-
-@dataclass(frozen=True)
-class Known:
-    """A violation these tests found that src/ does not fix yet.
-
-    An outcome matches when its escaped exception (signature: type and innermost
-    murmur function) and its traceback's last line match the patterns, or, for
-    ``echo``, when its one error line was split by a line break of the input.
-    """
-
-    id: str
-    what: str
-    signature: str = ""
-    error: str = ""
-    echo: bool = False
-
-    def matches(self, outcome: Outcome, problems: list[str]) -> bool:
-        if self.echo:
-            lines = outcome.stderr_lines
-            return (
-                not outcome.error
-                and len(lines) > 1
-                and outcome.stderr.count("murmur: error: ") == 1
-                and lines[0].startswith("murmur: error: ")
-                and not any(line.startswith(("murmur", "Traceback")) for line in lines[1:])
-            )
-        tail = "\n".join(outcome.error.rstrip().splitlines()[-6:])  # the exception's message
-        return bool(
-            outcome.error
-            and re.search(self.signature, outcome.signature)
-            and re.search(self.error, tail)
-        )
-
-
-KNOWN = (
-    Known(
-        "idx-zero-images",
-        "an IDX image file that holds 0 images: numpy's reshape raises ValueError",
-        r"ValueError in datasets.py:_read_idx_images",
-        r"cannot reshape array of size 0",
-    ),
-    Known(
-        "edge-unicode-digit",
-        "an edge line with a non-ASCII digit such as '²' passes str.isdigit, then int() "
-        "raises ValueError",
-        r"ValueError in graphs.py:_parse_edge",
-        r"invalid literal for int",
-    ),
-    Known(
-        "extends-dotdot-loop",
-        "extends = 'sub/../cfg.toml' names the file itself by a path that grows on every "
-        "step: no loop is seen, and the path ends in OSError 'File name too long'",
-        r"OSError in config.py:_read_preset",
-        r"File name too long: '[^']*(\.\./[^']*){8}",
-    ),
-    Known(
-        "name-too-long",
-        "a path with a component over 255 bytes (preset, extends, --out, data.root, "
-        "edges_file, report folders) raises OSError 'File name too long' from "
-        "Path.exists/is_dir/is_file",
-        r"OSError in ",
-        r"\[Errno 36\] File name too long",
-    ),
-    Known(
-        "report-out-mkdir",
-        "report --out through a file or a symlink loop: mkdir's OSError escapes",
-        r"(OSError|FileExistsError|NotADirectoryError) in report_files.py:write_report",
-        r"\[Errno (17|20|40)\]",
-    ),
-    Known(
-        "root-unknown-user",
-        "data.root = '~nobody/...' (a user that does not exist): expanduser raises RuntimeError",
-        r"RuntimeError in datasets.py:_load_idx_dataset",
-        r"Could not determine home directory",
-    ),
-    Known(
-        "extends-nul",
-        "extends with a NUL character (TOML escape \\u0000) reaches open(): ValueError",
-        r"ValueError in config.py:_read_preset",
-        r"embedded null byte",
-    ),
-    Known(
-        "section-not-table-with-set",
-        "a config file whose section is not a table (run = 5, [[topology]]) plus --set on "
-        "that section: TypeError in apply_overrides",
-        r"TypeError in config.py:apply_overrides",
-        r"",
-    ),
-    Known(
-        "report-not-utf8",
-        "summary.json or metrics.jsonl that is not UTF-8: UnicodeDecodeError",
-        r"UnicodeDecodeError in report.py:(read_run|_read_records)",
-        r"",
-    ),
-    Known(
-        "report-deep-json",
-        "summary.json or a metrics line nested thousands deep: RecursionError in json",
-        r"RecursionError in report.py:_read_json_object",
-        r"",
-    ),
-    Known(
-        "report-long-integer",
-        "a JSON integer of more than 4300 digits: json's ValueError is not a JSONDecodeError",
-        r"ValueError in report.py:_read_json_object",
-        r"Exceeds the limit \(4300 digits\)",
-    ),
-    Known(
-        "report-not-finite",
-        "Infinity or NaN in a count of summary.json (agents, messages, ...): round() raises "
-        "after the plots are written, leaving them without report.md",
-        r"(OverflowError|ValueError) in (report|report_files|plots).py",
-        r"cannot convert float (infinity|NaN) to integer",
-    ),
-    Known(
-        "report-lone-surrogate",
-        "a lone surrogate (\\ud800) in a summary string: matplotlib or the UTF-8 write fails",
-        r"(TypeError|UnicodeEncodeError) in (report|report_files|plots).py",
-        r"set_text|surrogates not allowed",
-    ),
-    Known(
-        "stdout-not-utf8-path",
-        "report --out with bytes that are not UTF-8: printing the path raises "
-        "UnicodeEncodeError after the report is written (where stdout is strict UTF-8, as "
-        "under en_US.UTF-8; C and C.UTF-8 use surrogateescape)",
-        r"UnicodeEncodeError in cli.py",
-        r"surrogates not allowed",
-    ),
-    Known(
-        "error-echoes-newline",
-        "an error line that quotes the input verbatim is split in several lines when the "
-        "input holds a line break (--set 'a\\n.b=1', a TOML section or data.root with \\n)",
-        echo=True,
-    ),
-)
-"""The violations found so far, each to be removed from here once src/ fixes it: a
-family that meets one of them (and nothing unknown) ends as xfail, naming it."""
-
-KNOWN_HITS: dict[str, set[str]] = {}
-
-
-def run_family(family: str, property_test: Callable[[], None]) -> None:
-    """Run a family's Hypothesis test; xfail naming the known violations it met."""
-    KNOWN_HITS.pop(family, None)
-    property_test()
-    hits = sorted(KNOWN_HITS.get(family, ()))
-    if hits:
-        whats = {known.id: known.what for known in KNOWN}
-        pytest.xfail("known input-rule violations: " + "; ".join(f"{h} ({whats[h]})" for h in hits))
-
-
 # ---------------------------------------------------------------- verdicts
 
 
@@ -521,15 +367,7 @@ def verdict(
     files = files or {}
     if outcome.timed_out:
         _record(family, "timed out", outcome, root, files, violation=False)
-    for note in (p for p in problems if p.startswith("note: ")):
-        _record(family, note, outcome, root, files, violation=False)
-    problems = [p for p in problems if not p.startswith("note: ")]
     if not problems:
-        return
-    known = next((k for k in KNOWN if k.matches(outcome, problems)), None)
-    if known is not None:
-        KNOWN_HITS.setdefault(family, set()).add(known.id)
-        _record(family, f"known {known.id}: " + "; ".join(problems), outcome, root, files, True)
         return
     if os.environ.get("MURMUR_PROPERTY_FINDINGS"):
         _record(family, "; ".join(problems), outcome, root, files, violation=True)
@@ -554,9 +392,6 @@ def _record(
         "violation": violation,
         "problem": problem,
         "signature": outcome.signature or problem,
-        "known": problem.split(":")[0].removeprefix("known ")
-        if problem.startswith("known")
-        else "",
         "argv": outcome.argv,
         "code": outcome.code,
         "stderr": outcome.stderr[-3000:],

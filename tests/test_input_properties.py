@@ -28,7 +28,6 @@ from input_harness import (
     check_run,
     family_settings,
     invoke,
-    run_family,
     snapshot,
     verdict,
 )
@@ -113,7 +112,7 @@ def _config_values_checked(case):
 
 
 def test_config_values_checked():
-    run_family("config-check", _config_values_checked)
+    _config_values_checked()
 
 
 @family_settings("config-run")
@@ -124,7 +123,7 @@ def _config_values_run(case):
 
 
 def test_config_values_run():
-    run_family("config-run", _config_values_run)
+    _config_values_run()
 
 
 # ---------------------------------------------------------------- paths
@@ -172,7 +171,7 @@ def _path_values(case: PathCase):
 
 
 def test_path_values():
-    run_family("path-values", _path_values)
+    _path_values()
 
 
 # ---------------------------------------------------------------- --set strings
@@ -189,7 +188,7 @@ def _set_strings(items, algorithm):
 
 
 def test_set_strings():
-    run_family("set-strings", _set_strings)
+    _set_strings()
 
 
 # ---------------------------------------------------------------- TOML files
@@ -217,7 +216,7 @@ def _toml_files(case):
 
 
 def test_toml_files():
-    run_family("toml-files", _toml_files)
+    _toml_files()
 
 
 # ---------------------------------------------------------------- IDX data files
@@ -256,7 +255,7 @@ def _idx_files(case):
 
 
 def test_idx_files():
-    run_family("idx-files", _idx_files)
+    _idx_files()
 
 
 # ---------------------------------------------------------------- edge files
@@ -284,7 +283,7 @@ def _edge_files(case):
 
 
 def test_edge_files():
-    run_family("edge-files", _edge_files)
+    _edge_files()
 
 
 # ---------------------------------------------------------------- run folders for report
@@ -382,4 +381,4 @@ def _report_folders(case: ReportCase):
 
 
 def test_report_folders():
-    run_family("report-folders", _report_folders)
+    _report_folders()

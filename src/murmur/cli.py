@@ -184,9 +184,13 @@ def _error_line(message: str) -> None:
     sys.stderr.flush()
 
 
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+"""Characters a terminal takes as a line break or the start of an escape sequence."""
+
+
 def one_line(message: str) -> str:
-    """``message`` with its line breaks (from quoted input) written as ``\\n``."""
-    return "\\n".join(message.splitlines())
+    """``message`` with the control characters of quoted input escaped (``\\n``, ``\\x1b``)."""
+    return _CONTROL.sub(lambda match: repr(match.group())[1:-1], message)
 
 
 def _shown_path(path: Any, limit: int = 80) -> str:
