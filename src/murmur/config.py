@@ -44,6 +44,7 @@ from murmur.sections import (
     TimingConfig,
     TopologyConfig,
 )
+from murmur.textfiles import read_utf8
 
 FLOAT32_MAX = 3.4028234663852886e38
 """Largest float32: parameters and data are float32, so every number must fit."""
@@ -294,7 +295,7 @@ def _read_preset(source: str, seen: tuple[tuple[str, str], ...]) -> tuple[str, d
         raise UsageError(f"{source} is not a regular file, not a preset name or a .toml file")
     if kind == "file" or source.endswith(".toml"):
         name = path.stem
-        text = _read_text(path, source)
+        text = read_utf8(path, f"config file {source}")
     else:
         name = source
         if source not in preset_names():
@@ -332,16 +333,6 @@ def _path_kind(path: Path, source: str) -> Literal["file", "folder", "other", "m
     if stat.S_ISDIR(mode):
         return "folder"
     return "file" if stat.S_ISREG(mode) else "other"
-
-
-def _read_text(path: Path, source: str) -> str:
-    """A config file's text, decoded as UTF-8; a clear UsageError otherwise."""
-    try:
-        return path.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise UsageError(f"cannot read config file {source}: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise UsageError(f"config file {source} is not UTF-8 text (byte {error.start})") from None
 
 
 def _shown(value: Any, limit: int = 80) -> str:

@@ -42,6 +42,7 @@ from typing import Any
 
 from murmur.errors import UsageError
 from murmur.metrics.run_schema import check_record, check_summary
+from murmur.textfiles import read_utf8
 
 __all__ = [
     "Run",
@@ -56,6 +57,9 @@ __all__ = [
 
 MISSING = "-"
 _BYTE_UNITS = ("KB", "MB", "GB", "TB", "PB")
+
+_DAMAGED = "the file is damaged, remake the run"
+"""How a message about a run file that cannot be read ends."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ def read_run(run_dir: str | Path) -> Run:
             f"{summary_path} is missing; {path} is not a finished run folder "
             "(summary.json is written when a run ends)"
         )
-    summary = _read_json_object(summary_path, _read_text(summary_path))
+    summary = _read_json_object(summary_path, read_utf8(summary_path, str(summary_path), _DAMAGED))
     check_summary(str(summary_path), summary)
     summary["run_dir"] = str(path.resolve())
     run = Run(path=path, summary=summary, records=[])
@@ -107,23 +111,13 @@ def failed_line(run: Run) -> str:
     return f"failed: {run_label(run.summary)} ({run.path}): {run.summary['error']}"
 
 
-def _read_text(file: Path) -> str:
-    """A run file's text, decoded as UTF-8."""
-    try:
-        return file.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise UsageError(f"cannot read {file}: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise UsageError(
-            f"{file} is not UTF-8 text (byte {error.start}); the file is damaged, remake the run"
-        ) from None
-
-
 def _read_records(metrics_path: Path) -> list[dict[str, Any]]:
     if not metrics_path.is_file():
         return []
     records = []
-    for number, line in enumerate(_read_text(metrics_path).split("\n"), start=1):
+    for number, line in enumerate(
+        read_utf8(metrics_path, str(metrics_path), _DAMAGED).split("\n"), start=1
+    ):
         if line.strip():
             record = _read_json_object(metrics_path, line, number)
             check_record(f"{metrics_path}, line {number}", record)
@@ -136,8 +130,7 @@ def _read_json_object(file: Path, text: str, line: int | None = None) -> dict[st
     value = _parse_json(where, text)
     if not isinstance(value, dict):
         raise UsageError(
-            f"{where} holds a JSON {type(value).__name__}, expected an object; "
-            "the file is damaged, remake the run"
+            f"{where} holds a JSON {type(value).__name__}, expected an object; {_DAMAGED}"
         )
     return value
 
@@ -152,7 +145,7 @@ def _parse_json(where: str, text: str) -> Any:
         problem = "a number has more than 4300 digits"
     except RecursionError:
         problem = "nested too deeply"
-    raise UsageError(f"{where} is not valid JSON ({problem}); the file is damaged, remake the run")
+    raise UsageError(f"{where} is not valid JSON ({problem}); {_DAMAGED}")
 
 
 def run_label(summary: dict[str, Any]) -> str:

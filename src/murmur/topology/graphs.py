@@ -20,6 +20,7 @@ from typing import TypeVar
 import torch
 
 from murmur.errors import UsageError
+from murmur.textfiles import read_utf8
 
 GRAPHS: tuple[str, ...] = ("ring", "circular", "complete", "star", "torus", "erdos_renyi", "edges")
 """Graph names accepted by :func:`build_graph` (config key ``topology.graph``)."""
@@ -318,12 +319,7 @@ def _edge_text(path: Path, key: str) -> str:
             f"{key} is not an existing file; give the path of a text file "
             "with one edge 'i j' per line"
         )
-    try:
-        return path.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise UsageError(f"cannot read {key}: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise UsageError(f"{key} is not UTF-8 text (byte {error.start})") from None
+    return read_utf8(path, key)
 
 
 def _parse_edge(content: str) -> tuple[int, int] | None:
