@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from murmur.errors import UsageError
+from murmur.errors import UsageError, one_line
 
 if TYPE_CHECKING:
     from murmur.config import Config
@@ -182,15 +182,6 @@ def _error_line(message: str) -> None:
     """One write, so the lines of ranks sharing a terminal do not interleave."""
     sys.stderr.write(f"murmur: error: {one_line(message)}\n")
     sys.stderr.flush()
-
-
-_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
-"""Characters a terminal takes as a line break or the start of an escape sequence."""
-
-
-def one_line(message: str) -> str:
-    """``message`` with the control characters of quoted input escaped (``\\n``, ``\\x1b``)."""
-    return _CONTROL.sub(lambda match: repr(match.group())[1:-1], message)
 
 
 def _shown_path(path: Any, limit: int = 80) -> str:

@@ -7,6 +7,8 @@ is wrong and how to fix it.
 
 from __future__ import annotations
 
+import re
+
 
 class UsageError(ValueError):
     """Bad input from the user: a config value, a CLI argument, a file."""
@@ -17,3 +19,12 @@ class RunFailed(UsageError):
 
     The run folder keeps what was written and a ``summary.json`` that says why.
     """
+
+
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+"""Characters a terminal takes as a line break or the start of an escape sequence."""
+
+
+def one_line(message: str) -> str:
+    """``message`` with the control characters of quoted input escaped (``\\n``, ``\\x1b``)."""
+    return _CONTROL.sub(lambda match: repr(match.group())[1:-1], message)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from murmur.config import Config, save_config
-from murmur.errors import RunFailed, UsageError
+from murmur.errors import RunFailed, UsageError, one_line
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.metrics.records import MetricsWriter, Outcome, RunResult, write_failure
 from murmur.registry import ALGORITHMS
@@ -123,8 +123,8 @@ def failure_reason(error: BaseException) -> str:
     if isinstance(error, KeyboardInterrupt):
         return "interrupted"
     if isinstance(error, UsageError):
-        return str(error)
-    return f"{type(error).__name__}: {error}".splitlines()[0]
+        return one_line(str(error))
+    return one_line(f"{type(error).__name__}: {error}")
 
 
 def check_run(config: Config) -> Setup:
