@@ -417,7 +417,10 @@ def test_report_lists_failed_runs_below_the_table(capsys, tmp_path):
     ("payload", "problem"),
     [
         (b"{}", " has no field 'name'"),
-        (b'{"status": "failed", "error": 3}', ": field 'error' must be a string of valid Unicode, not 3"),
+        (
+            b'{"status": "failed", "error": 3}',
+            ": field 'error' must be a string of valid Unicode, not 3",
+        ),
         (b'{"name": "caf\xe9"}', " is not UTF-8 text (byte 13)"),
     ],
 )

@@ -376,6 +376,12 @@ def test_images_file_without_images_is_reported(tmp_path):
     assert str(path) in str(caught.value)
 
 
+def test_no_images_of_a_huge_size_are_reported_before_numpy_shapes_them(tmp_path):
+    _corrupt(tmp_path, "train-images-idx3-ubyte", _header(0x803, 0, 2**31, 2**31))
+    with pytest.raises(UsageError, match="holds no images"):
+        load_dataset("mnist", root=tmp_path)
+
+
 def test_labels_file_without_labels_is_reported(tmp_path):
     path = _corrupt(tmp_path, "t10k-labels-idx1-ubyte", _header(0x801, 0))
     with pytest.raises(UsageError, match=f"{path} holds no labels"):

@@ -377,19 +377,12 @@ def _idx_features(images: np.ndarray) -> torch.Tensor:
 
 def _read_idx_images(path: Path) -> np.ndarray:
     """An IDX image file as uint8 of shape (images, rows, columns), none of them 0."""
-    images = _read_idx(path, _IDX_IMAGES_MAGIC)
-    if images.shape[0] == 0:
-        raise UsageError(f"{path} holds no images (its header says 0); replace the file")
-    if images.size == 0:
-        raise UsageError(f"{path} says its images are {_pixels(images)} pixels; replace the file")
-    return images
+    return _read_idx(path, _IDX_IMAGES_MAGIC)
 
 
 def _read_idx_labels(path: Path) -> np.ndarray:
     """An IDX label file as uint8 of shape (labels,): at least one, each 0..9."""
     labels = _read_idx(path, _IDX_LABELS_MAGIC)
-    if labels.size == 0:
-        raise UsageError(f"{path} holds no labels (its header says 0); replace the file")
     if labels.max() > 9:
         raise UsageError(
             f"{path}: label {int(labels.max())} is outside 0..9; the file is not an MNIST "
@@ -427,6 +420,11 @@ def _read_idx(path: Path, magic: int) -> np.ndarray:
             f"{path} is {problem}: dimensions {dims} need {expected} data bytes, found "
             f"{found}; replace the file"
         )
+    if expected == 0:  # refused before numpy is asked to shape nothing as (0, 2**31, 2**31)
+        kind = "image" if magic == _IDX_IMAGES_MAGIC else "label"
+        if dims[0] == 0:
+            raise UsageError(f"{path} holds no {kind}s (its header says 0); replace the file")
+        raise UsageError(f"{path} says its images are {dims[1]}x{dims[2]} pixels; replace the file")
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
 
 
