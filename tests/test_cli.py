@@ -111,7 +111,7 @@ def read_records(folder: Path) -> list[dict]:
         ("detsgrad", ["algorithm.trigger=tensor"], "algorithm.trigger must be one of 'model'"),
         ("detsgrad", ["algorithm.b=1.5"], "algorithm.b=1.5 is too large for ring with 4 agents"),
         ("dsgd", ["model.hidden=[100000000000]"], "for the models) but this machine has"),
-        ("asysg-con", ["algorithm.workers=1000000000"], "of memory (9.31 TB for the batches"),
+        ("asysg-con", ["algorithm.workers=1000000000"], "TB for the batches) but this machine has"),
         ("dsgd", ["data.batch_size=1000000000"], "for the batches) but this machine has"),
         ("dssfn-vowel", ["algorithm.nodes=100000000"], "for the nodes' Gram matrices"),
         ("detsgrad", ["algorithm.a=1e39"], "algorithm.a must be a finite number within float32"),

@@ -229,7 +229,7 @@ def _run(
 
 def _plan_line(label: str, config: Config, setup: Any) -> str:
     """What ``murmur run --check`` says one run would do."""
-    from murmur.training.memory import human_size
+    from murmur.metrics.report import human_bytes
 
     graph = setup.graph
     learners = (
@@ -239,7 +239,7 @@ def _plan_line(label: str, config: Config, setup: Any) -> str:
     )
     return (
         f"{label}: {config.algorithm.name} on {config.data.dataset}, {learners}, "
-        f"{config.run.iterations} iterations, about {human_size(setup.memory)} of memory"
+        f"{config.run.iterations} iterations, about {human_bytes(setup.memory)} of memory"
     )
 
 

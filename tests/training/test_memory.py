@@ -7,11 +7,11 @@ import pytest
 from murmur.config import build_config
 from murmur.data import DATASETS
 from murmur.errors import UsageError
+from murmur.metrics.report import human_bytes
 from murmur.models import build_model
 from murmur.training.memory import (
     check_memory,
     estimate_memory,
-    human_size,
     machine_memory,
     parameter_count,
 )
@@ -60,13 +60,5 @@ def test_a_run_that_fits_is_accepted_and_one_that_cannot_is_refused():
         check_memory(config(model={"hidden": [10**11]}), info)
     message = str(error.value)
     assert message.startswith("this run needs about ")
-    assert f"but this machine has {human_size(machine_memory())}" in message
+    assert f"but this machine has {human_bytes(machine_memory())}" in message
     assert "a smaller model.hidden" in message
-
-
-@pytest.mark.parametrize(
-    "size, text",
-    [(0, "0 bytes"), (1023, "1023 bytes"), (1024, "1 KB"), (1536 * 2**20, "1.5 GB")],
-)
-def test_human_size(size, text):
-    assert human_size(size) == text

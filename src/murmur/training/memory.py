@@ -25,6 +25,7 @@ from murmur.algorithms.ssfn import LayerwiseConfig
 from murmur.config import Config
 from murmur.data import DatasetInfo
 from murmur.errors import UsageError
+from murmur.metrics.report import human_bytes
 from murmur.registry import ALGORITHMS
 
 FLOAT32 = 4
@@ -143,9 +144,9 @@ def check_memory(config: Config, info: DatasetInfo) -> MemoryEstimate:
     if estimate.total > available:
         largest = estimate.largest
         raise UsageError(
-            f"this run needs about {human_size(estimate.total)} of memory "
-            f"({human_size(estimate.parts[largest])} for {largest}) but this machine has "
-            f"{human_size(available)}; make it smaller ({_advice(config, largest)})"
+            f"this run needs about {human_bytes(estimate.total)} of memory "
+            f"({human_bytes(estimate.parts[largest])} for {largest}) but this machine has "
+            f"{human_bytes(available)}; make it smaller ({_advice(config, largest)})"
         )
     return estimate
 
@@ -160,13 +161,3 @@ def _advice(config: Config, part: str) -> str:
     if isinstance(config.algorithm, LayerwiseConfig):
         return "fewer algorithm.nodes or topology.agents"
     return "fewer topology.agents or a smaller model.hidden"
-
-
-def human_size(size: int) -> str:
-    """Bytes as ``"3.21 GB"``, with binary prefixes of 1024."""
-    value, unit = float(size), "bytes"
-    for bigger in ("KB", "MB", "GB", "TB", "PB"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, bigger
-    return f"{size} bytes" if unit == "bytes" else f"{value:.3g} {unit}"

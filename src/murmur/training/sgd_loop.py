@@ -10,7 +10,6 @@ iterations and at the end (and once before the first step) the runtime's
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +19,6 @@ import torch
 from tqdm import tqdm
 
 from murmur.algorithms.protocols import Algorithm, Transport
-from murmur.errors import RunFailed
 from murmur.training.setup import Problem
 
 
@@ -93,7 +91,6 @@ def train_sgd(
         loss_steps += 1
         done = iteration + 1
         if done % eval_every == 0 or done == iterations:
-            _check_finite(algorithm.params(state), loss_sum, done)
             wall = time.perf_counter() - started
             record = evaluate(
                 Evaluation(
@@ -111,16 +108,6 @@ def train_sgd(
         bar.update(1)
     bar.close()
     return SgdTrained(algorithm.params(state), train_seconds, samples, virtual_seconds)
-
-
-def _check_finite(params: torch.Tensor, loss_sum: float, iteration: int) -> None:
-    """Stop a run whose parameters or loss are no longer numbers (a step too large)."""
-    if math.isfinite(loss_sum) and bool(torch.isfinite(params).all()):
-        return
-    raise RunFailed(
-        f"training diverged by iteration {iteration} (the parameters or the loss are no "
-        "longer finite); lower the steps (algorithm.a, or algorithm.b where it has one)"
-    )
 
 
 def _sent_so_far(transport: Transport) -> tuple[torch.Tensor, torch.Tensor]:
