@@ -17,7 +17,9 @@ agent's own last broadcast (``last_sent``):
   does to CHOCO-SGD, SPARQ-SGD and compressed DETSGRAD;
 - ``mix(W, out, s)`` adds s (W_ii x^_i + sum_j W_ij m_ji) to row i of ``out``,
   where x^_i is agent i's own last broadcast and m_ji what i last received
-  from j.
+  from j. The columns of W then no longer act on one common value per agent:
+  DSGD's average is no longer kept, and DETSGRAD-GT's trackers no longer sum
+  to the smoothed gradients' sum (1^T L = 0 held only for common values).
 
 Every message is counted as sent, lost or not (its bytes were spent);
 ``dropped_per_agent`` counts each sender's lost ones. With p = 0 the results
