@@ -213,10 +213,13 @@ def check_runtime(name: str, runtime: Runtime) -> AlgorithmSpec:
 def check_faults(name: str, faults: FaultsConfig, runtime: Runtime) -> None:
     """UsageError, saying why and what runs them, unless ``runtime`` can inject
     ``faults`` into a run of ``name``: only the simulator can, in synchronous
-    decentralized SGD, where a lost message leaves the receiver its last value."""
+    SGD rounds, where a lost message leaves the receiver its last value (centralized
+    SGD sends none, so that a comparison with it runs under the same faults)."""
     if not faults.active:
         return
-    faulty = ", ".join(name for name, spec in ALGORITHMS.items() if _takes_faults(spec))
+    faulty = ", ".join(
+        name for name, spec in ALGORITHMS.items() if _takes_faults(spec) and spec.decentralized
+    )
     if runtime == "distributed":
         raise UsageError(
             f"the distributed runtime does not inject faults (faults.drop = {faults.drop:g}): "
@@ -231,14 +234,13 @@ def check_faults(name: str, faults: FaultsConfig, runtime: Runtime) -> None:
 
 
 _NO_FAULTS: dict[Kind, str] = {
-    "sgd": "it is one learner and sends no messages",
     "layerwise": "layer-wise SSFN's gossip and pushes have no model of lost messages",
     "server": "a parameter server's pushes and pulls have no model of lost messages",
     "hogwild": "its workers share one model in memory and send no messages",
 }
-"""Why each kind of algorithm that is not decentralized SGD refuses faults."""
+"""Why each kind of algorithm but synchronous SGD refuses faults."""
 
 
 def _takes_faults(spec: AlgorithmSpec) -> bool:
-    """Synchronous decentralized SGD: every message is one row of one transport."""
-    return spec.kind == "sgd" and spec.decentralized
+    """Synchronous SGD rounds: every message is one row of one transport."""
+    return spec.kind == "sgd"

@@ -171,9 +171,9 @@ class FaultsConfig:
     """Faults the simulator injects, drawn from streams of the run's seed, so that
     the same seed replays the same faults.
 
-    Only the simulator's synchronous decentralized SGD algorithms (dsgd,
-    detsgrad, detsgrad-gt, choco-sgd, sparq-sgd) run under faults; every other
-    algorithm and the distributed runtime refuse them.
+    Only the simulator's synchronous SGD algorithms (dsgd, detsgrad,
+    detsgrad-gt, choco-sgd, sparq-sgd; centralized, which sends nothing) run
+    under faults; every other algorithm and the distributed runtime refuse them.
     """
 
     drop: float = 0.0

@@ -56,6 +56,14 @@ def test_a_run_without_drops_writes_no_drop_count():
     assert "dropped_messages" not in result.extra
 
 
+def test_centralized_sgd_runs_under_drops_and_loses_nothing():
+    """It sends no messages; a comparison with it runs under the same faults."""
+    config = _config("centralized")
+    lossy = run(config.replace(**{"faults.drop": "0.5"}))
+    assert lossy.extra["dropped_messages"] == lossy.messages == 0
+    assert lossy.accuracy == run(config).accuracy
+
+
 @pytest.mark.parametrize(
     ("algorithm", "settings"), [("dsgd", []), ("detsgrad", ["algorithm.v0=0"])]
 )
@@ -73,7 +81,6 @@ def test_almost_every_message_lost_leaves_the_agents_apart_though_messages_are_s
 @pytest.mark.parametrize(
     ("algorithm", "why"),
     [
-        ("centralized", "one learner"),
         ("ssfn", "layer-wise SSFN"),
         ("dssfn", "layer-wise SSFN"),
         ("dssfn-async", "layer-wise SSFN"),
