@@ -23,7 +23,14 @@ from murmur.algorithms.compressors import COMPRESSORS
 from murmur.config import SECTIONS, preset_names, read_preset
 from murmur.data import DATASETS
 from murmur.registry import ALGORITHMS
-from murmur.sections import DataConfig, ModelConfig, RunConfig, TimingConfig, TopologyConfig
+from murmur.sections import (
+    DataConfig,
+    FaultsConfig,
+    ModelConfig,
+    RunConfig,
+    TimingConfig,
+    TopologyConfig,
+)
 from murmur.topology.graphs import GRAPHS
 
 SECTION_CLASSES = {
@@ -32,6 +39,7 @@ SECTION_CLASSES = {
     "model": ModelConfig,
     "topology": TopologyConfig,
     "timing": TimingConfig,
+    "faults": FaultsConfig,
 }
 
 # ---------------------------------------------------------------- presets and keys

@@ -16,6 +16,7 @@ from murmur.algorithms.dsgd import DsgdConfig
 from murmur.config import (
     Config,
     DataConfig,
+    FaultsConfig,
     ModelConfig,
     RunConfig,
     TopologyConfig,
@@ -68,6 +69,8 @@ def test_section_defaults():
         "rows": 0,
         "edges_file": "",
     }
+    assert dataclasses.asdict(FaultsConfig()) == {"drop": 0.0}
+    assert not FaultsConfig().active and FaultsConfig(drop=0.1).active
 
 
 def test_algorithm_defaults():
@@ -150,6 +153,19 @@ def test_a_long_wrong_value_is_cut_in_the_message():
     with pytest.raises(UsageError) as error:
         build_config({"run": {"seed": "x" * 10_000}, "algorithm": {"name": "detsgrad"}})
     assert len(str(error.value)) < 200
+
+
+@pytest.mark.parametrize("drop", [-0.1, 1.0, 1.5])
+def test_faults_drop_must_be_a_probability_below_one(drop):
+    with pytest.raises(UsageError, match=rf"^faults.drop must be in \[0, 1\), not {drop}$"):
+        single("dsgd", [f"faults.drop={drop}"])
+
+
+def test_faults_drop_is_read_from_an_override_and_saved_with_the_config():
+    config = single("dsgd", ["faults.drop=0.25"])
+    assert config.faults == FaultsConfig(drop=0.25)
+    assert config.to_dict()["faults"] == {"drop": 0.25}
+    assert build_config(config.to_dict()) == config
 
 
 @pytest.mark.parametrize("value", [3.5e38, -1e39, 1e308])
@@ -287,7 +303,7 @@ def test_unknown_section_is_refused_with_the_valid_sections():
         single("detsgrad", ["training.seed=3"])
     message = str(error.value)
     assert "unknown config section 'training'" in message
-    assert "valid sections: run, data, model, topology, timing, algorithm" in message
+    assert "valid sections: run, data, model, topology, timing, faults, algorithm" in message
 
 
 @pytest.mark.parametrize("item", ["run.seed", "runseed=3", "=3", ".seed=3", "run.=3", ""])

@@ -1,12 +1,13 @@
 """Typed configuration: dataclass sections, TOML presets, ``--set`` overrides.
 
-A run is described by six sections::
+A run is described by seven sections::
 
     [run]        seed, iterations, eval_every, threads
     [data]       dataset, root, partition, labels_per_agent, dirichlet_alpha, batch_size
     [model]      name, hidden
     [topology]   graph, agents, degree, probability, rows, edges_file
     [timing]     the virtual clock: compute speed, stragglers, latency, bandwidth
+    [faults]     faults the simulator injects: drop (lost messages)
     [algorithm]  name, then that algorithm's own parameters
 
 Presets are TOML files shipped in ``murmur/presets``. A preset may start from
@@ -39,6 +40,7 @@ from murmur.registry import ALGORITHMS
 from murmur.sections import (
     AlgorithmConfig,
     DataConfig,
+    FaultsConfig,
     ModelConfig,
     RunConfig,
     TimingConfig,
@@ -49,7 +51,7 @@ from murmur.textfiles import read_utf8
 FLOAT32_MAX = 3.4028234663852886e38
 """Largest float32: parameters and data are float32, so every number must fit."""
 
-SECTIONS = ("run", "data", "model", "topology", "timing", "algorithm")
+SECTIONS = ("run", "data", "model", "topology", "timing", "faults", "algorithm")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
@@ -117,6 +120,7 @@ def build_config(raw: Mapping[str, Any]) -> Config:
         ("model", ModelConfig),
         ("topology", TopologyConfig),
         ("timing", TimingConfig),
+        ("faults", FaultsConfig),
     ):
         sections[name] = _build_section(name, cls, raw.get(name, {}))
     algorithm = dict(raw.get("algorithm", {}))

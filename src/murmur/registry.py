@@ -20,7 +20,7 @@ from murmur.algorithms.protocols import Algorithm, BuildContext, LayerSolver
 from murmur.algorithms.sparq import Sparq, SparqConfig
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
 from murmur.errors import UsageError
-from murmur.sections import AlgorithmConfig
+from murmur.sections import AlgorithmConfig, FaultsConfig
 from murmur.topology import Graph
 
 C = TypeVar("C", bound=AlgorithmConfig)
@@ -208,3 +208,39 @@ def check_runtime(name: str, runtime: Runtime) -> AlgorithmSpec:
     if runtime not in spec.runtimes:
         raise UsageError(f"the {runtime} runtime does not run {name}: {spec.instead}")
     return spec
+
+
+def check_faults(name: str, faults: FaultsConfig, runtime: Runtime) -> None:
+    """UsageError, saying why and what runs them, unless ``runtime`` can inject
+    ``faults`` into a run of ``name``: only the simulator can, in synchronous
+    SGD rounds, where a lost message leaves the receiver its last value (centralized
+    SGD sends none, so that a comparison with it runs under the same faults)."""
+    if not faults.active:
+        return
+    faulty = ", ".join(
+        name for name, spec in ALGORITHMS.items() if _takes_faults(spec) and spec.decentralized
+    )
+    if runtime == "distributed":
+        raise UsageError(
+            f"the distributed runtime does not inject faults (faults.drop = {faults.drop:g}): "
+            f"its messages travel for real; run {faulty} in the simulator with `murmur run`"
+        )
+    spec = ALGORITHMS[name]
+    if not _takes_faults(spec):
+        raise UsageError(
+            f"{name} cannot run with faults.drop = {faults.drop:g}: {_NO_FAULTS[spec.kind]}; "
+            f"the simulator loses messages of {faulty}"
+        )
+
+
+_NO_FAULTS: dict[Kind, str] = {
+    "layerwise": "layer-wise SSFN's gossip and pushes have no model of lost messages",
+    "server": "a parameter server's pushes and pulls have no model of lost messages",
+    "hogwild": "its workers share one model in memory and send no messages",
+}
+"""Why each kind of algorithm but synchronous SGD refuses faults."""
+
+
+def _takes_faults(spec: AlgorithmSpec) -> bool:
+    """Synchronous SGD rounds: every message is one row of one transport."""
+    return spec.kind == "sgd"

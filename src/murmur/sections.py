@@ -166,6 +166,30 @@ class TimingConfig:
             )
 
 
+@dataclass(frozen=True)
+class FaultsConfig:
+    """Faults the simulator injects, drawn from streams of the run's seed, so that
+    the same seed replays the same faults.
+
+    Only the simulator's synchronous SGD algorithms (dsgd, detsgrad,
+    detsgrad-gt, choco-sgd, sparq-sgd; centralized, which sends nothing) run
+    under faults; every other algorithm and the distributed runtime refuse them.
+    """
+
+    drop: float = 0.0
+    """Probability that a point-to-point message is lost, independently per message, in
+    [0, 1); the receiver keeps the last value it had of the sender. Lost messages still
+    count as sent (their bytes were spent) and are counted as ``dropped_messages``."""
+
+    def __post_init__(self) -> None:
+        require(0 <= self.drop < 1, f"faults.drop must be in [0, 1), not {self.drop}")
+
+    @property
+    def active(self) -> bool:
+        """Whether any fault is injected."""
+        return self.drop > 0
+
+
 MIN_SPEED = 1e-6
 """Slowest relative speed of an agent (and so the largest straggler factor is 1e6)."""
 MAX_NOISE_SIGMA = 10.0

@@ -45,6 +45,17 @@ def test_the_models_part_grows_with_agents_times_parameters():
     assert small >= 10 * parameter_count(config(), info) * 4  # at least one float32 copy
 
 
+def test_lost_messages_count_a_mailbox_per_directed_edge_and_agent():
+    info = DATASETS["mnist5k"]
+    lossless = estimate_memory(config(topology={"agents": 10}), info)
+    lossy = estimate_memory(config(topology={"agents": 10}, faults={"drop": 0.1}), info)
+    assert "the mailboxes of lost messages" not in lossless.parts
+    mailboxes = lossy.parts.pop("the mailboxes of lost messages")
+    edges = 20  # the estimate's bound for a ring, torus or star: 2 x agents
+    assert mailboxes == (10 + 2 * edges) * 2 * parameter_count(config(), info) * 4
+    assert lossy.parts == lossless.parts
+
+
 def test_a_complete_graph_counts_its_edges():
     info = DATASETS["mnist5k"]
     ring = estimate_memory(config(topology={"agents": 1000}), info)

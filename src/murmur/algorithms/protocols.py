@@ -37,7 +37,10 @@ A :class:`Transport` offers two calls and one read:
   row ``j`` of ``V`` is the last value agent ``j`` broadcast, i.e. what each
   agent can compute from its own last broadcast and the latest values received
   from its neighbours. ``operator`` must be zero outside the graph's edges and
-  diagonal;
+  diagonal. Where messages get lost (the simulator's ``faults.drop``), agents
+  may hold different values of one neighbour: row i of the result is then
+  operator_ii times i's own last broadcast plus operator_ij times what i last
+  received from each neighbour j;
 - ``last_sent``: row ``i`` is the value agent ``i`` itself last broadcast (each
   agent keeps its own copy, so an event trigger can compare against it);
 - ``agents``: the agents of the block, one per row (all of them in the

@@ -3,10 +3,10 @@
 summary.json of a finished run holds every field of
 :class:`murmur.metrics.records.RunResult` (``run_dir`` aside: the report uses
 the folder it reads); algorithm-specific fields (``virtual_seconds``,
-``layers``, ``staleness``, ``failed_agents``, ...) are checked only where a run
-wrote them. A summary with ``"status": "failed"`` is a run that stopped during
-training: it needs only its ``error``, a line saying why. A summary without
-``status`` is a finished run written before runs had one.
+``layers``, ``staleness``, ``failed_agents``, ``dropped_messages``, ...) are
+checked only where a run wrote them. A summary with ``"status": "failed"`` is a
+run that stopped during training: it needs only its ``error``, a line saying
+why. A summary without ``status`` is a finished run written before runs had one.
 
 Each line of metrics.jsonl is an evaluation record with its ``iteration``; the
 other fields the report reads are checked where present. A value of the wrong
@@ -135,6 +135,7 @@ OPTIONAL: dict[str, Field] = {
     "failed_workers": _list_of(COUNT),
     "single_process": _object_of(samples_per_second=SECONDS, accuracy=_nullable(FRACTION)),
     "speedup": SECONDS,
+    "dropped_messages": COUNT,
 }
 """Algorithm-specific fields the report reads, checked where a run wrote them."""
 
@@ -165,6 +166,7 @@ RECORD_OPTIONAL: dict[str, Field] = {
     "messages": COUNT,
     "bytes": COUNT,
     "events_per_agent": _list_of(COUNT),
+    "dropped_messages": COUNT,
 }
 """Record fields the report and its plots read, checked where present."""
 

@@ -10,9 +10,10 @@ from murmur.algorithms.protocols import Algorithm, LayerSolver
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.records import Outcome
 from murmur.registry import ALGORITHMS
-from murmur.seeding import derive_seed
+from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.sim.layerwise import SimulatedNetwork
+from murmur.sim.lossy import LossyTransport
 from murmur.sim.simulator import RoundClock, simulate
 from murmur.sim.transport import InMemoryTransport
 from murmur.training.layerwise import layerwise_extra, train_layerwise_run
@@ -29,7 +30,7 @@ def run_sgd(
     """Synchronous mini-batch algorithms, stepped by the simulator."""
     config = setup.config
     spec = ALGORITHMS[config.algorithm.name]
-    transport = InMemoryTransport(setup.graph, algorithm.published(setup.initial))
+    transport = _transport(setup, algorithm)
     parameters = setup.initial.shape[1]
     clock = RoundClock(
         compute=ComputeTimes(
@@ -41,6 +42,7 @@ def run_sgd(
     records: list[dict[str, Any]] = []
 
     def keep(record: dict[str, Any]) -> None:
+        record.update(_fault_counts(transport))
         records.append(record)
         on_record(record)
 
@@ -63,9 +65,25 @@ def run_sgd(
         train_seconds=trained.train_seconds,
         samples=trained.samples,
         parameters=trained.params,
-        extra={"virtual_seconds": trained.virtual_seconds},
+        extra={"virtual_seconds": trained.virtual_seconds, **_fault_counts(transport)},
         rounds=config.run.iterations,
     )
+
+
+def _transport(setup: Setup, algorithm: Algorithm) -> InMemoryTransport | LossyTransport:
+    """Lossless delivery, or one mailbox per directed edge when messages get lost."""
+    published = algorithm.published(setup.initial)
+    drop = setup.config.faults.drop
+    if drop == 0:
+        return InMemoryTransport(setup.graph, published)
+    return LossyTransport(setup.graph, published, drop, generator(setup.config.run.seed, "faults"))
+
+
+def _fault_counts(transport: InMemoryTransport | LossyTransport) -> dict[str, int]:
+    """What the records and summary.json count of the faults: nothing without them."""
+    if isinstance(transport, LossyTransport):
+        return {"dropped_messages": transport.dropped}
+    return {}
 
 
 def run_layerwise(

@@ -3,7 +3,8 @@
 It implements :class:`~murmur.algorithms.protocols.Transport` (``broadcast``,
 ``publish``, ``mix``, ``last_sent``, ``agents``). Delivery is instant and
 lossless, so every neighbour of ``j`` holds the same latest value of ``j`` and
-one stacked tensor stands for all mailboxes. The distributed runtime implements
+one stacked tensor stands for all mailboxes (:mod:`murmur.sim.lossy` keeps one
+per directed edge, for runs that lose messages). The distributed runtime implements
 the same calls over gloo (``murmur.dist.transport``).
 """
 

@@ -89,6 +89,11 @@ def estimate_memory(config: Config, info: DatasetInfo) -> MemoryEstimate:
         learners_batch = batch if spec.decentralized else batch * config.topology.agents
         parts["the models"] = agents * STATE_COPIES * parameters * FLOAT32
         parts["the batches"] = agents * learners_batch * units * ACTIVATION_COPIES * FLOAT32
+    if spec.decentralized and config.faults.active:
+        # One message per directed edge and one of each agent: a message holds at most
+        # two model-sized vectors (DETSGRAD-GT's model and tracker).
+        slots = agents + 2 * _edges(config, agents)
+        parts["the mailboxes of lost messages"] = slots * 2 * parameters * FLOAT32
     return MemoryEstimate(parts)
 
 

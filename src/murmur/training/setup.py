@@ -26,7 +26,7 @@ from murmur.data.partition import check_agents
 from murmur.errors import UsageError
 from murmur.models import build_model
 from murmur.models.stacked import StackedModel
-from murmur.registry import ALGORITHMS
+from murmur.registry import ALGORITHMS, check_faults
 from murmur.seeding import derive_seed
 from murmur.topology import Graph, build_graph, ring
 from murmur.training.memory import check_memory
@@ -65,6 +65,7 @@ def prepare(config: Config) -> Setup:
     """Build and check everything a run needs; raises UsageError on bad input."""
     torch.set_num_threads(config.run.threads)
     spec = ALGORITHMS[config.algorithm.name]
+    check_faults(config.algorithm.name, config.faults, "simulator")
     memory = _check_sizes(config)
     dataset = load_dataset(config.data.dataset, root=config.data.root or None)
     if spec.kind == "layerwise" and dataset.task != "classification":

@@ -1,0 +1,170 @@
+"""The simulator's transport when messages get lost: one mailbox per directed edge.
+
+With ``faults.drop`` = p each point-to-point message is lost with probability
+p, independently, drawn from the run's ``"faults"`` stream; a receiver that
+loses a message keeps the last value it had of the sender. Neighbours of one
+agent then hold different values of it, so this transport keeps what every
+receiver holds of every sender, one row per directed edge, next to each
+agent's own last broadcast (``last_sent``):
+
+- ``broadcast`` copies a sender's row into the mailboxes of the edges whose
+  message survived;
+- ``publish`` adds a compressed difference to the estimate the sender keeps of
+  itself, and to the mailboxes of the edges whose message survived: a receiver
+  that lost a difference keeps an estimate that differs from the sender's from
+  then on (later differences are taken against the sender's own estimate, so
+  the receiver's error is never sent again), which is what losing a difference
+  does to CHOCO-SGD, SPARQ-SGD and compressed DETSGRAD;
+- ``mix(W, out, s)`` adds s (W_ii x^_i + sum_j W_ij m_ji) to row i of ``out``,
+  where x^_i is agent i's own last broadcast and m_ji what i last received
+  from j. The columns of W then no longer act on one common value per agent:
+  DSGD's average is no longer kept, and DETSGRAD-GT's trackers no longer sum
+  to the smoothed gradients' sum (1^T L = 0 held only for common values).
+
+Every message is counted as sent, lost or not (its bytes were spent);
+``dropped_per_agent`` counts each sender's lost ones. With p = 0 the results
+equal :class:`~murmur.sim.transport.InMemoryTransport`'s bit for bit (the
+receivers' rows are summed in the same order), only slower; the simulator uses
+this transport only when p > 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from murmur.algorithms.estimates import EstimateUpdate
+from murmur.metrics.counters import MessageCounters
+from murmur.sim.transport import add_rows, copy_rows
+from murmur.topology import Graph, as_sparse
+
+
+class LossyTransport:
+    """Delivery between agents held in one process, each message lost with
+    probability ``drop``; see the module docstring."""
+
+    def __init__(
+        self, graph: Graph, initial: torch.Tensor, drop: float, stream: torch.Generator
+    ) -> None:
+        """``initial`` (agents, P): the values every agent is known to start from;
+        ``stream``: the generator the losses are drawn from."""
+        if initial.shape[0] != graph.agents:
+            raise ValueError(
+                f"initial values have {initial.shape[0]} rows for {graph.agents} agents"
+            )
+        agents = graph.agents
+        edges = graph.edges
+        self.senders = torch.cat([edges[:, 0], edges[:, 1]])
+        """Sender of each directed edge, (2E,)."""
+        self.receivers = torch.cat([edges[:, 1], edges[:, 0]])
+        """Receiver of each directed edge, (2E,)."""
+        everyone = torch.arange(agents)
+        # One slot per (receiver, sender) pair, the agents themselves included, ordered
+        # by receiver, then sender: mix sums a receiver's slots in the order W's row is.
+        keys = torch.cat([self.receivers, everyone]) * agents + torch.cat([self.senders, everyone])
+        slot = torch.empty_like(keys)
+        slot[keys.argsort()] = torch.arange(keys.numel())
+        self._edge_slots, self._own_slots = slot[: self.senders.numel()], slot[-agents:]
+        self._slot_receivers = torch.cat([self.receivers, everyone])[keys.argsort()]
+        self._slot_senders = torch.cat([self.senders, everyone])[keys.argsort()]
+        self.own = initial.clone()
+        """Each agent's own last broadcast (``last_sent``)."""
+        self.held = initial[self._slot_senders].clone()
+        """What each receiver holds of each sender, one row per slot."""
+        self.drop = drop
+        self.stream = stream
+        self.counters = MessageCounters(agents)
+        self.dropped_per_agent = torch.zeros(agents, dtype=torch.int64)
+        """Messages each agent sent that were lost."""
+        self._degrees = graph.degrees()
+        self._message_bytes = initial.shape[1] * initial.element_size()
+        self._spread: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.agents = list(range(agents))
+        """The agents this transport sends for: all of them."""
+
+    @property
+    def dropped(self) -> int:
+        """Messages lost so far, all senders together."""
+        return int(self.dropped_per_agent.sum())
+
+    def view(self, receiver: int, sender: int) -> torch.Tensor:
+        """What ``receiver`` holds of ``sender`` (itself or a neighbour): a read-only copy."""
+        keys = self._slot_receivers * len(self.agents) + self._slot_senders
+        slot = (keys == receiver * len(self.agents) + sender).nonzero()
+        if slot.numel() == 0:
+            raise ValueError(f"agent {receiver} is not a neighbour of agent {sender}")
+        return self.own[sender].clone() if receiver == sender else self.held[int(slot)].clone()
+
+    def _survivors(self, *shape: int) -> torch.Tensor:
+        """Which messages arrive: bool of ``(2E, *shape)``, True with probability 1 - drop."""
+        draws = torch.rand(self.senders.numel(), *shape, generator=self.stream)
+        return draws >= self.drop
+
+    def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
+        """Agents flagged in ``senders`` (bool, (agents,)) send their row of ``values``;
+        each edge's message arrives unless it is lost."""
+        copy_rows(self.own, values, senders)
+        sent = senders[self.senders]
+        arrived = sent & self._survivors()
+        for slot, sender in _pairs(self._edge_slots, self.senders, arrived):
+            self.held[slot].copy_(values[sender])
+        self._count_lost(sent & ~arrived)
+        flags = senders.to(torch.int64)
+        messages = flags * self._degrees
+        self.counters.events_per_agent += flags
+        self.counters.messages_per_agent += messages
+        self.counters.bytes_per_agent += messages * self._message_bytes
+
+    def publish(self, update: EstimateUpdate) -> None:
+        """Each agent sends its sent segments of ``update``, one message per segment and
+        neighbour: it adds its row of ``update.delta`` to its own estimate, and every
+        neighbour whose message of a segment arrived adds that segment."""
+        add_rows(self.own, update.delta, update.sent.any(1))
+        sent = update.sent[self.senders]
+        arrived = sent & self._survivors(len(update.segments))
+        for index, part in enumerate(update.segments.slices):
+            for slot, sender in _pairs(self._edge_slots, self.senders, arrived[:, index]):
+                self.held[slot, part].add_(update.delta[sender, part])
+        self._count_lost((sent & ~arrived).sum(1))
+        segments = update.sent.to(torch.int64).sum(1)
+        payload = (update.sent.to(torch.int64) * update.segment_bytes()).sum(1)
+        self.counters.events_per_agent += segments
+        self.counters.messages_per_agent += segments * self._degrees
+        self.counters.bytes_per_agent += payload * self._degrees
+
+    def _count_lost(self, lost: torch.Tensor) -> None:
+        """Add the lost messages of each directed edge (2E,) to its sender's count."""
+        self.dropped_per_agent += torch.bincount(
+            self.senders, weights=lost.to(torch.float64), minlength=len(self.agents)
+        ).to(torch.int64)
+
+    def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
+        """``out_i += scale (W_ii x^_i + sum_j W_ij m_ji)`` for the sparse ``operator`` W:
+        each agent's own last broadcast and what it received of its neighbours."""
+        for agent, slot in enumerate(self._own_slots.tolist()):
+            self.held[slot].copy_(self.own[agent])
+        out.addmm_(self._spread_of(operator), self.held, alpha=scale)
+
+    def _spread_of(self, operator: torch.Tensor) -> torch.Tensor:
+        """W spread over the slots: (agents, slots), entry (i, slot of (i, j)) = W_ij."""
+        known = self._spread.get(id(operator))
+        if known is None or known[0] is not operator:
+            dense = operator.to_dense()
+            spread = torch.zeros(dense.shape[0], self.held.shape[0], dtype=dense.dtype)
+            slots = torch.arange(self.held.shape[0])
+            spread[self._slot_receivers, slots] = dense[self._slot_receivers, self._slot_senders]
+            known = (operator, as_sparse(spread, dense.dtype))
+            self._spread[id(operator)] = known
+        return known[1]
+
+    @property
+    def last_sent(self) -> torch.Tensor:
+        """Every agent's own last broadcast, or its own public estimate."""
+        return self.own
+
+
+def _pairs(
+    slots: torch.Tensor, senders: torch.Tensor, arrived: torch.Tensor
+) -> list[tuple[int, int]]:
+    """(mailbox slot, sender) of the directed edges whose message arrived. The caller
+    copies row by row: gathering the rows first (index_copy_) is several times slower."""
+    return list(zip(slots[arrived].tolist(), senders[arrived].tolist(), strict=True))

@@ -1,0 +1,133 @@
+"""The lossy transport: one mailbox per directed edge, each message lost with
+probability ``drop`` from a seeded stream; with no loss it is the lossless
+transport bit for bit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from murmur.algorithms.choco import Choco, ChocoConfig
+from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
+from murmur.algorithms.detsgrad_gt import DetsgradGt, DetsgradGtConfig
+from murmur.algorithms.dsgd import Dsgd, DsgdConfig
+from murmur.algorithms.estimates import Segments
+from murmur.algorithms.protocols import BuildContext
+from murmur.algorithms.sparq import Sparq, SparqConfig
+from murmur.seeding import generator
+from murmur.sim.lossy import LossyTransport
+from murmur.sim.transport import InMemoryTransport
+from murmur.topology import Graph, as_sparse, star
+
+P, STEPS = 40, 50
+SEGMENTS = Segments((24, 4, 10, 2))
+CONTEXT = BuildContext(seed=0, segments=SEGMENTS)
+GRAPH = Graph(
+    6, torch.tensor([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 0], [0, 3], [1, 4]]), "chords"
+)
+"""Degrees 2 and 3: an irregular graph."""
+
+ALGORITHMS = {
+    "dsgd-cta": lambda: Dsgd(DsgdConfig(a=0.1), GRAPH),
+    "dsgd-atc-metropolis": lambda: Dsgd(
+        DsgdConfig(a=0.1, weights="metropolis", order="atc"), GRAPH
+    ),
+    "detsgrad": lambda: Detsgrad(DetsgradConfig(a=0.1, v0=2.0), GRAPH, CONTEXT),
+    "detsgrad-layer-topk": lambda: Detsgrad(
+        DetsgradConfig(a=0.1, v0=2.0, trigger="layer", compress="topk", fraction=0.3),
+        GRAPH,
+        CONTEXT,
+    ),
+    "detsgrad-gt": lambda: DetsgradGt(DetsgradGtConfig(a=0.1, v0=2.0, vy=1.0), GRAPH, CONTEXT),
+    "detsgrad-gt-randk": lambda: DetsgradGt(
+        DetsgradGtConfig(a=0.1, v0=2.0, vy=1.0, compress="randk", fraction=0.5), GRAPH, CONTEXT
+    ),
+    "choco-sgd": lambda: Choco(ChocoConfig(a=0.1), GRAPH, CONTEXT),
+    "sparq-sgd": lambda: Sparq(SparqConfig(a=0.1, local_steps=2), GRAPH, CONTEXT),
+}
+
+
+def _lossy(initial: torch.Tensor, drop: float, seed: int = 0) -> LossyTransport:
+    return LossyTransport(GRAPH, initial, drop, generator(seed, "faults"))
+
+
+def _trajectory(algorithm, make_transport, steps: int = STEPS):
+    """Run ``algorithm`` on fixed gradients; the final models and the transport."""
+    initial = torch.randn(GRAPH.agents, P, generator=torch.Generator().manual_seed(0))
+    grads = torch.randn(steps, GRAPH.agents, P, generator=torch.Generator().manual_seed(1))
+    transport = make_transport(algorithm.published(initial))
+    state = algorithm.init(initial)
+    for step in range(steps):
+        state = algorithm.step(state, grads[step].clone(), step, transport)
+    return algorithm.params(state), transport
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_without_losses_it_gives_the_lossless_parameters_and_counts_bit_for_bit(name):
+    lossless, plain = _trajectory(ALGORITHMS[name](), lambda v: InMemoryTransport(GRAPH, v))
+    lossy, mailboxes = _trajectory(ALGORITHMS[name](), lambda v: _lossy(v, 0.0))
+    assert torch.equal(lossy, lossless)
+    assert torch.equal(mailboxes.last_sent, plain.last_sent)
+    assert mailboxes.counters.events_per_agent.tolist() == plain.counters.events_per_agent.tolist()
+    assert mailboxes.counters.messages == plain.counters.messages > 0
+    assert mailboxes.counters.bytes == plain.counters.bytes
+    assert mailboxes.dropped == 0
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_the_same_seed_loses_the_same_messages_and_another_seed_others(name):
+    first, one = _trajectory(ALGORITHMS[name](), lambda v: _lossy(v, 0.3, seed=1))
+    again, same = _trajectory(ALGORITHMS[name](), lambda v: _lossy(v, 0.3, seed=1))
+    other, another = _trajectory(ALGORITHMS[name](), lambda v: _lossy(v, 0.3, seed=2))
+    assert torch.equal(first, again)
+    assert one.dropped_per_agent.tolist() == same.dropped_per_agent.tolist()
+    assert one.dropped > 0
+    assert not torch.equal(first, other)
+    assert one.dropped_per_agent.tolist() != another.dropped_per_agent.tolist()
+
+
+def test_a_lost_message_leaves_that_receiver_its_last_value_and_others_the_new_one():
+    graph = star(4)  # hub 0 and leaves 1, 2, 3
+    transport = LossyTransport(graph, torch.zeros(4, 2), 0.5, generator(3, "faults"))
+    values = torch.arange(8, dtype=torch.float32).reshape(4, 2) + 1
+    transport.broadcast(torch.tensor([True, False, False, False]), values)
+    arrived = {leaf: torch.equal(transport.view(leaf, 0), values[0]) for leaf in (1, 2, 3)}
+    assert transport.dropped == list(arrived.values()).count(False) > 0
+    assert any(arrived.values())
+    assert torch.equal(transport.last_sent[0], values[0])
+    assert torch.equal(transport.view(0, 0), values[0])
+    # Each leaf mixes its own value and what it holds of the hub: its own row of W.
+    mixed = torch.zeros(4, 2)
+    transport.mix(as_sparse(graph.laplacian()), out=mixed)
+    for leaf, got in arrived.items():
+        torch.testing.assert_close(mixed[leaf], -values[0] if got else torch.zeros(2))
+    assert transport.counters.messages == 3
+    assert transport.counters.bytes == 3 * 2 * 4
+    with pytest.raises(ValueError, match="^agent 1 is not a neighbour of agent 2$"):
+        transport.view(1, 2)
+
+
+def test_the_lost_share_of_many_messages_is_close_to_the_drop_probability():
+    drop, rounds = 0.3, 400
+    transport = _lossy(torch.zeros(GRAPH.agents, 1), drop)
+    everyone = torch.ones(GRAPH.agents, dtype=torch.bool)
+    for _ in range(rounds):
+        transport.broadcast(everyone, torch.zeros(GRAPH.agents, 1))
+    messages = transport.counters.messages
+    assert messages == rounds * 2 * GRAPH.edges.shape[0]
+    # Binomial(messages, drop): 5 standard deviations either side.
+    spread = 5 * math.sqrt(messages * drop * (1 - drop))
+    assert abs(transport.dropped - messages * drop) < spread
+
+
+def test_a_lost_compressed_difference_leaves_the_receivers_estimate_behind():
+    choco = Choco(ChocoConfig(a=0.1, compress="none", gamma=0.5), GRAPH, CONTEXT)
+    _, transport = _trajectory(choco, lambda v: _lossy(v, 0.3), steps=5)
+    edges = zip(transport.senders.tolist(), transport.receivers.tolist(), strict=True)
+    behind = [
+        not torch.equal(transport.view(receiver, sender), transport.last_sent[sender])
+        for sender, receiver in edges
+    ]
+    assert transport.dropped > 0 and any(behind)
