@@ -35,6 +35,18 @@ class MessageCounters:
         sent[agent] += messages
         payload[agent] += messages * message_bytes
 
+    def record_events(
+        self, events: torch.Tensor, message_bytes: torch.Tensor | int, degrees: torch.Tensor
+    ) -> None:
+        """Each agent sent ``events[i]`` events of ``message_bytes[i]`` bytes in all (or of
+        ``message_bytes`` each), every one to its ``degrees[i]`` neighbours."""
+        payload = (
+            message_bytes if isinstance(message_bytes, torch.Tensor) else events * message_bytes
+        )
+        self.events_per_agent += events
+        self.messages_per_agent += events * degrees
+        self.bytes_per_agent += payload * degrees
+
     @property
     def events(self) -> int:
         return int(self.events_per_agent.sum())

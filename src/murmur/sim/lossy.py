@@ -108,11 +108,7 @@ class LossyTransport:
         for slot, sender in _pairs(self._edge_slots, self.senders, arrived):
             self.held[slot].copy_(values[sender])
         self._count_lost(sent & ~arrived)
-        flags = senders.to(torch.int64)
-        messages = flags * self._degrees
-        self.counters.events_per_agent += flags
-        self.counters.messages_per_agent += messages
-        self.counters.bytes_per_agent += messages * self._message_bytes
+        self.counters.record_events(senders.to(torch.int64), self._message_bytes, self._degrees)
 
     def publish(self, update: EstimateUpdate) -> None:
         """Each agent sends its sent segments of ``update``, one message per segment and
@@ -127,9 +123,7 @@ class LossyTransport:
         self._count_lost((sent & ~arrived).sum(1))
         segments = update.sent.to(torch.int64).sum(1)
         payload = (update.sent.to(torch.int64) * update.segment_bytes()).sum(1)
-        self.counters.events_per_agent += segments
-        self.counters.messages_per_agent += segments * self._degrees
-        self.counters.bytes_per_agent += payload * self._degrees
+        self.counters.record_events(segments, payload, self._degrees)
 
     def _count_lost(self, lost: torch.Tensor) -> None:
         """Add the lost messages of each directed edge (2E,) to its sender's count."""

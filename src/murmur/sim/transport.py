@@ -41,11 +41,7 @@ class InMemoryTransport:
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
         """Agents flagged in ``senders`` (bool, (agents,)) send their row of ``values``."""
         copy_rows(self.published, values, senders)
-        sent = senders.to(torch.int64)
-        messages = sent * self._degrees
-        self.counters.events_per_agent += sent
-        self.counters.messages_per_agent += messages
-        self.counters.bytes_per_agent += messages * self._message_bytes
+        self.counters.record_events(senders.to(torch.int64), self._message_bytes, self._degrees)
 
     def publish(self, update: EstimateUpdate) -> None:
         """Each agent sends its sent segments of ``update``: every holder of its public
@@ -53,9 +49,7 @@ class InMemoryTransport:
         segments = update.sent.to(torch.int64).sum(1)
         add_rows(self.published, update.delta, segments > 0)
         payload = (update.sent.to(torch.int64) * update.segment_bytes()).sum(1)
-        self.counters.events_per_agent += segments
-        self.counters.messages_per_agent += segments * self._degrees
-        self.counters.bytes_per_agent += payload * self._degrees
+        self.counters.record_events(segments, payload, self._degrees)
 
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
         """``out += scale * operator @ published``; a sparse operator costs O(edges * P)."""
