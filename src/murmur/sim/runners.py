@@ -66,7 +66,7 @@ def run_sgd(
     return run_outcome(
         records[-1],
         AgentTotals.of(transport.counters),
-        topology=setup.graph.name if spec.decentralized else "none",
+        topology=_topology_name(setup) if spec.decentralized else "none",
         iterations=config.run.iterations,
         train_seconds=trained.train_seconds,
         samples=trained.samples,
@@ -78,6 +78,14 @@ def run_sgd(
         },
         rounds=config.run.iterations,
     )
+
+
+def _topology_name(setup: Setup) -> str:
+    """The graph's name, and how it varies: ``matching(complete) every 1``."""
+    topology = setup.config.topology
+    if topology.varying == "none":
+        return setup.graph.name
+    return f"{topology.varying}({setup.graph.name}) every {topology.every}"
 
 
 def _schedule(setup: Setup) -> NetworkSchedule | None:
