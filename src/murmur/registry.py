@@ -213,34 +213,46 @@ def check_runtime(name: str, runtime: Runtime) -> AlgorithmSpec:
 def check_faults(name: str, faults: FaultsConfig, runtime: Runtime) -> None:
     """UsageError, saying why and what runs them, unless ``runtime`` can inject
     ``faults`` into a run of ``name``: only the simulator can, in synchronous
-    SGD rounds, where a lost message leaves the receiver its last value (centralized
-    SGD sends none, so that a comparison with it runs under the same faults)."""
+    SGD rounds, where a lost message leaves the receiver its last value, and in
+    asynchronous dSSFN, whose nodes act on whatever news arrives (centralized SGD
+    and SSFN send none, so that a comparison with them runs under the same faults)."""
     if not faults.active:
         return
     faulty = ", ".join(
-        name for name, spec in ALGORITHMS.items() if _takes_faults(spec) and spec.decentralized
+        name for name, spec in ALGORITHMS.items() if _takes_faults(name) and spec.decentralized
     )
     if runtime == "distributed":
         raise UsageError(
             f"the distributed runtime does not inject faults (faults.drop = {faults.drop:g}): "
             f"its messages travel for real; run {faulty} in the simulator with `murmur run`"
         )
-    spec = ALGORITHMS[name]
-    if not _takes_faults(spec):
+    if not _takes_faults(name):
         raise UsageError(
-            f"{name} cannot run with faults.drop = {faults.drop:g}: {_NO_FAULTS[spec.kind]}; "
+            f"{name} cannot run with faults.drop = {faults.drop:g}: {_no_faults(name)}; "
             f"the simulator loses messages of {faulty}"
         )
 
 
 _NO_FAULTS: dict[Kind, str] = {
-    "layerwise": "layer-wise SSFN's gossip and pushes have no model of lost messages",
+    "layerwise": "synchronous dSSFN's consensus ADMM takes each gossip round's average as "
+    "exact, and a lost message would leave it a wrong one",
     "server": "a parameter server's pushes and pulls have no model of lost messages",
     "hogwild": "its workers share one model in memory and send no messages",
 }
-"""Why each kind of algorithm but synchronous SGD refuses faults."""
+"""Why each kind of algorithm that refuses faults does."""
 
 
-def _takes_faults(spec: AlgorithmSpec) -> bool:
-    """Synchronous SGD rounds: every message is one row of one transport."""
-    return spec.kind == "sgd"
+_LAYERWISE_FAULTS = ("ssfn", "dssfn-async")
+"""The layer-wise algorithms that run under faults: centralized SSFN sends nothing, and
+asynchronous dSSFN's nodes act on whatever news arrives."""
+
+
+def _takes_faults(name: str) -> bool:
+    """Synchronous SGD rounds, where every message is one row of one transport, and the
+    layer-wise algorithms of ``_LAYERWISE_FAULTS``."""
+    spec = ALGORITHMS[name]
+    return spec.kind == "sgd" or name in _LAYERWISE_FAULTS
+
+
+def _no_faults(name: str) -> str:
+    return _NO_FAULTS[ALGORITHMS[name].kind]
