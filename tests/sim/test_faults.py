@@ -98,7 +98,7 @@ def test_algorithms_without_lost_messages_refuse_drops_before_any_folder(
     assert code == 2 and len(err.splitlines()) == 1
     assert err.startswith(f"murmur: error: {algorithm} cannot run with faults.drop = 0.1: ")
     assert why in err
-    assert err.endswith(f"the simulator loses messages of {DECENTRALIZED_SGD}\n")
+    assert err.endswith(f"the simulator injects them into {DECENTRALIZED_SGD}\n")
     assert not out.exists()
 
 
