@@ -242,7 +242,8 @@ def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str
     faulty = ", ".join(
         other
         for other, spec in ALGORITHMS.items()
-        if spec.decentralized and all(_takes_fault(other, fault) for fault in wanted)
+        if (spec.decentralized or spec.kind == "server")
+        and all(_takes_fault(other, fault) for fault in wanted)
     )
     if runtime == "distributed":
         raise UsageError(
@@ -269,14 +270,16 @@ def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str
 _BEYOND_SGD: dict[str, tuple[str, ...]] = {
     "drop": ("ssfn", "dssfn-async"),
     "link_down": (),
-    "crashes": (),
+    "crashes": ("asysg-con", "asysg-incon"),
 }
 """Besides synchronous SGD, the algorithms that run under each fault: centralized SSFN
-sends nothing to lose, and asynchronous dSSFN's nodes act on whatever news arrives."""
+sends nothing to lose, asynchronous dSSFN's nodes act on whatever news arrives, and
+an asynchronous server's updates fill from whichever workers push."""
 
 _NO_FAULTS: dict[Kind, str] = {
     "layerwise": "layer-wise SSFN has no model of down links or crashed nodes",
-    "server": "a parameter server's pushes and pulls have no model of lost messages or down links",
+    "server": "a parameter server's pushes and pulls have no model of lost messages or "
+    "down links, and sync-ps's barrier waits for every worker",
     "hogwild": "its workers are real processes that share one model in memory",
 }
 """Why each kind of algorithm that refuses some faults does."""
