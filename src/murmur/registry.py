@@ -225,9 +225,10 @@ def check_runtime(name: str, runtime: Runtime) -> AlgorithmSpec:
 def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str = "none") -> None:
     """UsageError, saying why and what runs them, unless ``runtime`` can inject
     ``faults`` into a run of ``name`` and vary its graph as ``varying``
-    (``topology.varying``) asks: only the simulator can, in synchronous SGD rounds
-    (centralized SGD sends nothing and never crashes, so that a comparison with it
-    runs under the same faults); of those, a time-varying graph needs an algorithm
+    (``topology.varying``) asks: only the simulator can. Synchronous SGD rounds
+    take every fault (centralized SGD sends nothing and never crashes, so that a
+    comparison with it runs under the same faults); asynchronous dSSFN loses
+    pushes (centralized SSFN sends none); a time-varying graph needs an algorithm
     that derives its weights from each iteration's graph."""
     asked = [faults.describe()] if faults.active else []
     if varying != "none":
@@ -235,8 +236,14 @@ def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str
     if not asked:
         return
     what = ", ".join(asked)
+    injected = {"drop": faults.drop > 0, "link_down": faults.link_down > 0}
+    injected["crashes"] = faults.crash_count > 0
+    wanted = [fault for fault, on in injected.items() if on]
     faulty = ", ".join(
-        name for name, spec in ALGORITHMS.items() if _takes_faults(spec) and spec.decentralized
+        other
+        for other, spec in ALGORITHMS.items()
+        if (spec.decentralized or spec.kind == "server")
+        and all(_takes_fault(other, fault) for fault in wanted)
     )
     if runtime == "distributed":
         raise UsageError(
@@ -244,10 +251,10 @@ def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str
             f"its messages travel for real; run {faulty} in the simulator with `murmur run`"
         )
     spec = ALGORITHMS[name]
-    if not _takes_faults(spec):
+    if not all(_takes_fault(name, fault) for fault in wanted):
         raise UsageError(
-            f"{name} cannot run with {what}: {_NO_FAULTS[spec.kind]}; "
-            f"the simulator injects faults into {faulty}"
+            f"{name} cannot run with {faults.describe()}: {_no_faults(name)}; "
+            f"the simulator injects them into {faulty}"
         )
     if varying != "none" and not spec.varying:
         varied = ", ".join(
@@ -260,14 +267,32 @@ def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str
         )
 
 
-_NO_FAULTS: dict[Kind, str] = {
-    "layerwise": "layer-wise SSFN's gossip and pushes have no model of faults",
-    "server": "a parameter server's pushes and pulls have no model of faults",
-    "hogwild": "its workers share one model in memory and send no messages",
+_BEYOND_SGD: dict[str, tuple[str, ...]] = {
+    "drop": ("ssfn", "dssfn-async"),
+    "link_down": (),
+    "crashes": ("asysg-con", "asysg-incon"),
 }
-"""Why each kind of algorithm but synchronous SGD refuses faults."""
+"""Besides synchronous SGD, the algorithms that run under each fault: centralized SSFN
+sends nothing to lose, asynchronous dSSFN's nodes act on whatever news arrives, and
+an asynchronous server's updates fill from whichever workers push."""
+
+_NO_FAULTS: dict[Kind, str] = {
+    "layerwise": "layer-wise SSFN has no model of down links or crashed nodes",
+    "server": "a parameter server's pushes and pulls have no model of lost messages or "
+    "down links, and sync-ps's barrier waits for every worker",
+    "hogwild": "its workers are real processes that share one model in memory",
+}
+"""Why each kind of algorithm that refuses some faults does."""
 
 
-def _takes_faults(spec: AlgorithmSpec) -> bool:
-    """Synchronous SGD rounds: every message is one row of one transport."""
-    return spec.kind == "sgd"
+def _takes_fault(name: str, fault: str) -> bool:
+    return ALGORITHMS[name].kind == "sgd" or name in _BEYOND_SGD[fault]
+
+
+def _no_faults(name: str) -> str:
+    if name == "dssfn":
+        return (
+            "synchronous dSSFN's consensus ADMM takes each gossip round's average as exact, "
+            "and needs every node in every round"
+        )
+    return _NO_FAULTS[ALGORITHMS[name].kind]

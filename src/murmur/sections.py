@@ -245,16 +245,17 @@ class FaultsConfig:
         settings = {"drop": self.drop, "link_down": self.link_down, "crashes": self.crash_count}
         return ", ".join(f"faults.{key} = {value:g}" for key, value in settings.items() if value)
 
-    def check_agents(self, agents: int) -> None:
-        """The crashed agents against the run's ``agents``: in range, one left alive."""
+    def check_agents(self, agents: int, what: str = "agents") -> None:
+        """The crashed agents (or workers: ``what``) against the run's ``agents``: in
+        range, one left alive."""
         if isinstance(self.crashes, tuple) and any(agent >= agents for agent in self.crashes):
             raise UsageError(
-                f"faults.crashes lists agent {max(self.crashes)}, but the agents are "
+                f"faults.crashes lists {what[:-1]} {max(self.crashes)}, but the {what} are "
                 f"0..{agents - 1}"
             )
         if self.crash_count >= agents:
             raise UsageError(
-                f"faults.crashes = {self.crash_count} would crash all {agents} agents; "
+                f"faults.crashes = {self.crash_count} would crash all {agents} {what}; "
                 "leave at least one running"
             )
 

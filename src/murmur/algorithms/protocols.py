@@ -180,9 +180,15 @@ class AsyncNode(Protocol):
     """The node's index in the graph."""
     updates: int
     """Updates made so far this layer."""
+    finished: bool
+    """Done with this layer: it takes no more news."""
 
     @property
     def neighbours(self) -> list[int]: ...
+
+    @property
+    def blocks(self) -> dict[int, torch.Tensor]:
+        """The blocks of the latest update, per neighbour, as ``update`` returned them."""
 
     @property
     def stamp(self) -> int:

@@ -90,7 +90,7 @@ class NetworkSchedule:
         """Links down now."""
         self.down_link_iterations = 0
         """Links down, summed over the iterations so far."""
-        self.crashed = _crashed_agents(faults, graph.agents, seed)
+        self.crashed = crashed_agents(faults, graph.agents, seed)
         """The agents that crash, sorted."""
         self.alive = torch.ones(graph.agents, dtype=torch.bool)
         self.current = graph
@@ -162,8 +162,9 @@ class NetworkSchedule:
         return counts
 
 
-def _crashed_agents(faults: FaultsConfig, agents: int, seed: int) -> list[int]:
-    """The agents listed, or as many as asked drawn from the ``"crashes"`` stream."""
+def crashed_agents(faults: FaultsConfig, agents: int, seed: int) -> list[int]:
+    """The agents (or workers) listed, or as many as asked drawn from the ``"crashes"``
+    stream of run seed ``seed``, sorted."""
     if isinstance(faults.crashes, tuple):
         return sorted(faults.crashes)
     order = torch.randperm(agents, generator=generator(seed, "crashes"))

@@ -145,14 +145,25 @@ def run_layerwise(
 ) -> Outcome:
     """SSFN and its decentralized forms, layer by layer on the virtual clock."""
     config, graph = setup.config, setup.graph
+    drop = config.faults.drop
     network = SimulatedNetwork(
         graph=graph,
         counters=MessageCounters(graph.agents),
         clock=EventLoop(),
         compute=ComputeTimes(config.timing, graph.agents, derive_seed(config.run.seed, "timing")),
         links=LinkDelays(config.timing),
+        drop=drop,
+        faults=generator(config.run.seed, "faults") if drop > 0 else None,
     )
-    trained = train_layerwise_run(setup, solver, network, setup.shards, on_record, progress)
+
+    def faults() -> dict[str, int]:
+        return {"dropped_messages": network.dropped} if drop > 0 else {}
+
+    def keep(record: dict[str, Any]) -> None:
+        record.update(faults())
+        on_record(record)
+
+    trained = train_layerwise_run(setup, solver, network, setup.shards, keep, progress)
     decentralized = ALGORITHMS[config.algorithm.name].decentralized
     return run_outcome(
         trained.last_record,
@@ -165,5 +176,6 @@ def run_layerwise(
         extra={
             "virtual_seconds": trained.virtual_seconds,
             **layerwise_extra(trained, trained.records, graph, decentralized),
+            **faults(),
         },
     )

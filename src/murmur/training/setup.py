@@ -77,6 +77,7 @@ def prepare(config: Config) -> Setup:
     graph, shards, batch_size = _learners(config, dataset)
     if isinstance(config.algorithm, WorkersConfig | HogwildConfig):
         config.timing.check_units(config.algorithm.workers, "workers")
+        config.faults.check_agents(config.algorithm.workers, "workers")
     else:
         config.timing.check_units(graph.agents, "agents")
     if spec.decentralized:
