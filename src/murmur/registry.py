@@ -256,6 +256,8 @@ def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str
             f"{name} cannot run with {faults.describe()}: {_no_faults(name)}; "
             f"the simulator injects them into {faulty}"
         )
+    if spec.kind == "layerwise" and faults.crash_count > 0:
+        _check_layer_crashes(faults)
     if varying != "none" and not spec.varying:
         varied = ", ".join(
             name for name, spec in ALGORITHMS.items() if spec.varying and spec.decentralized
@@ -270,7 +272,7 @@ def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str
 _BEYOND_SGD: dict[str, tuple[str, ...]] = {
     "drop": ("ssfn", "dssfn-async"),
     "link_down": (),
-    "crashes": ("asysg-con", "asysg-incon"),
+    "crashes": ("asysg-con", "asysg-incon", "dssfn-async"),
 }
 """Besides synchronous SGD, the algorithms that run under each fault: centralized SSFN
 sends nothing to lose, asynchronous dSSFN's nodes act on whatever news arrives, and
@@ -283,6 +285,20 @@ _NO_FAULTS: dict[Kind, str] = {
     "hogwild": "its workers are real processes that share one model in memory",
 }
 """Why each kind of algorithm that refuses some faults does."""
+
+
+def _check_layer_crashes(faults: FaultsConfig) -> None:
+    """Layer-wise nodes crash at the start of a layer after the first, for good."""
+    if faults.crash_at < 1:
+        raise UsageError(
+            "faults.crash_at counts layers in a layer-wise run and must be at least 1: a "
+            "node that crashes before layer 0 never had a model"
+        )
+    if faults.rejoin_at > 0:
+        raise UsageError(
+            "faults.rejoin_at must be 0 in a layer-wise run: a crashed node lacks the "
+            "features of the layers it missed and cannot rejoin"
+        )
 
 
 def _takes_fault(name: str, fault: str) -> bool:

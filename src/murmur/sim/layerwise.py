@@ -19,6 +19,13 @@ without timeouts, so two rules stand in for retransmission:
   neighbour that lost the news can finish too.
 
 Without drops neither rule is armed and runs are exactly as before.
+
+Nodes may crash (``faults.crashes``, asynchronous dSSFN): at the start of layer
+``faults.crash_at`` they stop for good, and their neighbours drop their edges
+from that layer's problem on (as the distributed runtime drops a failed
+neighbour), so the others reach consensus on the data they still hold. A
+crashed node keeps the network it had; it cannot rejoin, since it would lack
+the features of the layers it missed.
 """
 
 from __future__ import annotations
@@ -52,6 +59,10 @@ class SimulatedNetwork:
     """The stream losses are drawn from (needed when ``drop`` > 0)."""
     dropped: int = 0
     """Pushes lost so far."""
+    crashes: tuple[list[int], int] = ([], 0)
+    """The nodes that crash and the layer at whose start they do."""
+    down: set[int] = field(default_factory=set)
+    """Nodes crashed so far."""
 
     def __post_init__(self) -> None:
         if not self.ready:
@@ -73,7 +84,16 @@ class SimulatedNetwork:
         return list(range(self.graph.agents))
 
     def live_neighbours(self, node: int) -> list[int]:
-        return self.graph.neighbors(node)
+        return [j for j in self.graph.neighbors(node) if j not in self.down]
+
+    def begin_layer(self, layer: int) -> None:
+        nodes, at = self.crashes
+        if layer == at:
+            self.down.update(nodes)
+
+    @property
+    def crashed(self) -> frozenset[int]:
+        return frozenset(self.down)
 
     def transport_for(self, width: int, dtype: torch.dtype) -> Transport:
         return InMemoryTransport(
@@ -122,7 +142,8 @@ class _AsyncRun:
         self.network = network
         self.nodes = nodes
         self.work = work
-        self.clock = EventLoop(start=min(network.ready))
+        live = [ready for node, ready in enumerate(network.ready) if node not in network.down]
+        self.clock = EventLoop(start=min(live))
         self.message_seconds = network.links.seconds(work.message_bytes)
         self.idle = [False] * len(nodes)
         self.waits = [0] * len(nodes)
@@ -133,6 +154,8 @@ class _AsyncRun:
     def run(self) -> None:
         compute, ready = self.network.compute, self.network.ready
         for i, node in enumerate(self.nodes):
+            if node.index in self.network.down:
+                continue
             begin = ready[node.index] + compute.seconds(node.index, self.work.setup_flops[i])
             self.clock.at(begin, lambda i=i: self._update(i))
         self.clock.run()

@@ -12,7 +12,7 @@ from murmur.metrics.records import Outcome
 from murmur.registry import ALGORITHMS
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
-from murmur.sim.faults import FaultyAlgorithm, NetworkSchedule
+from murmur.sim.faults import FaultyAlgorithm, NetworkSchedule, crashed_agents
 from murmur.sim.layerwise import SimulatedNetwork
 from murmur.sim.lossy import LossyTransport
 from murmur.sim.simulator import RoundClock, simulate
@@ -48,7 +48,7 @@ def run_sgd(
     def keep(record: dict[str, Any]) -> None:
         record.update(_fault_counts(transport, schedule))
         if schedule is not None and schedule.crashed:
-            record.update(_live_accuracy(record, schedule))
+            record.update(_live_accuracy(record, schedule.alive.tolist()))
         records.append(record)
         on_record(record)
 
@@ -128,12 +128,12 @@ def _fault_counts(
 _LIVE = ("live_accuracy_mean", "live_accuracy_min")
 
 
-def _live_accuracy(record: dict[str, Any], schedule: NetworkSchedule) -> dict[str, Any]:
+def _live_accuracy(record: dict[str, Any], alive: list[bool]) -> dict[str, Any]:
     """Mean and lowest test accuracy of the agents alive now (None for regression)."""
     accuracy = record.get("test_accuracy")
     if accuracy is None:
         return dict.fromkeys(_LIVE)
-    live = [value for value, alive in zip(accuracy, schedule.alive.tolist(), strict=True) if alive]
+    live = [value for value, up in zip(accuracy, alive, strict=True) if up]
     return {"live_accuracy_mean": sum(live) / len(live), "live_accuracy_min": min(live)}
 
 
@@ -154,13 +154,25 @@ def run_layerwise(
         links=LinkDelays(config.timing),
         drop=drop,
         faults=generator(config.run.seed, "faults") if drop > 0 else None,
+        crashes=(
+            crashed_agents(config.faults, graph.agents, config.run.seed),
+            config.faults.crash_at,
+        ),
     )
+    records: list[dict[str, Any]] = []
 
     def faults() -> dict[str, int]:
-        return {"dropped_messages": network.dropped} if drop > 0 else {}
+        counts = {"dropped_messages": network.dropped} if drop > 0 else {}
+        if config.faults.crash_count > 0:
+            counts["crashed_agents"] = len(network.down)
+        return counts
 
     def keep(record: dict[str, Any]) -> None:
         record.update(faults())
+        if config.faults.crash_count > 0:
+            alive = [node not in network.down for node in range(graph.agents)]
+            record.update(_live_accuracy(record, alive))
+        records.append(record)
         on_record(record)
 
     trained = train_layerwise_run(setup, solver, network, setup.shards, keep, progress)
@@ -177,5 +189,6 @@ def run_layerwise(
             "virtual_seconds": trained.virtual_seconds,
             **layerwise_extra(trained, trained.records, graph, decentralized),
             **faults(),
+            **{key: records[-1][key] for key in _LIVE if key in records[-1]},
         },
     )

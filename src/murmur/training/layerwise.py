@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -86,11 +86,12 @@ def train_layerwise(
     grow = isinstance(config, SsfnConfig) and config.grow
     radius = norm_bound(config, classes)
 
+    network.begin_layer(0)
     solution = _solve(state, solver, Ridge(config.lam), network, [0.0] * nodes)
     outputs = solution.outputs
     history = [outputs]
     iterations = max(solution.steps)
-    record, rows = state.evaluate(0, solution, network, started, iterations)
+    record, rows = state.evaluate(0, solution, network, started, iterations, None)
     layer_rows, records = [rows], [record]
     on_record(record)
     sizes: list[int] = []
@@ -101,7 +102,7 @@ def train_layerwise(
             state, outputs, solver, network, config, layer, radius, seed
         )
         next_record, rows = next_state.evaluate(
-            layer, next_solution, network, started, iterations + iterations_used
+            layer, next_solution, network, started, iterations + iterations_used, rows
         )
         gain = _improvement(record["train_nme"], next_record["train_nme"])
         if grow and gain < config.layer_tolerance:
@@ -212,10 +213,20 @@ class _LayerState:
         network: LayerNetwork,
         started: float,
         iterations: int,
+        previous: LayerRows | None,
     ) -> tuple[dict[str, Any], LayerRows]:
-        """This layer's record and the per-node rows it was made from."""
+        """This layer's record and the per-node rows it was made from. A crashed node
+        keeps its ``previous`` rows (the network it had) and is left out of the
+        consensus distance."""
         outputs = solution.outputs
         rows = self.measure(solution, network.counters)
+        crashed = sorted(network.crashed)
+        if crashed:
+            if previous is None:
+                raise ValueError("nodes crashed before the first layer; nothing to keep")
+            rows = _frozen(rows, previous, crashed)
+            live = [node for node in range(outputs.shape[0]) if node not in network.crashed]
+            outputs = outputs[live]
         record = layer_record(
             layer,
             rows,
@@ -258,6 +269,31 @@ class _LayerState:
         )
 
 
+def _frozen(rows: LayerRows, previous: LayerRows, crashed: list[int]) -> LayerRows:
+    """``rows`` with each crashed node's measurements as they were in ``previous``, and
+    no work done this layer (its message counts stay as they are)."""
+    fields = {}
+    for name in (
+        "test_accuracy",
+        "test_loss",
+        "train_accuracy",
+        "train_residual",
+        "train_target",
+        "residual",
+        "converged",
+    ):
+        values = getattr(rows, name)
+        if values is None:
+            continue
+        values = list(values)
+        for node in crashed:
+            values[node] = getattr(previous, name)[node]
+        fields[name] = values
+    fields["steps"] = [0 if node in crashed else s for node, s in enumerate(rows.steps)]
+    fields["rounds"] = [0 if node in crashed else r for node, r in enumerate(rows.rounds)]
+    return replace(rows, **fields)
+
+
 def _solve(
     state: _LayerState,
     solver: LayerSolver,
@@ -282,6 +318,7 @@ def _solve(
 def _next_layer(state, outputs, solver, network, config, layer, radius, seed, nodes=None):
     """The next layer with ``nodes`` random nodes (``config.nodes`` by default)."""
     nodes = config.nodes if nodes is None else nodes
+    network.begin_layer(layer)
     previous = state.inputs[0].shape[1]
     weights = random_weights(seed, layer, nodes, previous)
     next_state = state.advanced(outputs, weights)
