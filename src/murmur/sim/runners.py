@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from murmur.algorithms.protocols import Algorithm, LayerSolver
+from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.records import Outcome
 from murmur.registry import ALGORITHMS
@@ -16,9 +17,11 @@ from murmur.sim.layerwise import SimulatedNetwork
 from murmur.sim.lossy import LossyTransport
 from murmur.sim.simulator import RoundClock, simulate
 from murmur.sim.transport import InMemoryTransport
+from murmur.training.checkpoint import restore_tuple, to_plain
 from murmur.training.layerwise import layerwise_extra, train_layerwise_run
 from murmur.training.reducer import AgentTotals, run_outcome
 from murmur.training.setup import Setup
+from murmur.training.sgd_loop import SgdProgress
 
 
 def run_sgd(
@@ -46,6 +49,19 @@ def run_sgd(
         records.append(record)
         on_record(record)
 
+    def snapshot(at: SgdProgress) -> dict[str, Any]:
+        return {
+            "loop": at.counts(),
+            "algorithm": to_plain(at.state),
+            "transport": transport.state_dict(),
+            "sampler": setup.problem.sampler.state_dict(),
+            "clock": clock.compute.state_dict(),
+        }
+
+    checkpoints = setup.checkpoints
+    resumed = checkpoints.resumed if checkpoints is not None else None
+    start = _resume_sgd(resumed, setup, algorithm, transport, clock) if resumed else None
+
     trained = simulate(
         setup.problem,
         algorithm,
@@ -56,6 +72,9 @@ def run_sgd(
         keep,
         progress=progress,
         clock=clock,
+        start=start,
+        checkpoints=checkpoints,
+        snapshot=snapshot,
     )
     return run_outcome(
         records[-1],
@@ -68,6 +87,34 @@ def run_sgd(
         extra={"virtual_seconds": trained.virtual_seconds, **_fault_counts(transport)},
         rounds=config.run.iterations,
     )
+
+
+def _resume_sgd(
+    checkpoint: dict[str, Any],
+    setup: Setup,
+    algorithm: Algorithm,
+    transport: InMemoryTransport | LossyTransport,
+    clock: RoundClock,
+) -> SgdProgress:
+    """Put the transport, batch streams and clock where ``checkpoint`` left them;
+    the loop's progress from there."""
+    saved = checkpoint["state"]
+    try:
+        transport.load_state_dict(saved["transport"])
+        setup.problem.sampler.load_state_dict(saved["sampler"])
+        clock.compute.load_state_dict(saved["clock"])
+        state = restore_tuple(algorithm.init(setup.initial), saved["algorithm"])
+        loop = saved["loop"]
+        return SgdProgress(
+            checkpoint["done"],
+            state,
+            loop["samples"],
+            loop["virtual_seconds"],
+            loop["loss_sum"],
+            loop["loss_steps"],
+        )
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise UsageError(f"the checkpoint does not fit this run: {error}") from None
 
 
 def _transport(setup: Setup, algorithm: Algorithm) -> InMemoryTransport | LossyTransport:
