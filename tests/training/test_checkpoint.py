@@ -192,3 +192,32 @@ def test_a_comparison_folder_names_its_members(capsys, tmp_path, stopped):
     root = tmp_path / "comparison"
     shutil.copytree(stopped, root / "detsgrad")
     assert "--resume" in _refused(capsys, root)
+
+
+LAYERWISE = [
+    "topology.agents=4",
+    "algorithm.layers=3",
+    "algorithm.nodes=30",
+    "algorithm.admm_iterations=40",
+    "run.checkpoint_every=2",
+]
+
+
+@pytest.mark.parametrize(
+    ("preset", "settings"),
+    [
+        ("ssfn-vowel", []),
+        ("ssfn-vowel", ["algorithm.grow=true", "algorithm.node_step=10"]),
+        ("dssfn-vowel", []),
+        ("dssfn-async-vowel", []),
+    ],
+)
+def test_a_resumed_layerwise_run_ends_as_the_run_never_stopped(tmp_path, preset, settings):
+    config = load_experiment(preset, [*LAYERWISE, *settings]).runs[0][1]
+    finished = run(config, tmp_path / "finished")
+    checkpoint = torch.load(tmp_path / "finished" / CHECKPOINT, weights_only=True)
+    assert checkpoint["done"] == 2 and checkpoint["records"] == 3
+    _stopped_copy(tmp_path / "finished", tmp_path / "stopped")
+    resumed = resume(tmp_path / "stopped")
+    assert torch.equal(resumed.parameters, finished.parameters)
+    assert_same_run(tmp_path / "finished", tmp_path / "stopped")

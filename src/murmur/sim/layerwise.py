@@ -9,7 +9,9 @@ their pushes arriving one message time after their update ends.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -73,6 +75,23 @@ class SimulatedNetwork:
     @property
     def virtual_seconds(self) -> float:
         return max([self.clock.now, *self.ready])
+
+    def state_dict(self) -> dict[str, Any]:
+        """The network between two layers (no event pending): clock, counts, streams."""
+        if self.clock.pending:
+            raise RuntimeError("a layer network's state is saved between layers only")
+        return {
+            "now": self.clock.now,
+            "ready": list(self.ready),
+            "counters": self.counters.state_dict(),
+            "compute": self.compute.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.clock.now = state["now"]
+        self.ready = list(state["ready"])
+        self.counters.load_state_dict(state["counters"])
+        self.compute.load_state_dict(state["compute"])
 
 
 class _AsyncRun:

@@ -18,7 +18,7 @@ from murmur.sim.lossy import LossyTransport
 from murmur.sim.simulator import RoundClock, simulate
 from murmur.sim.transport import InMemoryTransport
 from murmur.training.checkpoint import restore_tuple, to_plain
-from murmur.training.layerwise import layerwise_extra, train_layerwise_run
+from murmur.training.layerwise import LayerProgress, layerwise_extra, train_layerwise_run
 from murmur.training.reducer import AgentTotals, run_outcome
 from murmur.training.setup import Setup
 from murmur.training.sgd_loop import SgdProgress
@@ -148,7 +148,21 @@ def run_layerwise(
         compute=ComputeTimes(config.timing, graph.agents, derive_seed(config.run.seed, "timing")),
         links=LinkDelays(config.timing),
     )
-    trained = train_layerwise_run(setup, solver, network, setup.shards, on_record, progress)
+    checkpoint = setup.checkpoints.resumed if setup.checkpoints is not None else None
+    start = None
+    if checkpoint is not None:
+        try:
+            network.load_state_dict(checkpoint["state"]["network"])
+            start = LayerProgress.from_plain(checkpoint["state"]["layers"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise UsageError(f"the checkpoint does not fit this run: {error}") from None
+
+    def snapshot(at: LayerProgress) -> dict[str, Any]:
+        return {"layers": at.to_plain(), "network": network.state_dict()}
+
+    trained = train_layerwise_run(
+        setup, solver, network, setup.shards, on_record, progress, start, snapshot
+    )
     decentralized = ALGORITHMS[config.algorithm.name].decentralized
     return run_outcome(
         trained.last_record,

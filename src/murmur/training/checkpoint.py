@@ -53,8 +53,11 @@ class Checkpoints:
     ``state``); None for a new run."""
 
     def due(self, done: int, total: int) -> bool:
-        """Whether to save after ``done`` of ``total`` steps (never after the last)."""
-        return self.every > 0 and self.path is not None and done % self.every == 0 < total - done
+        """Whether to save after ``done`` of ``total`` steps (never before the first
+        or after the last)."""
+        if self.every == 0 or self.path is None:
+            return False
+        return 0 < done < total and done % self.every == 0
 
     def save(self, done: int, state: Mapping[str, Any]) -> None:
         """Write the runner's ``state`` after ``done`` steps, replacing the previous one."""
