@@ -233,7 +233,7 @@ def check_faults(name: str, faults: FaultsConfig, runtime: Runtime) -> None:
         )
 
 
-CHECKPOINTED: tuple[Kind, ...] = ("sgd", "layerwise")
+CHECKPOINTED: tuple[Kind, ...] = ("sgd", "layerwise", "server")
 """The kinds of algorithm whose simulated runs save checkpoints and resume."""
 
 

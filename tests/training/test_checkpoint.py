@@ -221,3 +221,38 @@ def test_a_resumed_layerwise_run_ends_as_the_run_never_stopped(tmp_path, preset,
     resumed = resume(tmp_path / "stopped")
     assert torch.equal(resumed.parameters, finished.parameters)
     assert_same_run(tmp_path / "finished", tmp_path / "stopped")
+
+
+SERVER = [
+    "data.dataset=blobs",
+    "model.hidden=[8]",
+    "data.batch_size=8",
+    "run.iterations=60",
+    "run.eval_every=20",
+    "run.checkpoint_every=25",
+    "timing.compute_noise=exponential",
+]
+
+
+@pytest.mark.parametrize(
+    ("preset", "settings"),
+    [
+        ("asysg-con", []),
+        ("asysg-con", ["algorithm.group=3"]),
+        ("asysg-incon", []),
+        ("asysg-con", ["algorithm.name=sync-ps"]),
+    ],
+)
+def test_a_resumed_server_run_ends_as_the_run_never_stopped(tmp_path, preset, settings):
+    config = load_experiment(preset, [*SERVER, *settings]).runs[0][1]
+    finished = run(config, tmp_path / "finished")
+    checkpoint = torch.load(tmp_path / "finished" / CHECKPOINT, weights_only=True)
+    assert checkpoint["done"] == 50 and checkpoint["records"] == 3
+    assert checkpoint["state"]["events"]
+    _stopped_copy(tmp_path / "finished", tmp_path / "stopped")
+    resumed = resume(tmp_path / "stopped")
+    assert torch.equal(resumed.parameters, finished.parameters)
+    assert_same_run(tmp_path / "finished", tmp_path / "stopped")
+    unsaved = run(config.replace(**{"run.checkpoint_every": "0"}), tmp_path / "unsaved")
+    assert torch.equal(unsaved.parameters, finished.parameters)
+    assert_same_run(tmp_path / "finished", tmp_path / "unsaved")

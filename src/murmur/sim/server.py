@@ -9,6 +9,12 @@ The update rules are in ``murmur.algorithms.asysg``; what the server does with
 each gradient (updates, staleness, evaluations, the end, whom to answer) is
 ``murmur.algorithms.param_server.ParameterServer``. This module keeps the time:
 compute times, message delays, the event loop.
+
+Every pending event is a worker's read arriving (``start``) or its gradient
+arriving (``arrive``), kept as data beside the loop, so that a checkpoint (after
+every ``run.checkpoint_every`` updates, between two events) holds them with the
+server's rule, the batch streams and the compute stream, and a resumed run
+schedules them again in the same order.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from tqdm import tqdm
 
 from murmur.algorithms.asysg import WorkersConfig
 from murmur.algorithms.param_server import ParameterServer, model_metrics
+from murmur.errors import UsageError
 from murmur.metrics.records import Outcome
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
@@ -58,6 +65,12 @@ class _ServerRun:
         self.message_seconds = 0.0 if shared_memory else links.seconds(self.server.message_bytes)
         self.flops = 6.0 * self.x.numel() * self.problem.sampler.batch_size
         self.loop = EventLoop()
+        self.events: dict[int, tuple[float, str, int, torch.Tensor, int]] = {}
+        """The pending events by the order they were scheduled in: (time, kind, worker,
+        tensor, version), ``start`` (a read model) or ``arrive`` (a gradient)."""
+        self.scheduled = 0
+        self.checkpoints = setup.checkpoints
+        self.save_due = False
         self.bar = tqdm(
             total=run.iterations, disable=not progress, unit="it", leave=False, dynamic_ncols=True
         )
@@ -71,10 +84,19 @@ class _ServerRun:
 
     def train(self) -> Outcome:
         server = self.server
-        self._evaluate()
-        for worker in range(server.workers):
-            self._start(worker, self.x.clone(), 0)
-        self.loop.run(stop=lambda: server.done)
+        resumed = self.checkpoints.resumed if self.checkpoints is not None else None
+        if resumed is None:
+            self._evaluate()
+            for worker in range(server.workers):
+                self._start(worker, self.x.clone(), 0)
+        else:
+            self._resume(resumed["state"])
+        while True:
+            self.loop.run(stop=lambda: server.done or self.save_due)
+            if server.done or not self.save_due or self.checkpoints is None:
+                break
+            self.save_due = False
+            self.checkpoints.save(server.version, self._snapshot())
         self.loop.clear()
         self.bar.close()
         if server.final_evaluation_due:
@@ -85,6 +107,21 @@ class _ServerRun:
 
     # --------------------------------------------------------------- events
 
+    def _schedule(
+        self, time: float, kind: str, worker: int, tensor: torch.Tensor, version: int
+    ) -> None:
+        key = self.scheduled
+        self.scheduled += 1
+        self.events[key] = (time, kind, worker, tensor, version)
+        self.loop.at(time, lambda: self._fire(key))
+
+    def _fire(self, key: int) -> None:
+        _, kind, worker, tensor, version = self.events.pop(key)
+        if kind == "start":
+            self._start(worker, tensor, version)
+        else:
+            self._arrive(worker, tensor, version)
+
     def _start(self, worker: int, model: torch.Tensor, read_version: int) -> None:
         """Worker ``worker`` has read ``model`` (version ``read_version``): compute and push."""
         problem = self.problem
@@ -94,13 +131,15 @@ class _ServerRun:
         )
         gradient = grads[0].clone()  # the model's gradient buffer is reused by the next call
         seconds = self.compute.seconds(worker, self.flops) + self.message_seconds
-        self.loop.after(seconds, lambda: self._arrive(worker, gradient, read_version))
+        self._schedule(self.loop.now + seconds, "arrive", worker, gradient, read_version)
 
     def _arrive(self, worker: int, gradient: torch.Tensor, read_version: int) -> None:
         server = self.server
         arrival = server.receive(worker, gradient, read_version)  # ignored once done
         if arrival.applied:
             self.bar.update(1)
+            if self.checkpoints is not None:
+                self.save_due = self.checkpoints.due(server.version, server.iterations)
         for answered in server.answers(arrival, self._evaluate):
             self._send(answered)
         if server.shared_memory and not server.done:  # no message: it reads again at once
@@ -109,7 +148,32 @@ class _ServerRun:
     def _send(self, worker: int) -> None:
         model, version = self.server.read()
         self.server.sent()
-        self.loop.after(self.message_seconds, lambda: self._start(worker, model, version))
+        self._schedule(self.loop.now + self.message_seconds, "start", worker, model, version)
+
+    # ---------------------------------------------------------- checkpoints
+
+    def _snapshot(self) -> dict[str, Any]:
+        """The run between two events: the clock, what is pending, the rule, the streams."""
+        return {
+            "now": self.loop.now,
+            "events": [list(self.events[key]) for key in sorted(self.events)],
+            "server": self.server.state_dict(),
+            "sampler": self.problem.sampler.state_dict(),
+            "compute": self.compute.state_dict(),
+        }
+
+    def _resume(self, saved: dict[str, Any]) -> None:
+        """Continue from :meth:`_snapshot`: the pending events keep their order."""
+        try:
+            self.server.load_state_dict(saved["server"])
+            self.problem.sampler.load_state_dict(saved["sampler"])
+            self.compute.load_state_dict(saved["compute"])
+            self.loop.now = saved["now"]
+            for when, kind, worker, tensor, version in saved["events"]:
+                self._schedule(when, kind, worker, tensor, version)
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise UsageError(f"the checkpoint does not fit this run: {error}") from None
+        self.bar.update(self.server.version)
 
     # ----------------------------------------------------------- evaluation
 
