@@ -80,6 +80,18 @@ def test_a_resumed_run_ends_as_the_run_never_stopped(tmp_path, preset, settings)
     assert_same_run(tmp_path / "finished", tmp_path / "stopped")
 
 
+def test_a_run_stopped_by_an_interrupt_is_resumed(tmp_path):
+    """Ctrl-C leaves a failed summary and may cut a save short: neither stops a resume."""
+    config = _config("detsgrad")
+    run(config, tmp_path / "finished")
+    _stopped_copy(tmp_path / "finished", tmp_path / "stopped")
+    (tmp_path / "stopped" / "summary.json").write_text('{"status": "failed"}')
+    (tmp_path / "stopped" / f".{CHECKPOINT}.cut").write_bytes(b"PK")
+    resume(tmp_path / "stopped")
+    assert_same_run(tmp_path / "finished", tmp_path / "stopped")
+    assert not (tmp_path / "stopped" / f".{CHECKPOINT}.cut").exists()
+
+
 def test_a_run_without_checkpoint_every_saves_none(tmp_path):
     run(_config("dsgd", "run.checkpoint_every=0"), tmp_path / "run")
     assert not (tmp_path / "run" / CHECKPOINT).exists()
@@ -159,6 +171,14 @@ def test_a_damaged_checkpoint_is_refused_and_the_folder_left_alone(
 ):
     err = _refused(capsys, _damaged(stopped, tmp_path, damage))
     assert "checkpoint.pt" in err
+
+
+def test_a_checkpoint_of_another_format_is_refused(capsys, tmp_path, stopped):
+    folder = tmp_path / "format"
+    shutil.copytree(stopped, folder)
+    payload = torch.load(folder / CHECKPOINT, weights_only=True)
+    torch.save({**payload, "format": 99}, folder / CHECKPOINT)
+    assert "checkpoint format 99" in _refused(capsys, folder)
 
 
 def test_a_checkpoint_of_another_config_is_refused(capsys, tmp_path, stopped):

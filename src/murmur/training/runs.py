@@ -64,6 +64,8 @@ def train_run(
             raise ValueError("a resumed run needs its run folder")
         run_dir: Path | None = Path(out_dir)
         kept = keep_records(Path(out_dir) / "metrics.jsonl", resume["records"])
+        for partial in Path(out_dir).glob(f".{CHECKPOINT}.*"):  # a save the kill cut short
+            partial.unlink()
     else:
         run_dir = create_run_dir(out_dir) if out_dir is not None else None
         if run_dir is not None:
