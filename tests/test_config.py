@@ -69,9 +69,20 @@ def test_section_defaults():
         "probability": 0.3,
         "rows": 0,
         "edges_file": "",
+        "varying": "none",
+        "every": 1,
     }
-    assert dataclasses.asdict(FaultsConfig()) == {"drop": 0.0}
+    assert dataclasses.asdict(FaultsConfig()) == {
+        "drop": 0.0,
+        "link_down": 0.0,
+        "link_up": 0.5,
+        "crashes": 0,
+        "crash_at": 0,
+        "rejoin_at": 0,
+        "rejoin_from": "own",
+    }
     assert not FaultsConfig().active and FaultsConfig(drop=0.1).active
+    assert FaultsConfig(link_down=0.1).active and FaultsConfig(crashes=(3,)).active
 
 
 def test_algorithm_defaults():
@@ -165,8 +176,45 @@ def test_faults_drop_must_be_a_probability_below_one(drop):
 def test_faults_drop_is_read_from_an_override_and_saved_with_the_config():
     config = single("dsgd", ["faults.drop=0.25"])
     assert config.faults == FaultsConfig(drop=0.25)
-    assert config.to_dict()["faults"] == {"drop": 0.25}
+    assert config.to_dict()["faults"]["drop"] == 0.25
     assert build_config(config.to_dict()) == config
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("faults.link_down=1.0", r"^faults.link_down must be in \[0, 1\), not 1.0$"),
+        ("faults.link_down=-0.5", r"^faults.link_down must be in \[0, 1\), not -0.5$"),
+        ("faults.link_up=0", r"^faults.link_up must be in \(0, 1\], not 0.0$"),
+        ("faults.link_up=1.5", r"^faults.link_up must be in \(0, 1\], not 1.5$"),
+        ("faults.crashes=-1", r"^faults.crashes must be >= 0, not -1$"),
+        ("faults.crashes=[1, -2]", r"^faults.crashes lists agent indices, which are >= 0"),
+        ("faults.crashes=[3, 3]", r"^faults.crashes lists an agent twice: \[3, 3\]$"),
+        ("faults.crash_at=-4", r"^faults.crash_at must be >= 0, not -4$"),
+        ("faults.rejoin_from=random", r"^faults.rejoin_from must be one of 'own', 'neighbour'"),
+        ("topology.every=0", r"^topology.every must be at least 1, not 0$"),
+        ("topology.varying=sometimes", r"^topology.varying must be one of 'none', 'resample'"),
+    ],
+)
+def test_bad_fault_and_varying_settings_are_refused_in_one_line(setting, message):
+    with pytest.raises(UsageError, match=message):
+        single("dsgd", [setting])
+
+
+def test_an_agent_must_rejoin_after_it_crashed():
+    with pytest.raises(
+        UsageError,
+        match=r"^faults.rejoin_at = 100 must come after faults.crash_at = 100 \(or be 0: never\)$",
+    ):
+        single("dsgd", ["faults.crashes=2", "faults.crash_at=100", "faults.rejoin_at=100"])
+
+
+def test_crashed_agents_are_read_as_a_number_or_a_list_and_saved_with_the_config():
+    listed = single("dsgd", ["faults.crashes=[4, 1]", "faults.crash_at=10"])
+    assert listed.faults.crashes == (4, 1) and listed.faults.crash_count == 2
+    assert build_config(listed.to_dict()) == listed
+    counted = single("dsgd", ["faults.crashes=3"])
+    assert counted.faults.crashes == 3 and build_config(counted.to_dict()) == counted
 
 
 @pytest.mark.parametrize("value", [3.5e38, -1e39, 1e308])

@@ -47,6 +47,9 @@ class AlgorithmSpec:
     ``server``: workers and a parameter server; ``hogwild``: real processes on one
     shared-memory model (``murmur run`` starts them itself)."""
     runtimes: tuple[Runtime, ...] = ("simulator", "distributed")
+    varying: bool = False
+    """Whether it runs on a time-varying graph (``topology.varying``): it derives its
+    mixing weights from each iteration's graph, or, being one learner, has none."""
     instead: str = ""
     """Where the distributed runtime does not run it: why, and what to run instead."""
 
@@ -111,10 +114,18 @@ _ONE_LEARNER = ("simulator",)
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
     "detsgrad": AlgorithmSpec(
-        DetsgradConfig, _detsgrad, "event-triggered decentralized SGD", decentralized=True
+        DetsgradConfig,
+        _detsgrad,
+        "event-triggered decentralized SGD",
+        decentralized=True,
+        varying=True,
     ),
     "dsgd": AlgorithmSpec(
-        DsgdConfig, _dsgd, "decentralized SGD, every agent sends every step", decentralized=True
+        DsgdConfig,
+        _dsgd,
+        "decentralized SGD, every agent sends every step",
+        decentralized=True,
+        varying=True,
     ),
     "detsgrad-gt": AlgorithmSpec(
         DetsgradGtConfig,
@@ -141,6 +152,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         decentralized=False,
         runtimes=_ONE_LEARNER,
         instead="it is one learner: `murmur run centralized`",
+        varying=True,
     ),
     "asysg-con": AlgorithmSpec(
         AsysgConfig,
@@ -210,26 +222,47 @@ def check_runtime(name: str, runtime: Runtime) -> AlgorithmSpec:
     return spec
 
 
-def check_faults(name: str, faults: FaultsConfig, runtime: Runtime) -> None:
+def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str = "none") -> None:
     """UsageError, saying why and what runs them, unless ``runtime`` can inject
-    ``faults`` into a run of ``name``: only the simulator can, in synchronous
-    SGD rounds, where a lost message leaves the receiver its last value (centralized
-    SGD sends none, so that a comparison with it runs under the same faults)."""
-    if not faults.active:
+    ``faults`` into a run of ``name`` and vary its graph as ``varying``
+    (``topology.varying``) asks: only the simulator can. Synchronous SGD rounds
+    take every fault (centralized SGD sends nothing and never crashes, so that a
+    comparison with it runs under the same faults); asynchronous dSSFN loses
+    pushes (centralized SSFN sends none); a time-varying graph needs an algorithm
+    that derives its weights from each iteration's graph."""
+    asked = [faults.describe()] if faults.active else []
+    if varying != "none":
+        asked.append(f"topology.varying = {varying}")
+    if not asked:
         return
+    what = ", ".join(asked)
+    injected = {"drop": faults.drop > 0, "link_down": faults.link_down > 0}
+    injected["crashes"] = faults.crash_count > 0
+    wanted = [fault for fault, on in injected.items() if on]
     faulty = ", ".join(
-        name for name, spec in ALGORITHMS.items() if _takes_faults(spec) and spec.decentralized
+        other
+        for other, spec in ALGORITHMS.items()
+        if spec.decentralized and all(_takes_fault(other, fault) for fault in wanted)
     )
     if runtime == "distributed":
         raise UsageError(
-            f"the distributed runtime does not inject faults (faults.drop = {faults.drop:g}): "
+            f"the distributed runtime does not inject faults ({what}): "
             f"its messages travel for real; run {faulty} in the simulator with `murmur run`"
         )
     spec = ALGORITHMS[name]
-    if not _takes_faults(spec):
+    if not all(_takes_fault(name, fault) for fault in wanted):
         raise UsageError(
-            f"{name} cannot run with faults.drop = {faults.drop:g}: {_NO_FAULTS[spec.kind]}; "
-            f"the simulator loses messages of {faulty}"
+            f"{name} cannot run with {faults.describe()}: {_no_faults(name)}; "
+            f"the simulator injects them into {faulty}"
+        )
+    if varying != "none" and not spec.varying:
+        varied = ", ".join(
+            name for name, spec in ALGORITHMS.items() if spec.varying and spec.decentralized
+        )
+        raise UsageError(
+            f"{name} cannot run with topology.varying = {varying}: its mixing weights and "
+            f"consensus step are fixed for the run's graph when it is built; "
+            f"the simulator varies the graph of {varied}"
         )
 
 
@@ -255,14 +288,30 @@ def check_checkpoints(name: str, run: RunConfig, runtime: Runtime) -> None:
         )
 
 
-_NO_FAULTS: dict[Kind, str] = {
-    "layerwise": "layer-wise SSFN's gossip and pushes have no model of lost messages",
-    "server": "a parameter server's pushes and pulls have no model of lost messages",
-    "hogwild": "its workers share one model in memory and send no messages",
+_BEYOND_SGD: dict[str, tuple[str, ...]] = {
+    "drop": ("ssfn", "dssfn-async"),
+    "link_down": (),
+    "crashes": (),
 }
-"""Why each kind of algorithm but synchronous SGD refuses faults."""
+"""Besides synchronous SGD, the algorithms that run under each fault: centralized SSFN
+sends nothing to lose, and asynchronous dSSFN's nodes act on whatever news arrives."""
+
+_NO_FAULTS: dict[Kind, str] = {
+    "layerwise": "layer-wise SSFN has no model of down links or crashed nodes",
+    "server": "a parameter server's pushes and pulls have no model of lost messages or down links",
+    "hogwild": "its workers are real processes that share one model in memory",
+}
+"""Why each kind of algorithm that refuses some faults does."""
 
 
-def _takes_faults(spec: AlgorithmSpec) -> bool:
-    """Synchronous SGD rounds: every message is one row of one transport."""
-    return spec.kind == "sgd"
+def _takes_fault(name: str, fault: str) -> bool:
+    return ALGORITHMS[name].kind == "sgd" or name in _BEYOND_SGD[fault]
+
+
+def _no_faults(name: str) -> str:
+    if name == "dssfn":
+        return (
+            "synchronous dSSFN's consensus ADMM takes each gossip round's average as exact, "
+            "and needs every node in every round"
+        )
+    return _NO_FAULTS[ALGORITHMS[name].kind]

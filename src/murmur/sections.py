@@ -100,10 +100,18 @@ class TopologyConfig:
     """Rows of a ``torus``; 0 chooses the most square shape."""
     edges_file: str = ""
     """Edge list file (one ``i j`` pair per line) for ``graph = "edges"``."""
+    varying: Literal["none", "resample", "matching", "edge"] = "none"
+    """A time-varying graph: every ``every`` iterations the agents talk over a new graph,
+    ``resample``: ``graph`` built again from a new seed (a new Erdos-Renyi graph; a fixed
+    family gives itself again), ``matching``: a random maximal matching of ``graph``'s
+    edges, ``edge``: one random edge of ``graph``. Simulator, dsgd and detsgrad only."""
+    every: int = 1
+    """Iterations each graph of a time-varying topology lasts."""
 
     def __post_init__(self) -> None:
         require(self.agents >= 1, f"topology.agents must be at least 1, not {self.agents}")
         require(self.rows >= 0, "topology.rows must be >= 0 (0 = automatic)")
+        require(self.every >= 1, f"topology.every must be at least 1, not {self.every}")
 
 
 @dataclass(frozen=True)
@@ -180,22 +188,83 @@ class FaultsConfig:
     the same seed replays the same faults.
 
     Only the simulator's synchronous SGD algorithms (dsgd, detsgrad,
-    detsgrad-gt, choco-sgd, sparq-sgd; centralized, which sends nothing) run
-    under faults; every other algorithm and the distributed runtime refuse them.
+    detsgrad-gt, choco-sgd, sparq-sgd; centralized, which sends nothing and
+    never crashes) run under faults; every other algorithm and the distributed
+    runtime refuse them. A link that is down, or that leads to a crashed agent,
+    leaves the mixing: its weight W_ij moves to the diagonal W_ii
+    (``murmur.sim.lossy``), where a lost message leaves the receiver its stale value.
     """
 
     drop: float = 0.0
     """Probability that a point-to-point message is lost, independently per message, in
     [0, 1); the receiver keeps the last value it had of the sender. Lost messages still
     count as sent (their bytes were spent) and are counted as ``dropped_messages``."""
+    link_down: float = 0.0
+    """Probability, in [0, 1), that a link that is up goes down in an iteration: each
+    edge is a two-state Markov chain, every edge up at the start."""
+    link_up: float = 0.5
+    """Probability, in (0, 1], that a link that is down comes back in an iteration."""
+    crashes: int | tuple[int, ...] = 0
+    """Agents that crash: how many (drawn from the seed), or a list of their indices."""
+    crash_at: int = 0
+    """The iteration whose step the crashed agents are the first to miss."""
+    rejoin_at: int = 0
+    """The iteration whose step they take again (after ``crash_at``); 0: never."""
+    rejoin_from: Literal["own", "neighbour"] = "own"
+    """A rejoining agent restarts from the model it had when it crashed (``own``), or
+    from a copy of the model of its live neighbour of lowest index (``neighbour``)."""
 
     def __post_init__(self) -> None:
         require(0 <= self.drop < 1, f"faults.drop must be in [0, 1), not {self.drop}")
+        require(
+            0 <= self.link_down < 1, f"faults.link_down must be in [0, 1), not {self.link_down}"
+        )
+        require(0 < self.link_up <= 1, f"faults.link_up must be in (0, 1], not {self.link_up}")
+        if isinstance(self.crashes, int):
+            require(self.crashes >= 0, f"faults.crashes must be >= 0, not {self.crashes}")
+        else:
+            require(
+                all(agent >= 0 for agent in self.crashes),
+                f"faults.crashes lists agent indices, which are >= 0, not {list(self.crashes)}",
+            )
+            require(
+                len(set(self.crashes)) == len(self.crashes),
+                f"faults.crashes lists an agent twice: {list(self.crashes)}",
+            )
+        require(self.crash_at >= 0, f"faults.crash_at must be >= 0, not {self.crash_at}")
+        require(
+            self.rejoin_at == 0 or self.rejoin_at > self.crash_at,
+            f"faults.rejoin_at = {self.rejoin_at} must come after faults.crash_at = "
+            f"{self.crash_at} (or be 0: never)",
+        )
+
+    @property
+    def crash_count(self) -> int:
+        """How many agents crash."""
+        return self.crashes if isinstance(self.crashes, int) else len(self.crashes)
 
     @property
     def active(self) -> bool:
         """Whether any fault is injected."""
-        return self.drop > 0
+        return self.drop > 0 or self.link_down > 0 or self.crash_count > 0
+
+    def describe(self) -> str:
+        """The faults asked for, as their settings: ``faults.drop = 0.1, ...``."""
+        settings = {"drop": self.drop, "link_down": self.link_down, "crashes": self.crash_count}
+        return ", ".join(f"faults.{key} = {value:g}" for key, value in settings.items() if value)
+
+    def check_agents(self, agents: int) -> None:
+        """The crashed agents against the run's ``agents``: in range, one left alive."""
+        if isinstance(self.crashes, tuple) and any(agent >= agents for agent in self.crashes):
+            raise UsageError(
+                f"faults.crashes lists agent {max(self.crashes)}, but the agents are "
+                f"0..{agents - 1}"
+            )
+        if self.crash_count >= agents:
+            raise UsageError(
+                f"faults.crashes = {self.crash_count} would crash all {agents} agents; "
+                "leave at least one running"
+            )
 
 
 MIN_SPEED = 1e-6

@@ -459,3 +459,63 @@ def test_report_writes_and_links_the_communication_plots(tmp_path):
         assert is_png(out / file), file
         assert (out / file).stat().st_size > 5_000
         assert f"]({file})" in report
+
+
+def drop_sweep(root: Path) -> list[Path]:
+    """DSGD and DETSGRAD without faults and with 10 % and 30 % of 200 messages lost,
+    and centralized SGD, which sends none."""
+    summaries = []
+    for algorithm, accuracies in (("dsgd", (0.94, 0.90, 0.86)), ("detsgrad", (0.91, 0.90, 0.90))):
+        for lost, accuracy in zip((None, 20, 60), accuracies, strict=True):
+            fields = {} if lost is None else {"dropped_messages": lost}
+            summaries.append(
+                summary_for(
+                    f"{algorithm}-{lost}",
+                    algorithm,
+                    accuracy={
+                        "mean": accuracy,
+                        "min": accuracy,
+                        "max": accuracy,
+                        "per_agent": [accuracy] * 4,
+                    },
+                    **fields,
+                )
+            )
+    summaries.append(summary_for("central", "centralized", agents=1, messages=0, bytes=0))
+    return [make_run(root, summary, sgd_records(4)) for summary in summaries]
+
+
+def test_accuracy_vs_lost_messages_has_one_line_per_algorithm(tmp_path):
+    runs = [read_run(run_dir) for run_dir in drop_sweep(tmp_path / "runs")]
+    lines = plots.algorithm_points(
+        runs, lambda s: plots._percent_of(plots.lost_share(s)), plots._mean_accuracy_percent
+    )
+    assert list(lines) == ["dsgd", "detsgrad"]  # centralized SGD sent nothing to lose
+    xs, ys = plots.mean_line(lines["dsgd"])
+    assert xs == [0.0, 10.0, 30.0]
+    assert ys == pytest.approx([94.0, 90.0, 86.0])
+    assert plots.plot_accuracy_vs_lost(runs, tmp_path / "lost.png")
+    assert is_png(tmp_path / "lost.png")
+
+
+def test_report_links_the_lost_plot_and_shows_the_lost_share(tmp_path):
+    out = tmp_path / "report"
+    report = write_report(drop_sweep(tmp_path / "runs"), out).read_text()
+    assert is_png(out / "accuracy_vs_lost.png")
+    assert "](accuracy_vs_lost.png)" in report
+    header = next(line for line in report.splitlines() if line.startswith("| name"))
+    column = [cell.strip() for cell in header.split("|")].index("lost msgs %")
+    cells = {
+        row.split("|")[1].strip(): row.split("|")[column].strip()
+        for row in report.splitlines()
+        if row.startswith("| ") and not row.startswith("| name")
+    }
+    assert cells["dsgd-60"] == "30.00"
+    assert cells["dsgd-None"] == "0.00"
+    assert cells["central"] == "-"
+
+
+def test_runs_without_faults_draw_no_lost_plot(tmp_path):
+    runs = [read_run(run_dir) for run_dir in sweep(tmp_path / "runs")]
+    assert not plots.plot_accuracy_vs_lost(runs, tmp_path / "lost.png")
+    assert not (tmp_path / "lost.png").exists()

@@ -14,7 +14,7 @@ from murmur.experiment import run
 from murmur.metrics.run_schema import check_record, check_summary
 from murmur.training.runs import check_run
 
-DECENTRALIZED_SGD = "detsgrad, dsgd, detsgrad-gt, choco-sgd, sparq-sgd"
+DECENTRALIZED_SGD = "detsgrad, dsgd, detsgrad-gt, choco-sgd, sparq-sgd, dssfn-async"
 SMALL = [
     "data.dataset=blobs",
     "model.hidden=[8]",
@@ -81,9 +81,7 @@ def test_almost_every_message_lost_leaves_the_agents_apart_though_messages_are_s
 @pytest.mark.parametrize(
     ("algorithm", "why"),
     [
-        ("ssfn", "layer-wise SSFN"),
-        ("dssfn", "layer-wise SSFN"),
-        ("dssfn-async", "layer-wise SSFN"),
+        ("dssfn", "synchronous dSSFN"),
         ("asysg-con", "parameter server"),
         ("sync-ps", "parameter server"),
         ("asysg-incon", "parameter server"),
@@ -100,7 +98,7 @@ def test_algorithms_without_lost_messages_refuse_drops_before_any_folder(
     assert code == 2 and len(err.splitlines()) == 1
     assert err.startswith(f"murmur: error: {algorithm} cannot run with faults.drop = 0.1: ")
     assert why in err
-    assert err.endswith(f"the simulator loses messages of {DECENTRALIZED_SGD}\n")
+    assert err.endswith(f"the simulator injects them into {DECENTRALIZED_SGD}\n")
     assert not out.exists()
 
 

@@ -17,6 +17,8 @@ from murmur.topology import (
     complete,
     erdos_renyi,
     from_edge_file,
+    random_edge,
+    random_matching,
     ring,
     star,
     torus,
@@ -364,3 +366,36 @@ def test_edge_file_index_far_beyond_its_edges_is_refused(tmp_path: Path, index: 
 def test_edge_file_index_within_reach_of_its_edges_is_kept(tmp_path: Path) -> None:
     path = write(tmp_path / "g.txt", "0 1\n1 0\n2 5\n1 2\n")
     assert from_edge_file(path).agents == 6
+
+
+def test_a_random_matching_of_a_complete_graph_pairs_every_agent_once():
+    stream = torch.Generator().manual_seed(0)
+    drawn = [random_matching(complete(8), stream) for _ in range(20)]
+    for graph in drawn:
+        assert graph.num_edges == 4 and graph.degrees().tolist() == [1] * 8
+        assert graph.name == "matching(complete)"
+    assert len({tuple(graph.edges.flatten().tolist()) for graph in drawn}) > 10
+
+
+def test_a_random_matching_of_a_ring_is_maximal_and_uses_the_rings_edges():
+    stream = torch.Generator().manual_seed(1)
+    edges = {tuple(edge) for edge in ring(7).edges.tolist()}
+    for _ in range(20):
+        matching = random_matching(ring(7), stream)
+        assert {tuple(edge) for edge in matching.edges.tolist()} <= edges
+        matched = set(matching.edges.flatten().tolist())
+        assert len(matched) == 2 * matching.num_edges
+        assert all(i in matched or j in matched for i, j in edges)  # maximal
+
+
+def test_one_random_edge_is_an_edge_of_the_graph_and_an_edgeless_graph_gives_itself():
+    stream = torch.Generator().manual_seed(2)
+    edges = {tuple(edge) for edge in star(6).edges.tolist()}
+    picked = {tuple(random_edge(star(6), stream).edges[0].tolist()) for _ in range(40)}
+    assert picked == edges
+    assert random_edge(ring(1), stream) == ring(1)
+
+
+def test_components_counts_agents_without_edges_as_their_own():
+    assert ring(5).components() == 1
+    assert Graph(5, torch.tensor([[0, 1], [2, 3]]), "pairs").components() == 3

@@ -11,6 +11,7 @@ from murmur.errors import UsageError
 from murmur.topology import (
     WEIGHTS,
     Graph,
+    PerGraph,
     as_sparse,
     check_consensus_step,
     circular,
@@ -237,3 +238,29 @@ def test_the_automatic_consensus_step_is_the_fastest_one() -> None:
     assert consensus_step(ring(4), 0.2) == 0.2
     with pytest.raises(UsageError, match="too large"):
         consensus_step(ring(4), 0.5)
+
+
+def test_the_fastest_step_on_a_matching_averages_each_pair():
+    """On a disconnected graph lambda_2 is the smallest nonzero eigenvalue."""
+    matching = Graph(6, torch.tensor([[0, 3], [1, 4]]), "matching")
+    assert fastest_consensus_step(matching) == pytest.approx(0.5)
+    weights = laplacian_weights(matching, fastest_consensus_step(matching))
+    assert weights[0, 3] == weights[0, 0] == pytest.approx(0.5) and weights[2, 2] == 1.0
+    assert fastest_consensus_step(ring(6)) == pytest.approx(2 / (1 + 4))
+
+
+def test_a_value_per_graph_is_made_once_for_the_runs_graph_and_kept_for_recent_ones():
+    made = []
+
+    def degrees(graph):
+        made.append(graph.name)
+        return graph.degrees()
+
+    per_graph = PerGraph(degrees, ring(4), size=2)
+    assert per_graph(ring(4)) is per_graph.value and made == ["ring"]
+    assert per_graph(star(4)).tolist() == [3, 1, 1, 1]
+    assert per_graph(star(4)) is per_graph(star(4)) and made == ["ring", "star"]
+    per_graph(complete(4))
+    per_graph(circular(5, 2))
+    per_graph(star(4))  # pushed out by the two newer ones: made again
+    assert made == ["ring", "star", "complete", "circular(2)", "star"]

@@ -196,6 +196,10 @@ class ArockNode:
         return self.x
 
     @property
+    def blocks(self) -> dict[int, torch.Tensor]:
+        return self.own
+
+    @property
     def settled(self) -> bool:
         """The latest update met the tolerance, or the cap is reached."""
         return self.updates >= self.cap or (

@@ -25,6 +25,11 @@ Two refinements (docs/ALGORITHMS.md, section 4):
   compressor leaves out stays in x_i - x^_i and is sent later.
 
 Without either, an event sends x_i itself and x^_i becomes x_i exactly.
+
+L and b are those of the graph the transport says the agents talk over this
+iteration (``transport.graph``): the run's graph, or each graph of a
+time-varying topology (``b = "auto"`` is then that graph's fastest step, 1/2 on
+a matching, times the same compression factor).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig
 from murmur.errors import UsageError
 from murmur.sections import Step
-from murmur.topology import Graph, as_sparse, consensus_step
+from murmur.topology import Graph, PerGraph, as_sparse, consensus_step
 
 
 @dataclass(frozen=True)
@@ -78,22 +83,27 @@ class DetsgradState(NamedTuple):
 
 
 class Detsgrad:
-    """DETSGRAD over a fixed graph; see the module docstring."""
+    """DETSGRAD; see the module docstring."""
 
     def __init__(
         self, config: DetsgradConfig, graph: Graph, context: BuildContext | None = None
     ) -> None:
         """``context`` gives the run's seed and, for ``trigger = "layer"``, the model's tensors."""
-        self.laplacian = as_sparse(graph.laplacian())
         self.gradient_step = config.gradient_step()
-        b = consensus_step(graph, config.b, key="algorithm.b")
         self.compressor = config.compressor()
+        shrink = 1.0
         if config.b == "auto" and context is not None and context.segments is not None:
             # A compressed estimate lags its model: the step shrinks as CHOCO-SGD's does.
             sizes = context.segments.sizes
             largest = max(sizes) if config.trigger == "layer" else sum(sizes)
-            b *= kept_share(self.compressor, largest) ** 0.5
-        self.consensus_step = Decaying(b, config.d1, config.eps)
+            shrink = kept_share(self.compressor, largest) ** 0.5
+
+        def consensus(graph: Graph) -> tuple[torch.Tensor, Decaying]:
+            b = consensus_step(graph, config.b, key="algorithm.b")
+            return as_sparse(graph.laplacian()), Decaying(b * shrink, config.d1, config.eps)
+
+        self.consensus = PerGraph(consensus, graph)
+        """L, sparse, and the consensus step beta_k for each graph the agents talk over."""
         self.v0 = config.v0
         self.exact = config.trigger == "model" and config.compress == "none"
         self.seed = context.seed if context is not None else 0
@@ -124,7 +134,8 @@ class Detsgrad:
     ) -> DetsgradState:
         alpha = self.gradient_step(iteration)
         x = state.x
-        transport.mix(self.laplacian, out=x, scale=-self.consensus_step(iteration))
+        laplacian, beta = self.consensus(transport.graph)
+        transport.mix(laplacian, out=x, scale=-beta(iteration))
         x.add_(grads, alpha=-alpha)
         drift = torch.sub(x, transport.last_sent, out=grads)
         if self.exact:

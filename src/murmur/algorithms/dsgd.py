@@ -9,6 +9,11 @@ mixing matrix W on the graph. Two orders are standard::
 with alpha_k = a / (eps k + 1)^d2. CTA with W = I - b L is DETSGRAD with a zero
 threshold and a constant consensus step; ATC with exact averaging
 (W = 11^T / N) is centralized SGD on the union of the agents' batches.
+
+W is computed from the graph the transport says the agents talk over this
+iteration (``transport.graph``): the run's graph, or each graph of a
+time-varying topology, which gets its own weights (on a random matching every
+pair averages, W_ij = 1/2, with Laplacian "auto" or Metropolis weights).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from murmur.algorithms.protocols import Transport
 from murmur.algorithms.schedules import SgdConfig
 from murmur.errors import UsageError
 from murmur.sections import Step
-from murmur.topology import Graph, as_sparse, consensus_step, mixing_matrix
+from murmur.topology import Graph, PerGraph, as_sparse, consensus_step, mixing_matrix
 
 
 @dataclass(frozen=True)
@@ -50,11 +55,15 @@ class DsgdState(NamedTuple):
 
 
 class Dsgd:
-    """DSGD over a fixed graph; see the module docstring."""
+    """DSGD; see the module docstring."""
 
     def __init__(self, config: DsgdConfig, graph: Graph) -> None:
-        beta = consensus_step(graph, config.b) if config.weights == "laplacian" else None
-        self.mixing = as_sparse(mixing_matrix(graph, config.weights, beta))
+        def mixing(graph: Graph) -> torch.Tensor:
+            beta = consensus_step(graph, config.b) if config.weights == "laplacian" else None
+            return as_sparse(mixing_matrix(graph, config.weights, beta))
+
+        self.mixing = PerGraph(mixing, graph)
+        """W, sparse, for each graph the agents talk over."""
         self.gradient_step = config.gradient_step()
         self.adapt_first = config.order == "atc"
 
@@ -73,14 +82,15 @@ class Dsgd:
         alpha = self.gradient_step(iteration)
         everyone = torch.ones(state.x.shape[0], dtype=torch.bool)
         x = state.x
+        mixing = self.mixing(transport.graph)
         if self.adapt_first:
             x.add_(grads, alpha=-alpha)
             transport.broadcast(everyone, x)
             x.zero_()
-            transport.mix(self.mixing, out=x)
+            transport.mix(mixing, out=x)
             return state
         transport.broadcast(everyone, x)
         x.zero_()
-        transport.mix(self.mixing, out=x)
+        transport.mix(mixing, out=x)
         x.add_(grads, alpha=-alpha)
         return state

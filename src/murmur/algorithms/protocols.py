@@ -45,7 +45,13 @@ A :class:`Transport` offers two calls and one read:
   agent keeps its own copy, so an event trigger can compare against it);
 - ``agents``: the agents of the block, one per row (all of them in the
   simulator, the rank's own in the distributed runtime), so that each agent
-  draws its own random numbers in both.
+  draws its own random numbers in both;
+- ``graph``: the graph the agents talk over in this iteration, from which an
+  algorithm derives its mixing weights: the run's graph, or in the simulator
+  one graph of a time-varying topology (``topology.varying``). Links that are
+  down and crashed agents (``[faults]``) are not taken out of it: the
+  simulator's transport takes them out of ``mix`` itself, moving the weight of
+  each such link to the diagonal (:mod:`murmur.sim.lossy`).
 
 Layer-wise SSFN is a :class:`LayerSolver` that solves each layer's problem
 through a :class:`LayerNetwork`: it gossips through ``transport_for``, and it
@@ -73,6 +79,7 @@ class Transport(Protocol):
 
     counters: MessageCounters
     agents: Sequence[int]
+    graph: Graph
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None: ...
 
@@ -173,9 +180,15 @@ class AsyncNode(Protocol):
     """The node's index in the graph."""
     updates: int
     """Updates made so far this layer."""
+    finished: bool
+    """Done with this layer: it takes no more news."""
 
     @property
     def neighbours(self) -> list[int]: ...
+
+    @property
+    def blocks(self) -> dict[int, torch.Tensor]:
+        """The blocks of the latest update, per neighbour, as ``update`` returned them."""
 
     @property
     def stamp(self) -> int:

@@ -49,7 +49,7 @@ def launch(
     experiment = load_experiment(source, overrides)
     _, config = single_run(experiment)
     check_runtime(config.algorithm.name, "distributed")
-    check_faults(config.algorithm.name, config.faults, "distributed")
+    check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
     check_checkpoints(config.algorithm.name, config.run, "distributed")
     check_world(config, nproc, what="--nproc")
     check_run(config)

@@ -138,7 +138,7 @@ def run_distributed(
     if timeout <= 0:
         raise UsageError(f"the timeout must be positive, not {timeout:g}")
     spec = check_runtime(config.algorithm.name, "distributed")
-    check_faults(config.algorithm.name, config.faults, "distributed")
+    check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
     check_checkpoints(config.algorithm.name, config.run, "distributed")
     env = RankEnvironment.from_environ(environ)
     if env.rank == 0 and config.timing != TimingConfig():

@@ -82,6 +82,8 @@ class DistributedTransport:
         self.agents = [rank]
         """The agents this transport sends for: the rank's own."""
         self.neighbours = graph.neighbors(rank)
+        self.graph = graph
+        """The graph the agents talk over: always the one given."""
         self.timeout = timeout
         self.counters = counters if counters is not None else MessageCounters(1)
         self.control_messages = 0

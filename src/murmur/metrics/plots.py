@@ -28,7 +28,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from murmur.metrics.report import Run, has_target, run_label, speedups
+from murmur.metrics.report import Run, has_target, lost_share, run_label, speedups
 
 __all__ = [
     "plot_accuracy",
@@ -39,6 +39,7 @@ __all__ = [
     "accuracy_against",
     "plot_time_vs_nodes",
     "plot_accuracy_vs_degree",
+    "plot_accuracy_vs_lost",
     "plot_speedup_vs_workers",
     "plot_staleness",
     "speedup_lines",
@@ -252,22 +253,47 @@ def plot_accuracy_vs_degree(runs: Sequence[Run], path: str | Path) -> bool:
     without them are left out. Written, and True returned, under the same
     condition as plot_time_vs_nodes: some algorithm at two or more degrees.
     """
-
-    def accuracy(summary: dict[str, Any]) -> float | None:
-        value = summary.get("accuracy")
-        mean = _finite(value.get("mean")) if isinstance(value, dict) else None
-        return None if mean is None else 100 * mean
-
     return _plot_by_algorithm(
         runs,
         path,
         x_of=lambda summary: _finite(summary.get("mean_degree")),
-        y_of=accuracy,
+        y_of=_mean_accuracy_percent,
         xlabel="mean degree",
         ylabel="mean test accuracy (%)",
         title="Mean test accuracy vs mean degree",
         integer_x=False,
     )
+
+
+def plot_accuracy_vs_lost(runs: Sequence[Run], path: str | Path) -> bool:
+    """Final mean test accuracy (%) vs the share of messages lost (%), one line per
+    algorithm: how each stands up to ``faults.drop``.
+
+    The share is measured, ``dropped_messages`` over ``messages`` (``lost_share``):
+    a run without faults sits at 0 and runs that sent nothing are left out.
+    Written, and True returned, under the same condition as plot_time_vs_nodes:
+    some algorithm at two or more shares.
+    """
+    return _plot_by_algorithm(
+        runs,
+        path,
+        x_of=lambda summary: _percent_of(lost_share(summary)),
+        y_of=_mean_accuracy_percent,
+        xlabel="messages lost (%)",
+        ylabel="mean test accuracy (%)",
+        title="Mean test accuracy vs messages lost",
+        integer_x=False,
+    )
+
+
+def _percent_of(fraction: float | None) -> float | None:
+    return None if fraction is None else 100 * fraction
+
+
+def _mean_accuracy_percent(summary: dict[str, Any]) -> float | None:
+    value = summary.get("accuracy")
+    mean = _finite(value.get("mean")) if isinstance(value, dict) else None
+    return None if mean is None else 100 * mean
 
 
 def speedup_lines(

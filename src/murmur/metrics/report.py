@@ -415,6 +415,17 @@ class _Column:
     numeric: bool
 
 
+def lost_share(summary: dict[str, Any]) -> float | None:
+    """The share of a run's point-to-point messages that were lost (``dropped_messages``
+    over ``messages``): 0 for a run that sent messages and lost none (or ran without
+    faults), None for a run that sent none."""
+    messages = as_number(summary.get("messages"))
+    if messages is None or messages <= 0:
+        return None
+    dropped = as_number(summary.get("dropped_messages"))
+    return 0.0 if dropped is None else dropped / messages
+
+
 def has_column(summaries: list[dict[str, Any]], key: str) -> bool:
     """Whether any summary has a value for key: its optional column is then shown."""
     return any(summary.get(key) is not None for summary in summaries)
@@ -446,6 +457,11 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
         _Column("messages", lambda s: _count(s.get("messages")), True),
         _Column("bytes", lambda s: human_bytes(s.get("bytes")), True),
         *_relative_bytes_columns(summaries),
+        *(
+            [_Column("lost msgs %", lambda s: _percent(lost_share(s)), True)]
+            if has_column(summaries, "dropped_messages")
+            else []
+        ),
         _Column("saving vs DSGD %", lambda s: _saving(s, dsgd_messages), True),
         _Column("wall s", lambda s: _seconds(s.get("wall_seconds")), True),
     ]
@@ -531,6 +547,8 @@ def format_table(summaries: list[dict[str, Any]], markdown: bool = False) -> str
     run (see ``relative_bytes``): "100 %" for DSGD itself, whole percents
     from 10 %, at most two significant digits below ("1.8 %", "0.05 %"), "-"
     for runs without bytes. The column is left out when no DSGD run sent bytes.
+    "lost msgs %" (after it) is the share of a run's messages that were lost
+    (``lost_share``), shown when some run lost messages under ``[faults]``.
 
     Columns for layer-wise runs appear when any summary has their field:
     "layers" (widths, "3 x 122" when all are equal), "train acc %" (mean

@@ -35,6 +35,7 @@ _PLOT_FILES = (
 _OPTIONAL_PLOT_FILES = (
     ("Training time vs number of nodes (virtual clock)", "time_vs_nodes.png"),
     ("Mean test accuracy vs mean degree", "accuracy_vs_degree.png"),
+    ("Mean test accuracy vs messages lost", "accuracy_vs_lost.png"),
     ("Speedup vs number of workers (to the target training loss)", "speedup_vs_workers.png"),
     ("Staleness of applied gradients", "staleness.png"),
 )
@@ -90,6 +91,7 @@ def _write_plots(runs: list[Run], out: Path) -> list[tuple[str, str]]:
         "accuracy_vs_degree.png": plots.plot_accuracy_vs_degree(
             runs, out / "accuracy_vs_degree.png"
         ),
+        "accuracy_vs_lost.png": plots.plot_accuracy_vs_lost(runs, out / "accuracy_vs_lost.png"),
         "speedup_vs_workers.png": plots.plot_speedup_vs_workers(
             runs, out / "speedup_vs_workers.png"
         ),

@@ -136,6 +136,11 @@ OPTIONAL: dict[str, Field] = {
     "single_process": _object_of(samples_per_second=SECONDS, accuracy=_nullable(FRACTION)),
     "speedup": SECONDS,
     "dropped_messages": COUNT,
+    "down_links": COUNT,
+    "down_link_iterations": COUNT,
+    "crashed_agents": COUNT,
+    "live_accuracy_mean": _nullable(FRACTION),
+    "live_accuracy_min": _nullable(FRACTION),
 }
 """Algorithm-specific fields the report reads, checked where a run wrote them."""
 
@@ -167,6 +172,11 @@ RECORD_OPTIONAL: dict[str, Field] = {
     "bytes": COUNT,
     "events_per_agent": _list_of(COUNT),
     "dropped_messages": COUNT,
+    "down_links": COUNT,
+    "down_link_iterations": COUNT,
+    "crashed_agents": COUNT,
+    "live_accuracy_mean": _nullable(FRACTION),
+    "live_accuracy_min": _nullable(FRACTION),
 }
 """Record fields the report and its plots read, checked where present."""
 

@@ -96,8 +96,11 @@ class ComputeTimes:
 
     def seconds(self, agent: int, flops: float) -> float:
         """Virtual seconds that agent ``agent`` takes for ``flops`` operations."""
-        base = flops / (self.flops_per_second * self.speeds[agent])
-        return base * self._factor()
+        return self.mean_seconds(agent, flops) * self._factor()
+
+    def mean_seconds(self, agent: int, flops: float) -> float:
+        """What ``seconds`` takes on average (its random factor has mean 1); draws nothing."""
+        return flops / (self.flops_per_second * self.speeds[agent])
 
     def round_seconds(self, flops: float | Sequence[float]) -> float:
         """A synchronous round: every agent computes, the slowest sets the time."""

@@ -5,6 +5,20 @@ A synchronous solver's rounds last as long as the slowest node (and, when it
 gossips, one message time per round); a centralized solver's work is its own;
 asynchronous nodes (ARock) run on a discrete-event loop, each at its own pace,
 their pushes arriving one message time after their update ends.
+
+With ``faults.drop`` = p each asynchronous push is lost with probability p,
+drawn from the run's ``"faults"`` stream; it still counts as sent, and as
+dropped. A node that lost its news would wait forever, as a real one would
+without timeouts, so two rules stand in for retransmission:
+
+- a waiting node that hears nothing for ``RETRY`` times its expected update
+  and message time updates anyway, which pushes its blocks again (an update
+  with no news still moves them, as ARock allows);
+- a node that is done with the layer answers a push (not an answer) with its
+  last block for that neighbour, whose stamp says it is settled, so that a
+  neighbour that lost the news can finish too.
+
+Without drops neither rule is armed and runs are exactly as before.
 """
 
 from __future__ import annotations
@@ -34,10 +48,27 @@ class SimulatedNetwork:
     links: LinkDelays
     ready: list[float] = field(default_factory=list)
     """Per node: the virtual time it finished its previous layer."""
+    drop: float = 0.0
+    """Probability that an asynchronous push is lost."""
+    faults: torch.Generator | None = None
+    """The stream losses are drawn from (needed when ``drop`` > 0)."""
+    dropped: int = 0
+    """Pushes lost so far."""
 
     def __post_init__(self) -> None:
         if not self.ready:
             self.ready = [0.0] * self.graph.agents
+        if self.drop > 0 and self.faults is None:
+            raise ValueError("losing messages needs the generator to draw them from")
+
+    def lost(self) -> bool:
+        """Whether the next message is lost (one draw, only when messages get lost)."""
+        if self.drop == 0:
+            return False
+        assert self.faults is not None
+        lost = float(torch.rand((), generator=self.faults, dtype=torch.float64)) < self.drop
+        self.dropped += int(lost)
+        return lost
 
     @property
     def local_nodes(self) -> list[int]:
@@ -85,6 +116,8 @@ class SimulatedNetwork:
             "ready": list(self.ready),
             "counters": self.counters.state_dict(),
             "compute": self.compute.state_dict(),
+            "dropped": self.dropped,
+            "faults": self.faults.get_state() if self.faults is not None else None,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -92,13 +125,22 @@ class SimulatedNetwork:
         self.ready = list(state["ready"])
         self.counters.load_state_dict(state["counters"])
         self.compute.load_state_dict(state["compute"])
+        self.dropped = state["dropped"]
+        if self.faults is not None:
+            self.faults.set_state(state["faults"])
+
+
+RETRY = 4.0
+"""A waiting node that heard nothing for this many times its expected update plus
+message time updates anyway (only when messages get lost)."""
 
 
 class _AsyncRun:
     """Every asynchronous node of one layer on one event loop, on absolute times (the
     nodes start the layer at different times). A node updates, and its pushes arrive
     a message time after the update ends; then it acts on what its state says:
-    update again, wait for news (woken by the next arrival), or finish."""
+    update again, wait for news (woken by the next arrival, or by its retry timer
+    when messages get lost), or finish."""
 
     def __init__(self, network: SimulatedNetwork, nodes: list[AsyncNode], work: AsyncWork) -> None:
         self.network = network
@@ -107,6 +149,10 @@ class _AsyncRun:
         self.clock = EventLoop(start=min(network.ready))
         self.message_seconds = network.links.seconds(work.message_bytes)
         self.idle = [False] * len(nodes)
+        self.waits = [0] * len(nodes)
+        """How many times each node began to wait: a retry timer set for an earlier
+        wait does nothing."""
+        self.local = {node.index: i for i, node in enumerate(nodes)}
 
     def run(self) -> None:
         compute, ready = self.network.compute, self.network.ready
@@ -115,10 +161,47 @@ class _AsyncRun:
             self.clock.at(begin, lambda i=i: self._update(i))
         self.clock.run()
 
-    def _deliver(self, receiver: int, sender: int, stamp: int, block: torch.Tensor) -> None:
-        if self.nodes[receiver].receive(sender, stamp, block) and self.idle[receiver]:
-            self.idle[receiver] = False
-            self._update(receiver)
+    def _push(
+        self,
+        at: float,
+        receiver: int,
+        sender: int,
+        stamp: int,
+        block: torch.Tensor,
+        answer: bool = False,
+    ) -> None:
+        """A message from ``sender`` to ``receiver`` arriving at ``at``, unless it is lost."""
+        if not self.network.lost():
+            self.clock.at(
+                at, lambda: self._deliver(self.local[receiver], sender, stamp, block, answer)
+            )
+
+    def _deliver(
+        self, receiver: int, sender: int, stamp: int, block: torch.Tensor, answer: bool
+    ) -> None:
+        node = self.nodes[receiver]
+        if node.receive(sender, stamp, block):
+            if self.idle[receiver]:
+                self.idle[receiver] = False
+                self._update(receiver)
+        elif self.network.drop > 0 and not answer and node.finished:
+            self._answer(receiver, sender)
+
+    def _answer(self, i: int, neighbour: int) -> None:
+        """Node i, done with the layer, sends ``neighbour`` its last block again."""
+        node = self.nodes[i]
+        block = node.blocks.get(neighbour)
+        if block is None:
+            return
+        self._push(
+            self.clock.now + self.message_seconds,
+            neighbour,
+            node.index,
+            node.stamp,
+            block,
+            answer=True,
+        )
+        self.network.counters.record_event(node.index, 1, self.work.message_bytes)
 
     def _update(self, i: int) -> None:
         node = self.nodes[i]
@@ -127,9 +210,7 @@ class _AsyncRun:
         seconds = self.network.compute.seconds(node.index, self.work.update_flops)
         arrival = self.clock.now + seconds + self.message_seconds
         for j, block in blocks.items():
-            self.clock.at(
-                arrival, lambda j=j, block=block: self._deliver(j, node.index, stamp, block)
-            )
+            self._push(arrival, j, node.index, stamp, block)
         if blocks:
             self.network.counters.record_event(node.index, len(blocks), self.work.message_bytes)
         self.clock.at(self.clock.now + seconds, lambda: self._after_update(i))
@@ -142,3 +223,17 @@ class _AsyncRun:
             self._update(i)
         else:
             self.idle[i] = True
+            if self.network.drop > 0:
+                self.waits[i] += 1
+                wait = self.waits[i]
+                self.clock.at(self.clock.now + self._patience(i), lambda: self._retry(i, wait))
+
+    def _patience(self, i: int) -> float:
+        expected = self.network.compute.mean_seconds(self.nodes[i].index, self.work.update_flops)
+        return RETRY * (expected + self.message_seconds)
+
+    def _retry(self, i: int, wait: int) -> None:
+        """Node i's timer of its ``wait``-th wait: still waiting then, it updates anyway."""
+        if self.idle[i] and self.waits[i] == wait:
+            self.idle[i] = False
+            self._update(i)

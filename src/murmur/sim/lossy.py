@@ -25,7 +25,27 @@ Every message is counted as sent, lost or not (its bytes were spent);
 ``dropped_per_agent`` counts each sender's lost ones. With p = 0 the results
 equal :class:`~murmur.sim.transport.InMemoryTransport`'s bit for bit (the
 receivers' rows are summed in the same order), only slower; the simulator uses
-this transport only when p > 0.
+this transport only when some fault is injected or the graph varies.
+
+The simulator's faults and time-varying graphs (:mod:`murmur.sim.faults`) set,
+before each iteration, through :meth:`LossyTransport.enter`, the graph the agents
+talk over (``graph``, from which the algorithms derive their weights), which
+agents are alive and which directed edges are active: in that graph, their
+link up and both ends alive. Then:
+
+- a crashed agent sends nothing (``broadcast`` and ``publish`` skip its row, so
+  its own last broadcast stays what it was);
+- a message goes only over an active edge and is counted only there: an event
+  costs as many messages as the sender has active edges, and nothing travels
+  over an inactive one (the receiver keeps what it last had);
+- ``mix`` takes the inactive edges out of the operator: W_ij of an inactive edge
+  (i, j) moves to the diagonal W_ii. Both ends know the link is out (nothing
+  arrives over it in a synchronous round), so both leave it out, and a
+  symmetric doubly stochastic W stays so, keeping the network average; a
+  Laplacian L becomes the Laplacian of the active subgraph, so 1^T L = 0 still
+  holds (DETSGRAD-GT keeps tracking). A lost message is the other fault: the
+  receiver does not know what it missed and mixes its stale value with full
+  weight.
 """
 
 from __future__ import annotations
@@ -69,6 +89,12 @@ class LossyTransport:
         self._edge_slots, self._own_slots = slot[: self.senders.numel()], slot[-agents:]
         self._slot_receivers = torch.cat([self.receivers, everyone])[keys.argsort()]
         self._slot_senders = torch.cat([self.senders, everyone])[keys.argsort()]
+        self.graph = graph
+        """The graph the agents talk over in this iteration (see :meth:`enter`)."""
+        self.active = torch.ones(self.senders.numel(), dtype=torch.bool)
+        """Which directed edges carry messages in this iteration."""
+        self.alive = torch.ones(agents, dtype=torch.bool)
+        """Which agents send in this iteration."""
         self.own = initial.clone()
         """Each agent's own last broadcast (``last_sent``)."""
         self.held = initial[self._slot_senders].clone()
@@ -83,6 +109,16 @@ class LossyTransport:
         self._spread: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.agents = list(range(agents))
         """The agents this transport sends for: all of them."""
+
+    def enter(self, graph: Graph, active: torch.Tensor, alive: torch.Tensor) -> None:
+        """The next iteration: the agents talk over ``graph``, along the directed edges
+        ``active`` flags (bool, one per directed edge of the graph this transport was
+        built on: its edges (i, j) first, then (j, i)); ``alive`` (bool, (agents,)) flags
+        the agents that are not crashed."""
+        self.graph = graph
+        self.active = active
+        self.alive = alive
+        self._degrees = torch.bincount(self.senders[active], minlength=len(self.agents))
 
     @property
     def dropped(self) -> int:
@@ -105,8 +141,9 @@ class LossyTransport:
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
         """Agents flagged in ``senders`` (bool, (agents,)) send their row of ``values``;
         each edge's message arrives unless it is lost."""
+        senders = senders & self.alive
         copy_rows(self.own, values, senders)
-        sent = senders[self.senders]
+        sent = senders[self.senders] & self.active
         arrived = sent & self._survivors()
         for slot, sender in _pairs(self._edge_slots, self.senders, arrived):
             self.held[slot].copy_(values[sender])
@@ -117,15 +154,16 @@ class LossyTransport:
         """Each agent sends its sent segments of ``update``, one message per segment and
         neighbour: it adds its row of ``update.delta`` to its own estimate, and every
         neighbour whose message of a segment arrived adds that segment."""
-        add_rows(self.own, update.delta, update.sent.any(1))
-        sent = update.sent[self.senders]
+        published = update.sent & self.alive.unsqueeze(1)
+        add_rows(self.own, update.delta, published.any(1))
+        sent = published[self.senders] & self.active.unsqueeze(1)
         arrived = sent & self._survivors(len(update.segments))
         for index, part in enumerate(update.segments.slices):
             for slot, sender in _pairs(self._edge_slots, self.senders, arrived[:, index]):
                 self.held[slot, part].add_(update.delta[sender, part])
         self._count_lost((sent & ~arrived).sum(1))
-        segments = update.sent.to(torch.int64).sum(1)
-        payload = (update.sent.to(torch.int64) * update.segment_bytes()).sum(1)
+        segments = published.to(torch.int64).sum(1)
+        payload = (published.to(torch.int64) * update.segment_bytes()).sum(1)
         self.counters.record_events(segments, payload, self._degrees)
 
     def _count_lost(self, lost: torch.Tensor) -> None:
@@ -136,22 +174,41 @@ class LossyTransport:
 
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
         """``out_i += scale (W_ii x^_i + sum_j W_ij m_ji)`` for the sparse ``operator`` W:
-        each agent's own last broadcast and what it received of its neighbours."""
+        each agent's own last broadcast and what it received of its neighbours, the
+        weight of each inactive edge moved to the diagonal."""
         for agent, slot in enumerate(self._own_slots.tolist()):
             self.held[slot].copy_(self.own[agent])
-        out.addmm_(self._spread_of(operator), self.held, alpha=scale)
+        if bool(self.active.all()):
+            spread = self._spread_of(operator)
+        else:
+            spread = as_sparse(self._spread_dense(operator, self.active), operator.dtype)
+        out.addmm_(spread, self.held, alpha=scale)
 
     def _spread_of(self, operator: torch.Tensor) -> torch.Tensor:
-        """W spread over the slots: (agents, slots), entry (i, slot of (i, j)) = W_ij."""
+        """W spread over the slots, sparse, for an operator used with every edge active."""
         known = self._spread.get(id(operator))
         if known is None or known[0] is not operator:
-            dense = operator.to_dense()
-            spread = torch.zeros(dense.shape[0], self.held.shape[0], dtype=dense.dtype)
-            slots = torch.arange(self.held.shape[0])
-            spread[self._slot_receivers, slots] = dense[self._slot_receivers, self._slot_senders]
-            known = (operator, as_sparse(spread, dense.dtype))
+            if len(self._spread) >= _SPREADS_KEPT:  # one operator per graph that varies
+                self._spread.clear()
+            known = (operator, as_sparse(self._spread_dense(operator, None), operator.dtype))
             self._spread[id(operator)] = known
         return known[1]
+
+    def _spread_dense(self, operator: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:
+        """W spread over the slots: (agents, slots), entry (i, slot of (i, j)) = W_ij,
+        with the weight of each edge that ``active`` (None: all) leaves out on W_ii."""
+        dense = operator.to_dense()
+        spread = torch.zeros(dense.shape[0], self.held.shape[0], dtype=dense.dtype)
+        slots = torch.arange(self.held.shape[0])
+        spread[self._slot_receivers, slots] = dense[self._slot_receivers, self._slot_senders]
+        if active is not None:
+            inactive = self._edge_slots[~active]
+            receivers = self._slot_receivers[inactive]
+            moved = torch.zeros(dense.shape[0], dtype=dense.dtype)
+            moved.index_add_(0, receivers, spread[receivers, inactive])
+            spread[receivers, inactive] = 0.0
+            spread[torch.arange(dense.shape[0]), self._own_slots] += moved
+        return spread
 
     @property
     def last_sent(self) -> torch.Tensor:
@@ -175,6 +232,11 @@ class LossyTransport:
         self.dropped_per_agent.copy_(state["dropped"])
         self.stream.set_state(state["stream"])
         self.counters.load_state_dict(state["counters"])
+
+
+_SPREADS_KEPT = 64
+"""Operators whose spread over the slots is kept (the graphs of a varying topology
+bring a new operator every few iterations)."""
 
 
 def _pairs(

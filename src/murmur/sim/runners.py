@@ -13,6 +13,7 @@ from murmur.metrics.records import Outcome
 from murmur.registry import ALGORITHMS
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
+from murmur.sim.faults import FaultyAlgorithm, NetworkSchedule
 from murmur.sim.layerwise import SimulatedNetwork
 from murmur.sim.lossy import LossyTransport
 from murmur.sim.simulator import RoundClock, simulate
@@ -33,7 +34,10 @@ def run_sgd(
     """Synchronous mini-batch algorithms, stepped by the simulator."""
     config = setup.config
     spec = ALGORITHMS[config.algorithm.name]
-    transport = _transport(setup, algorithm)
+    schedule = _schedule(setup)
+    transport = _transport(setup, algorithm, schedule)
+    if schedule is not None and isinstance(transport, LossyTransport):
+        algorithm = FaultyAlgorithm(algorithm, schedule, transport, config.faults.rejoin_from)
     parameters = setup.initial.shape[1]
     clock = RoundClock(
         compute=ComputeTimes(
@@ -45,7 +49,9 @@ def run_sgd(
     records: list[dict[str, Any]] = []
 
     def keep(record: dict[str, Any]) -> None:
-        record.update(_fault_counts(transport))
+        record.update(_fault_counts(transport, schedule))
+        if schedule is not None and schedule.crashed:
+            record.update(_live_accuracy(record, schedule))
         records.append(record)
         on_record(record)
 
@@ -54,13 +60,16 @@ def run_sgd(
             "loop": at.counts(),
             "algorithm": to_plain(at.state),
             "transport": transport.state_dict(),
+            "schedule": schedule.state_dict() if schedule is not None else None,
             "sampler": setup.problem.sampler.state_dict(),
             "clock": clock.compute.state_dict(),
         }
 
     checkpoints = setup.checkpoints
     resumed = checkpoints.resumed if checkpoints is not None else None
-    start = _resume_sgd(resumed, setup, algorithm, transport, clock) if resumed else None
+    start = None
+    if resumed is not None:
+        start = _resume_sgd(resumed, setup, algorithm, transport, schedule, clock)
 
     trained = simulate(
         setup.problem,
@@ -79,12 +88,16 @@ def run_sgd(
     return run_outcome(
         records[-1],
         AgentTotals.of(transport.counters),
-        topology=setup.graph.name if spec.decentralized else "none",
+        topology=_topology_name(setup) if spec.decentralized else "none",
         iterations=config.run.iterations,
         train_seconds=trained.train_seconds,
         samples=trained.samples,
         parameters=trained.params,
-        extra={"virtual_seconds": trained.virtual_seconds, **_fault_counts(transport)},
+        extra={
+            "virtual_seconds": trained.virtual_seconds,
+            **_fault_counts(transport, schedule),
+            **{key: records[-1][key] for key in _LIVE if key in records[-1]},
+        },
         rounds=config.run.iterations,
     )
 
@@ -94,13 +107,16 @@ def _resume_sgd(
     setup: Setup,
     algorithm: Algorithm,
     transport: InMemoryTransport | LossyTransport,
+    schedule: NetworkSchedule | None,
     clock: RoundClock,
 ) -> SgdProgress:
-    """Put the transport, batch streams and clock where ``checkpoint`` left them;
-    the loop's progress from there."""
+    """Put the transport, schedule, batch streams and clock where ``checkpoint`` left
+    them; the loop's progress from there."""
     saved = checkpoint["state"]
     try:
         transport.load_state_dict(saved["transport"])
+        if schedule is not None:
+            schedule.load_state_dict(saved["schedule"])
         setup.problem.sampler.load_state_dict(saved["sampler"])
         clock.compute.load_state_dict(saved["clock"])
         state = restore_tuple(algorithm.init(setup.initial), saved["algorithm"])
@@ -117,20 +133,61 @@ def _resume_sgd(
         raise UsageError(f"the checkpoint does not fit this run: {error}") from None
 
 
-def _transport(setup: Setup, algorithm: Algorithm) -> InMemoryTransport | LossyTransport:
-    """Lossless delivery, or one mailbox per directed edge when messages get lost."""
+def _topology_name(setup: Setup) -> str:
+    """The graph's name, and how it varies: ``matching(complete) every 1``."""
+    topology = setup.config.topology
+    if topology.varying == "none":
+        return setup.graph.name
+    return f"{topology.varying}({setup.graph.name}) every {topology.every}"
+
+
+def _schedule(setup: Setup) -> NetworkSchedule | None:
+    """The rounds of a decentralized run whose links fail, agents crash or graph
+    varies; None for any other run (centralized SGD never crashes)."""
+    config = setup.config
+    faults, topology = config.faults, config.topology
+    changing = faults.link_down > 0 or faults.crash_count > 0 or topology.varying != "none"
+    if not changing or not ALGORITHMS[config.algorithm.name].decentralized:
+        return None
+    return NetworkSchedule(faults, topology, setup.graph, config.run.seed)
+
+
+def _transport(
+    setup: Setup, algorithm: Algorithm, schedule: NetworkSchedule | None
+) -> InMemoryTransport | LossyTransport:
+    """Lossless delivery over a fixed graph, or one mailbox per directed edge (of every
+    link the schedule may use) when messages get lost or the rounds change."""
     published = algorithm.published(setup.initial)
-    drop = setup.config.faults.drop
-    if drop == 0:
+    config = setup.config
+    if not config.faults.active and schedule is None:
         return InMemoryTransport(setup.graph, published)
-    return LossyTransport(setup.graph, published, drop, generator(setup.config.run.seed, "faults"))
+    links = schedule.links if schedule is not None else setup.graph
+    stream = generator(config.run.seed, "faults")
+    return LossyTransport(links, published, config.faults.drop, stream)
 
 
-def _fault_counts(transport: InMemoryTransport | LossyTransport) -> dict[str, int]:
+def _fault_counts(
+    transport: InMemoryTransport | LossyTransport, schedule: NetworkSchedule | None
+) -> dict[str, int]:
     """What the records and summary.json count of the faults: nothing without them."""
+    counts: dict[str, int] = {}
     if isinstance(transport, LossyTransport):
-        return {"dropped_messages": transport.dropped}
-    return {}
+        counts["dropped_messages"] = transport.dropped
+    if schedule is not None:
+        counts.update(schedule.counts())
+    return counts
+
+
+_LIVE = ("live_accuracy_mean", "live_accuracy_min")
+
+
+def _live_accuracy(record: dict[str, Any], schedule: NetworkSchedule) -> dict[str, Any]:
+    """Mean and lowest test accuracy of the agents alive now (None for regression)."""
+    accuracy = record.get("test_accuracy")
+    if accuracy is None:
+        return dict.fromkeys(_LIVE)
+    live = [value for value, alive in zip(accuracy, schedule.alive.tolist(), strict=True) if alive]
+    return {"live_accuracy_mean": sum(live) / len(live), "live_accuracy_min": min(live)}
 
 
 def run_layerwise(
@@ -141,13 +198,24 @@ def run_layerwise(
 ) -> Outcome:
     """SSFN and its decentralized forms, layer by layer on the virtual clock."""
     config, graph = setup.config, setup.graph
+    drop = config.faults.drop
     network = SimulatedNetwork(
         graph=graph,
         counters=MessageCounters(graph.agents),
         clock=EventLoop(),
         compute=ComputeTimes(config.timing, graph.agents, derive_seed(config.run.seed, "timing")),
         links=LinkDelays(config.timing),
+        drop=drop,
+        faults=generator(config.run.seed, "faults") if drop > 0 else None,
     )
+
+    def faults() -> dict[str, int]:
+        return {"dropped_messages": network.dropped} if drop > 0 else {}
+
+    def keep(record: dict[str, Any]) -> None:
+        record.update(faults())
+        on_record(record)
+
     checkpoint = setup.checkpoints.resumed if setup.checkpoints is not None else None
     start = None
     if checkpoint is not None:
@@ -161,7 +229,7 @@ def run_layerwise(
         return {"layers": at.to_plain(), "network": network.state_dict()}
 
     trained = train_layerwise_run(
-        setup, solver, network, setup.shards, on_record, progress, start, snapshot
+        setup, solver, network, setup.shards, keep, progress, start, snapshot
     )
     decentralized = ALGORITHMS[config.algorithm.name].decentralized
     return run_outcome(
@@ -175,5 +243,6 @@ def run_layerwise(
         extra={
             "virtual_seconds": trained.virtual_seconds,
             **layerwise_extra(trained, trained.records, graph, decentralized),
+            **faults(),
         },
     )

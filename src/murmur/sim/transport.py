@@ -35,6 +35,8 @@ class InMemoryTransport:
                 f"initial values have {initial.shape[0]} rows for {graph.agents} agents"
             )
         self.published = initial.clone()
+        self.graph = graph
+        """The graph the agents talk over: always the one given."""
         self.counters = counters if counters is not None else MessageCounters(graph.agents)
         self._degrees = graph.degrees()
         self._message_bytes = initial.shape[1] * initial.element_size()

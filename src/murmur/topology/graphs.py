@@ -102,6 +102,10 @@ class Graph:
         """Whether every agent can reach every other one along edges."""
         return bool((_component_roots(self) == 0).all())
 
+    def components(self) -> int:
+        """Number of connected components (an agent without edges is one)."""
+        return int(torch.unique(_component_roots(self)).numel())
+
 
 def _canonical_edges(edges: torch.Tensor, agents: int) -> torch.Tensor:
     """Sort each edge as (low, high), drop duplicates, sort rows; refuse bad edges."""
@@ -352,6 +356,32 @@ def _inferred_agents(edges: dict[tuple[int, int], int], key: str) -> int:
             "would have no edge; number the agents 0, 1, 2, ... without gaps"
         )
     return largest + 1
+
+
+def random_matching(graph: Graph, stream: torch.Generator) -> Graph:
+    """A random maximal matching of ``graph``'s edges: the edges taken in a random order
+    drawn from ``stream``, each kept unless one of its agents is already matched.
+
+    On a complete graph of an even number of agents every agent is matched; each
+    agent then talks to one other, as in randomized gossip.
+    """
+    matched = torch.zeros(graph.agents, dtype=torch.bool)
+    kept = []
+    for edge in torch.randperm(graph.num_edges, generator=stream).tolist():
+        i, j = graph.edges[edge].tolist()
+        if not (matched[i] or matched[j]):
+            matched[i] = matched[j] = True
+            kept.append(edge)
+    return Graph(graph.agents, graph.edges[sorted(kept)], f"matching({graph.name})")
+
+
+def random_edge(graph: Graph, stream: torch.Generator) -> Graph:
+    """One edge of ``graph``, drawn uniformly from ``stream``: the only pair that talks
+    (a graph without edges gives itself)."""
+    if graph.num_edges == 0:
+        return graph
+    edge = int(torch.randint(graph.num_edges, (1,), generator=stream))
+    return Graph(graph.agents, graph.edges[edge : edge + 1], f"edge({graph.name})")
 
 
 def build_graph(

@@ -18,11 +18,16 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import torch
 
 from murmur.errors import UsageError
 from murmur.topology.graphs import Graph
+
+_T = TypeVar("_T")
 
 WEIGHTS: tuple[str, ...] = ("laplacian", "metropolis", "uniform")
 """Mixing-weight names accepted by :func:`mixing_matrix`."""
@@ -43,12 +48,14 @@ def fastest_consensus_step(graph: Graph) -> float:
 
     Every eigenvalue 1 - b lambda_i of W then lies in [-(lambda_max - lambda_2) /
     (lambda_max + lambda_2), 1], so it is stable on every connected graph;
-    what ``algorithm.b = "auto"`` chooses.
+    what ``algorithm.b = "auto"`` chooses. On a disconnected graph (one graph of
+    a time-varying topology) lambda_2 is the smallest nonzero eigenvalue, so that
+    every component mixes: on a matching, b = 1/2 and each pair averages.
     """
     if graph.num_edges == 0:
         return 1.0
     eigenvalues = torch.linalg.eigvalsh(graph.laplacian())
-    return 2.0 / float(eigenvalues[1] + eigenvalues[-1])
+    return 2.0 / float(eigenvalues[graph.components()] + eigenvalues[-1])
 
 
 def consensus_step(graph: Graph, b: float | str, key: str = "algorithm.b") -> float:
@@ -163,3 +170,34 @@ def as_sparse(matrix: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch
         # torch labels all sparse CSR support "beta"; the matmul used here is stable.
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         return matrix.to(dtype).to_sparse_csr()
+
+
+class PerGraph(Generic[_T]):
+    """What an algorithm derives from a graph (its mixing operator, its consensus
+    step), made once per distinct graph.
+
+    The run's graph keeps its value for good; the graphs of a time-varying
+    topology (:mod:`murmur.sim.faults`) share a cache of the ``size`` most recent,
+    since a random matching seldom comes back.
+    """
+
+    def __init__(self, derive: Callable[[Graph], _T], graph: Graph, size: int = 64) -> None:
+        self.derive = derive
+        self.graph = graph
+        self.value = derive(graph)
+        """The value for the run's graph."""
+        self._recent: OrderedDict[Graph, _T] = OrderedDict()
+        self._size = size
+
+    def __call__(self, graph: Graph) -> _T:
+        if graph is self.graph or graph == self.graph:
+            return self.value
+        known = self._recent.get(graph)
+        if known is None:
+            known = self.derive(graph)
+            self._recent[graph] = known
+            if len(self._recent) > self._size:
+                self._recent.popitem(last=False)
+        else:
+            self._recent.move_to_end(graph)
+        return known

@@ -89,7 +89,7 @@ def estimate_memory(config: Config, info: DatasetInfo) -> MemoryEstimate:
         learners_batch = batch if spec.decentralized else batch * config.topology.agents
         parts["the models"] = agents * STATE_COPIES * parameters * FLOAT32
         parts["the batches"] = agents * learners_batch * units * ACTIVATION_COPIES * FLOAT32
-    if spec.decentralized and config.faults.active:
+    if spec.decentralized and (config.faults.active or config.topology.varying != "none"):
         # One message per directed edge and one of each agent: a message holds at most
         # two model-sized vectors (DETSGRAD-GT's model and tracker).
         slots = agents + 2 * _edges(config, agents)
@@ -120,7 +120,8 @@ def _layerwise_parts(algorithm: LayerwiseConfig, info: DatasetInfo, agents: int)
 def _edges(config: Config, agents: int) -> int:
     """Edges of the configured graph, from its kind and size (not built)."""
     topology = config.topology
-    if topology.graph == "complete":
+    resampled = topology.graph == "erdos_renyi" and topology.varying == "resample"
+    if topology.graph == "complete" or resampled:  # a resampled graph may use any pair
         return agents * (agents - 1) // 2
     if topology.graph == "erdos_renyi":
         return int(topology.probability * agents * (agents - 1) / 2) + agents

@@ -27,6 +27,7 @@ from murmur.errors import UsageError
 from murmur.models import build_model
 from murmur.models.stacked import StackedModel
 from murmur.registry import ALGORITHMS, check_checkpoints, check_faults
+from murmur.sections import TopologyConfig
 from murmur.seeding import derive_seed
 from murmur.topology import Graph, build_graph, ring
 from murmur.training.checkpoint import Checkpoints
@@ -69,7 +70,7 @@ def prepare(config: Config) -> Setup:
     """Build and check everything a run needs; raises UsageError on bad input."""
     torch.set_num_threads(config.run.threads)
     spec = ALGORITHMS[config.algorithm.name]
-    check_faults(config.algorithm.name, config.faults, "simulator")
+    check_faults(config.algorithm.name, config.faults, "simulator", config.topology.varying)
     check_checkpoints(config.algorithm.name, config.run, "simulator")
     memory = _check_sizes(config)
     dataset = load_dataset(config.data.dataset, root=config.data.root or None)
@@ -83,6 +84,8 @@ def prepare(config: Config) -> Setup:
         config.timing.check_units(config.algorithm.workers, "workers")
     else:
         config.timing.check_units(graph.agents, "agents")
+    if spec.decentralized:
+        config.faults.check_agents(graph.agents)
     if spec.kind == "layerwise":
         return Setup(config, dataset, graph, shards, None, None, memory)
     module = build_model(
@@ -119,21 +122,25 @@ def build_context(setup: Setup) -> BuildContext:
     return BuildContext(seed=setup.config.run.seed, segments=segments)
 
 
+def topology_graph(topology: TopologyConfig, seed: int) -> Graph:
+    """The graph ``topology`` describes, random ones drawn from ``seed``."""
+    return build_graph(
+        topology.graph,
+        topology.agents,
+        degree=topology.degree,
+        probability=topology.probability,
+        rows=topology.rows or None,
+        edges_file=topology.edges_file or None,
+        seed=seed,
+    )
+
+
 def _learners(config: Config, dataset: Dataset) -> tuple[Graph, list[torch.Tensor], int]:
     """The graph, each learner's training indices and the batch size of a step."""
     spec = ALGORITHMS[config.algorithm.name]
     everything = torch.arange(dataset.y_train.shape[0])
     if spec.decentralized:
-        topology = config.topology
-        graph = build_graph(
-            topology.graph,
-            topology.agents,
-            degree=topology.degree,
-            probability=topology.probability,
-            rows=topology.rows or None,
-            edges_file=topology.edges_file or None,
-            seed=derive_seed(config.run.seed, "graph"),
-        )
+        graph = topology_graph(config.topology, derive_seed(config.run.seed, "graph"))
         labels = dataset.y_train if dataset.task == "classification" else None
         shards = partition(
             labels,
