@@ -63,6 +63,13 @@ def assert_same_run(first: Path, second: Path) -> None:
         ("detsgrad", []),
         ("detsgrad", ["algorithm.compress=randk", "algorithm.trigger=layer"]),
         ("dsgd", ["faults.drop=0.3"]),
+        ("detsgrad", ["faults.link_down=0.2", "faults.crashes=2", "faults.crash_at=10"]),
+        (
+            "dsgd",
+            ["faults.crashes=[1]", "faults.crash_at=20", "faults.rejoin_at=40"]
+            + ["faults.rejoin_from=neighbour", "topology.varying=matching", "topology.every=7"],
+        ),
+        ("detsgrad", ["topology.graph=erdos_renyi", "topology.varying=resample"]),
         ("detsgrad-gt", []),
         ("choco-sgd", []),
         ("centralized", []),
@@ -230,6 +237,7 @@ LAYERWISE = [
         ("ssfn-vowel", ["algorithm.grow=true", "algorithm.node_step=10"]),
         ("dssfn-vowel", []),
         ("dssfn-async-vowel", []),
+        ("dssfn-async-vowel", ["faults.drop=0.2"]),
     ],
 )
 def test_a_resumed_layerwise_run_ends_as_the_run_never_stopped(tmp_path, preset, settings):
