@@ -20,7 +20,7 @@ from murmur.algorithms.protocols import Algorithm, BuildContext, LayerSolver
 from murmur.algorithms.sparq import Sparq, SparqConfig
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
 from murmur.errors import UsageError
-from murmur.sections import AlgorithmConfig, FaultsConfig
+from murmur.sections import AlgorithmConfig, FaultsConfig, RunConfig
 from murmur.topology import Graph
 
 C = TypeVar("C", bound=AlgorithmConfig)
@@ -266,6 +266,28 @@ def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str
             f"{name} cannot run with topology.varying = {varying}: its mixing weights and "
             f"consensus step are fixed for the run's graph when it is built; "
             f"the simulator varies the graph of {varied}"
+        )
+
+
+CHECKPOINTED: tuple[Kind, ...] = ("sgd", "layerwise", "server")
+"""The kinds of algorithm whose simulated runs save checkpoints and resume."""
+
+
+def check_checkpoints(name: str, run: RunConfig, runtime: Runtime) -> None:
+    """UsageError unless ``runtime`` saves checkpoints of a run of ``name``, when
+    ``run.checkpoint_every`` asks for them."""
+    if run.checkpoint_every == 0:
+        return
+    if runtime == "distributed":
+        raise UsageError(
+            f"the distributed runtime saves no checkpoints (run.checkpoint_every = "
+            f"{run.checkpoint_every}); set it to 0, or run in the simulator with `murmur run`"
+        )
+    if ALGORITHMS[name].kind not in CHECKPOINTED:
+        kinds = ", ".join(other for other, spec in ALGORITHMS.items() if spec.kind in CHECKPOINTED)
+        raise UsageError(
+            f"{name} saves no checkpoints (run.checkpoint_every = {run.checkpoint_every}); "
+            f"set it to 0: the simulator saves checkpoints of {kinds}"
         )
 
 

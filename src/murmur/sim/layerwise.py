@@ -30,7 +30,9 @@ the features of the layers it missed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -124,6 +126,30 @@ class SimulatedNetwork:
     @property
     def virtual_seconds(self) -> float:
         return max([self.clock.now, *self.ready])
+
+    def state_dict(self) -> dict[str, Any]:
+        """The network between two layers (no event pending): clock, counts, streams."""
+        if self.clock.pending:
+            raise RuntimeError("a layer network's state is saved between layers only")
+        return {
+            "now": self.clock.now,
+            "ready": list(self.ready),
+            "counters": self.counters.state_dict(),
+            "compute": self.compute.state_dict(),
+            "dropped": self.dropped,
+            "faults": self.faults.get_state() if self.faults is not None else None,
+            "down": sorted(self.down),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.clock.now = state["now"]
+        self.ready = list(state["ready"])
+        self.counters.load_state_dict(state["counters"])
+        self.compute.load_state_dict(state["compute"])
+        self.dropped = state["dropped"]
+        self.down = set(state["down"])
+        if self.faults is not None:
+            self.faults.set_state(state["faults"])
 
 
 RETRY = 4.0

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from murmur.algorithms.protocols import Algorithm, LayerSolver
+from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.records import Outcome
 from murmur.registry import ALGORITHMS
@@ -17,9 +18,11 @@ from murmur.sim.layerwise import SimulatedNetwork
 from murmur.sim.lossy import LossyTransport
 from murmur.sim.simulator import RoundClock, simulate
 from murmur.sim.transport import InMemoryTransport
-from murmur.training.layerwise import layerwise_extra, train_layerwise_run
+from murmur.training.checkpoint import restore_tuple, to_plain
+from murmur.training.layerwise import LayerProgress, layerwise_extra, train_layerwise_run
 from murmur.training.reducer import AgentTotals, run_outcome
 from murmur.training.setup import Setup
+from murmur.training.sgd_loop import SgdProgress
 
 
 def run_sgd(
@@ -52,6 +55,22 @@ def run_sgd(
         records.append(record)
         on_record(record)
 
+    def snapshot(at: SgdProgress) -> dict[str, Any]:
+        return {
+            "loop": at.counts(),
+            "algorithm": to_plain(at.state),
+            "transport": transport.state_dict(),
+            "schedule": schedule.state_dict() if schedule is not None else None,
+            "sampler": setup.problem.sampler.state_dict(),
+            "clock": clock.compute.state_dict(),
+        }
+
+    checkpoints = setup.checkpoints
+    resumed = checkpoints.resumed if checkpoints is not None else None
+    start = None
+    if resumed is not None:
+        start = _resume_sgd(resumed, setup, algorithm, transport, schedule, clock)
+
     trained = simulate(
         setup.problem,
         algorithm,
@@ -62,6 +81,9 @@ def run_sgd(
         keep,
         progress=progress,
         clock=clock,
+        start=start,
+        checkpoints=checkpoints,
+        snapshot=snapshot,
     )
     return run_outcome(
         records[-1],
@@ -78,6 +100,37 @@ def run_sgd(
         },
         rounds=config.run.iterations,
     )
+
+
+def _resume_sgd(
+    checkpoint: dict[str, Any],
+    setup: Setup,
+    algorithm: Algorithm,
+    transport: InMemoryTransport | LossyTransport,
+    schedule: NetworkSchedule | None,
+    clock: RoundClock,
+) -> SgdProgress:
+    """Put the transport, schedule, batch streams and clock where ``checkpoint`` left
+    them; the loop's progress from there."""
+    saved = checkpoint["state"]
+    try:
+        transport.load_state_dict(saved["transport"])
+        if schedule is not None:
+            schedule.load_state_dict(saved["schedule"])
+        setup.problem.sampler.load_state_dict(saved["sampler"])
+        clock.compute.load_state_dict(saved["clock"])
+        state = restore_tuple(algorithm.init(setup.initial), saved["algorithm"])
+        loop = saved["loop"]
+        return SgdProgress(
+            checkpoint["done"],
+            state,
+            loop["samples"],
+            loop["virtual_seconds"],
+            loop["loss_sum"],
+            loop["loss_steps"],
+        )
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise UsageError(f"the checkpoint does not fit this run: {error}") from None
 
 
 def _topology_name(setup: Setup) -> str:
@@ -175,7 +228,21 @@ def run_layerwise(
         records.append(record)
         on_record(record)
 
-    trained = train_layerwise_run(setup, solver, network, setup.shards, keep, progress)
+    checkpoint = setup.checkpoints.resumed if setup.checkpoints is not None else None
+    start = None
+    if checkpoint is not None:
+        try:
+            network.load_state_dict(checkpoint["state"]["network"])
+            start = LayerProgress.from_plain(checkpoint["state"]["layers"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise UsageError(f"the checkpoint does not fit this run: {error}") from None
+
+    def snapshot(at: LayerProgress) -> dict[str, Any]:
+        return {"layers": at.to_plain(), "network": network.state_dict()}
+
+    trained = train_layerwise_run(
+        setup, solver, network, setup.shards, keep, progress, start, snapshot
+    )
     decentralized = ALGORITHMS[config.algorithm.name].decentralized
     return run_outcome(
         trained.last_record,
