@@ -300,13 +300,19 @@ _BEYOND_SGD: dict[str, tuple[str, ...]] = {
 sends nothing to lose, asynchronous dSSFN's nodes act on whatever news arrives, and
 an asynchronous server's updates fill from whichever workers push."""
 
-_NO_FAULTS: dict[Kind, str] = {
-    "layerwise": "layer-wise SSFN has no model of down links or crashed nodes",
-    "server": "a parameter server's pushes and pulls have no model of lost messages or "
-    "down links, and sync-ps's barrier waits for every worker",
+_WHY_NOT: dict[str, str] = {
+    "dssfn": "synchronous dSSFN's consensus ADMM takes each gossip round's average as "
+    "exact, and needs every node in every round",
+    "ssfn": "centralized SSFN is one learner, with no links to take down, whose crash "
+    "would end the run",
+    "dssfn-async": "asynchronous dSSFN has no model of links that go down and come back "
+    "(faults.link_down counts synchronous rounds)",
+    "sync-ps": "its barrier waits for every worker, and its pushes and pulls have no model "
+    "of lost messages or down links",
+    "server": "a parameter server's pushes and pulls have no model of lost messages or down links",
     "hogwild": "its workers are real processes that share one model in memory",
 }
-"""Why each kind of algorithm that refuses some faults does."""
+"""Why an algorithm (or, failing its name, its kind) refuses the faults it refuses."""
 
 
 def _check_layer_crashes(faults: FaultsConfig) -> None:
@@ -328,9 +334,5 @@ def _takes_fault(name: str, fault: str) -> bool:
 
 
 def _no_faults(name: str) -> str:
-    if name == "dssfn":
-        return (
-            "synchronous dSSFN's consensus ADMM takes each gossip round's average as exact, "
-            "and needs every node in every round"
-        )
-    return _NO_FAULTS[ALGORITHMS[name].kind]
+    """Why ``name`` refuses the faults it refuses."""
+    return _WHY_NOT.get(name) or _WHY_NOT[ALGORITHMS[name].kind]

@@ -106,3 +106,8 @@ def test_layer_crashes_that_cannot_happen_are_refused(settings, message):
 def test_synchronous_dssfn_refuses_crashes():
     with pytest.raises(UsageError, match="needs every node in every round"):
         check_run(_config("dssfn-vowel", "faults.crashes=1", "faults.crash_at=1"))
+
+
+def test_asynchronous_dssfn_refuses_down_links_and_says_why():
+    with pytest.raises(UsageError, match="no model of links that go down and come back"):
+        check_run(_config("dssfn-async-vowel", "faults.link_down=0.1"))
