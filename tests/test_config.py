@@ -51,6 +51,7 @@ def test_section_defaults():
         "iterations": 3000,
         "eval_every": 100,
         "threads": 1,
+        "checkpoint_every": 0,
     }
     assert dataclasses.asdict(DataConfig()) == {
         "dataset": "mnist5k",

@@ -37,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
         "run", help="run a preset or a TOML config in the simulator (or as one torchrun rank)"
     )
     run.add_argument(
-        "preset", nargs="?", default="default", help="preset name or path to a .toml file"
+        "preset",
+        nargs="?",
+        help="preset name or path to a .toml file (default: default)",
     )
     _add_overrides(run, "override one config value (repeatable), e.g. --set topology.agents=20")
     run.add_argument("--out", help="run folder (default: runs/PRESET-TIMESTAMP)")
@@ -47,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check the config, data, graph and memory estimate, print what would run, "
         "and stop: nothing is trained or written",
+    )
+    run.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the stopped run in DIR from its checkpoint.pt (saved every "
+        "run.checkpoint_every iterations) with DIR's own config; takes no preset or --set",
     )
     run.add_argument(
         "--runtime",
@@ -133,6 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "run":
+            if args.resume is not None:
+                return _resume(args)
+            args.preset = args.preset or "default"
             if args.runtime == "distributed":
                 return _run_distributed(
                     args.preset, args.overrides, args.out, not args.quiet, args.timeout
@@ -224,6 +235,33 @@ def _run(
     if several:
         (root / "comparison.md").write_text(format_table(summaries, markdown=True) + "\n")
         print(f"\nruns in {root}; plots: murmur report {root}")
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    """``murmur run --resume DIR``: the folder's config is the config."""
+    from murmur.experiment import resume
+    from murmur.metrics.report import format_table
+
+    given = [
+        name
+        for name, used in (
+            ("a preset", args.preset is not None),
+            ("--set", bool(args.overrides)),
+            ("--out", args.out is not None),
+            ("--check", args.check),
+            ("--runtime distributed", args.runtime == "distributed"),
+        )
+        if used
+    ]
+    if given:
+        raise UsageError(
+            f"--resume continues a run in its own folder with its own config.toml; drop {given[0]}"
+        )
+    if not args.quiet:
+        print(f"resuming {args.resume}", file=sys.stderr)
+    result = resume(args.resume, progress=not args.quiet)
+    print(format_table([result.to_dict()]))
     return 0
 
 

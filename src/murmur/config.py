@@ -2,7 +2,7 @@
 
 A run is described by seven sections::
 
-    [run]        seed, iterations, eval_every, threads
+    [run]        seed, iterations, eval_every, threads, checkpoint_every
     [data]       dataset, root, partition, labels_per_agent, dirichlet_alpha, batch_size
     [model]      name, hidden
     [topology]   graph, agents, degree, probability, rows, edges_file, varying, every

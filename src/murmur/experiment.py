@@ -17,7 +17,7 @@ from murmur.procs.hogwild import run_hogwild
 from murmur.registry import ALGORITHMS
 from murmur.sim.runners import run_layerwise, run_sgd
 from murmur.sim.server import run_server
-from murmur.training.runs import Runner, train_run
+from murmur.training.runs import Runner, check_resumable, check_run, train_run
 from murmur.training.setup import Setup
 
 RUNNERS: dict[str, Runner] = {
@@ -45,4 +45,25 @@ def run(
     runner = RUNNERS[ALGORITHMS[config.algorithm.name].kind]
     return train_run(
         config, out_dir, name=name, preset=preset, progress=progress, setup=setup, runner=runner
+    )
+
+
+def resume(run_dir: str | Path, *, progress: bool = False) -> RunResult:
+    """Continue the stopped run in ``run_dir`` from its checkpoint, to its end.
+
+    Everything is checked before the folder is touched (UsageError otherwise).
+    """
+    folder = Path(run_dir)
+    config, checkpoint = check_resumable(folder)
+    setup = check_run(config)
+    runner = RUNNERS[ALGORITHMS[config.algorithm.name].kind]
+    return train_run(
+        config,
+        folder,
+        name=checkpoint["name"],
+        preset=checkpoint["preset"],
+        progress=progress,
+        setup=setup,
+        runner=runner,
+        resume=checkpoint,
     )

@@ -20,7 +20,7 @@ from murmur.algorithms.protocols import Algorithm, BuildContext, LayerSolver
 from murmur.algorithms.sparq import Sparq, SparqConfig
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
 from murmur.errors import UsageError
-from murmur.sections import AlgorithmConfig, FaultsConfig
+from murmur.sections import AlgorithmConfig, FaultsConfig, RunConfig
 from murmur.topology import Graph
 
 C = TypeVar("C", bound=AlgorithmConfig)
@@ -256,6 +256,8 @@ def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str
             f"{name} cannot run with {faults.describe()}: {_no_faults(name)}; "
             f"the simulator injects them into {faulty}"
         )
+    if spec.kind == "layerwise" and faults.crash_count > 0:
+        _check_layer_crashes(faults)
     if varying != "none" and not spec.varying:
         varied = ", ".join(
             name for name, spec in ALGORITHMS.items() if spec.varying and spec.decentralized
@@ -271,22 +273,64 @@ def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str
         )
 
 
+CHECKPOINTED: tuple[Kind, ...] = ("sgd", "layerwise", "server")
+"""The kinds of algorithm whose simulated runs save checkpoints and resume."""
+
+
+def check_checkpoints(name: str, run: RunConfig, runtime: Runtime) -> None:
+    """UsageError unless ``runtime`` saves checkpoints of a run of ``name``, when
+    ``run.checkpoint_every`` asks for them."""
+    if run.checkpoint_every == 0:
+        return
+    if runtime == "distributed":
+        raise UsageError(
+            f"the distributed runtime saves no checkpoints (run.checkpoint_every = "
+            f"{run.checkpoint_every}); set it to 0, or run in the simulator with `murmur run`"
+        )
+    if ALGORITHMS[name].kind not in CHECKPOINTED:
+        kinds = ", ".join(other for other, spec in ALGORITHMS.items() if spec.kind in CHECKPOINTED)
+        raise UsageError(
+            f"{name} saves no checkpoints (run.checkpoint_every = {run.checkpoint_every}); "
+            f"set it to 0: the simulator saves checkpoints of {kinds}"
+        )
+
+
 _BEYOND_SGD: dict[str, tuple[str, ...]] = {
     "drop": ("ssfn", "dssfn-async"),
     "link_down": (),
-    "crashes": ("asysg-con", "asysg-incon"),
+    "crashes": ("asysg-con", "asysg-incon", "dssfn-async"),
 }
 """Besides synchronous SGD, the algorithms that run under each fault: centralized SSFN
 sends nothing to lose, asynchronous dSSFN's nodes act on whatever news arrives, and
 an asynchronous server's updates fill from whichever workers push."""
 
-_NO_FAULTS: dict[Kind, str] = {
-    "layerwise": "layer-wise SSFN has no model of down links or crashed nodes",
-    "server": "a parameter server's pushes and pulls have no model of lost messages or "
-    "down links, and sync-ps's barrier waits for every worker",
+_WHY_NOT: dict[str, str] = {
+    "dssfn": "synchronous dSSFN's consensus ADMM takes each gossip round's average as "
+    "exact, and needs every node in every round",
+    "ssfn": "centralized SSFN is one learner, with no links to take down, whose crash "
+    "would end the run",
+    "dssfn-async": "asynchronous dSSFN has no model of links that go down and come back "
+    "(faults.link_down counts synchronous rounds)",
+    "sync-ps": "its barrier waits for every worker, and its pushes and pulls have no model "
+    "of lost messages or down links",
+    "server": "a parameter server's pushes and pulls have no model of lost messages or down links",
     "hogwild": "its workers are real processes that share one model in memory",
 }
-"""Why each kind of algorithm that refuses some faults does."""
+"""Why an algorithm (or, failing its name, its kind) refuses the faults it refuses."""
+
+
+def _check_layer_crashes(faults: FaultsConfig) -> None:
+    """Layer-wise nodes crash at the start of a layer after the first, for good."""
+    if faults.crash_at < 1:
+        raise UsageError(
+            "faults.crash_at counts layers in a layer-wise run and must be at least 1: a "
+            "node that crashes before layer 0 never had a model"
+        )
+    if faults.rejoin_at > 0:
+        raise UsageError(
+            "faults.rejoin_at must be 0 in a layer-wise run: a crashed node lacks the "
+            "features of the layers it missed and cannot rejoin"
+        )
 
 
 _NO_VARYING: dict[Kind, str] = {
@@ -302,9 +346,5 @@ def _takes_fault(name: str, fault: str) -> bool:
 
 
 def _no_faults(name: str) -> str:
-    if name == "dssfn":
-        return (
-            "synchronous dSSFN's consensus ADMM takes each gossip round's average as exact, "
-            "and needs every node in every round"
-        )
-    return _NO_FAULTS[ALGORITHMS[name].kind]
+    """Why ``name`` refuses the faults it refuses."""
+    return _WHY_NOT.get(name) or _WHY_NOT[ALGORITHMS[name].kind]

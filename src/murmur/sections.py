@@ -29,6 +29,10 @@ class RunConfig:
     """Evaluate every agent on the test set every this many iterations."""
     threads: int = 1
     """torch intra-op threads; 1 is fastest for small per-agent models."""
+    checkpoint_every: int = 0
+    """Save the run's whole state to ``checkpoint.pt`` in its folder every this many
+    iterations (layers for SSFN), so that ``murmur run --resume`` can continue it;
+    0 saves none."""
 
     def __post_init__(self) -> None:
         require(self.seed >= 0, f"run.seed must be >= 0, not {self.seed}")
@@ -37,6 +41,10 @@ class RunConfig:
         require(
             1 <= self.threads <= MAX_THREADS,
             f"run.threads must be from 1 to {MAX_THREADS}, not {self.threads}",
+        )
+        require(
+            self.checkpoint_every >= 0,
+            f"run.checkpoint_every must be >= 0 (0 = no checkpoints), not {self.checkpoint_every}",
         )
 
 

@@ -83,7 +83,7 @@ def test_almost_every_message_lost_leaves_the_agents_apart_though_messages_are_s
     [
         ("dssfn", "synchronous dSSFN"),
         ("asysg-con", "parameter server"),
-        ("sync-ps", "parameter server"),
+        ("sync-ps", "its pushes and pulls have no model of lost messages"),
         ("asysg-incon", "parameter server"),
         ("hogwild", "share one model in memory"),
     ],

@@ -214,6 +214,42 @@ class ParameterServer:
         """The run is over but the last record is not of the current x."""
         return self.last_record.get("iteration") != self.version
 
+    # ------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the rule carries, as plain values, for a checkpoint."""
+        return {
+            "x": self.x,
+            "version": self.version,
+            "pending": [list(item) for item in self.pending],
+            "held": list(self.held),
+            "staleness_counts": dict(self.staleness_counts),
+            "gradients": self.gradients,
+            "pushes": list(self.pushes),
+            "server_messages": self.server_messages,
+            "last_record": self.last_record,
+            "target_record": self.target_record,
+            "history": list(self.history),
+            "reads": self.reads.get_state() if self.reads is not None else None,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict`."""
+        self.x.copy_(state["x"])
+        self.version = state["version"]
+        self.pending = [(worker, grad, read) for worker, grad, read in state["pending"]]
+        self.held = list(state["held"])
+        self.staleness_counts = Counter(state["staleness_counts"])
+        self.gradients = state["gradients"]
+        self.pushes = list(state["pushes"])
+        self.server_messages = state["server_messages"]
+        self.last_record = dict(state["last_record"])
+        self.target_record = state["target_record"]
+        self.history.clear()
+        self.history.extend(state["history"])
+        if self.reads is not None:
+            self.reads.set_state(state["reads"])
+
     # ------------------------------------------------------------ reports
 
     def staleness(self) -> dict[str, Any]:

@@ -252,6 +252,15 @@ class LayerNetwork(Protocol):
     def live_neighbours(self, node: int) -> list[int]:
         """``node``'s neighbours still there (an asynchronous run drops failed ones)."""
 
+    def begin_layer(self, layer: int) -> None:
+        """Layer ``layer`` (0 first) is about to be solved (the simulator crashes nodes
+        here)."""
+
+    @property
+    def crashed(self) -> frozenset[int]:
+        """Nodes that crashed: they do no more work and their models stay as they were
+        (the simulator's ``faults.crashes``; failed ranks leave a distributed run)."""
+
     def transport_for(self, width: int, dtype: torch.dtype) -> Transport:
         """A transport for one gossip phase: values of ``width`` floats, every node
         starting from zeros, messages added to ``counters``."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
 from murmur.seeding import generator
@@ -30,6 +33,23 @@ class BatchSampler:
     def next_for(self, agent: int) -> torch.Tensor:
         """The next ``batch_size`` indices of one agent's stream alone."""
         return self._take(agent)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where each agent's stream stands: its generator and the rest of its epoch."""
+        return {
+            "generators": [stream.get_state() for stream in self._generators],
+            "queues": list(self._queues),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue every agent's stream from :meth:`state_dict`."""
+        if len(state["queues"]) != len(self.shards):
+            raise ValueError(
+                f"a sampler state of {len(state['queues'])} agents for {len(self.shards)}"
+            )
+        for stream, saved in zip(self._generators, state["generators"], strict=True):
+            stream.set_state(saved)
+        self._queues = [queue.clone() for queue in state["queues"]]
 
     def _take(self, agent: int) -> torch.Tensor:
         queue = self._queues[agent]

@@ -14,7 +14,7 @@ from typing import Any
 from murmur.config import Config, Experiment, load_experiment
 from murmur.errors import UsageError
 from murmur.training.runs import check_run, check_run_dir
-from murmur.registry import check_faults, check_runtime
+from murmur.registry import check_checkpoints, check_faults, check_runtime
 from murmur.dist.runtime import check_world, loopback_interface
 from murmur.dist.transport import DEFAULT_TIMEOUT
 from murmur.dist.mailbox import (
@@ -50,6 +50,7 @@ def launch(
     _, config = single_run(experiment)
     check_runtime(config.algorithm.name, "distributed")
     check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
+    check_checkpoints(config.algorithm.name, config.run, "distributed")
     check_world(config, nproc, what="--nproc")
     check_run(config)
     root = Path(out) if out else default_run_dir(experiment.name)

@@ -79,6 +79,14 @@ class DistributedNetwork:
         """This node's neighbours still there (an asynchronous run drops failed ones)."""
         return self._neighbourhood().live
 
+    def begin_layer(self, layer: int) -> None:
+        """Nothing to do: no faults are injected here."""
+
+    @property
+    def crashed(self) -> frozenset[int]:
+        """None: a rank that fails leaves the run instead."""
+        return frozenset()
+
     def total(self, values: torch.Tensor) -> torch.Tensor:
         """This node's row summed over the ranks: one all-reduce, given ``timeout``
         seconds. If it fails, the failure the gossip's messages name (a lost neighbour,

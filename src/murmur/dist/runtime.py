@@ -58,7 +58,7 @@ from murmur.dist.server import server_runner
 from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
 from murmur.errors import UsageError
 from murmur.metrics.records import Outcome, RunResult
-from murmur.registry import ALGORITHMS, check_faults, check_runtime
+from murmur.registry import ALGORITHMS, check_checkpoints, check_faults, check_runtime
 from murmur.training.reducer import AgentRows, AgentTotals, run_outcome, sgd_record
 from murmur.training.runs import Runner, check_run_dir, train_run
 from murmur.training.setup import Setup, prepare
@@ -139,6 +139,7 @@ def run_distributed(
         raise UsageError(f"the timeout must be positive, not {timeout:g}")
     spec = check_runtime(config.algorithm.name, "distributed")
     check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
+    check_checkpoints(config.algorithm.name, config.run, "distributed")
     env = RankEnvironment.from_environ(environ)
     if env.rank == 0 and config.timing != TimingConfig():
         print(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -46,6 +47,20 @@ class MessageCounters:
         self.events_per_agent += events
         self.messages_per_agent += events * degrees
         self.bytes_per_agent += payload * degrees
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The counts, for a checkpoint."""
+        return {
+            "events": self.events_per_agent,
+            "messages": self.messages_per_agent,
+            "bytes": self.bytes_per_agent,
+        }
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Take the counts of :meth:`state_dict` (in place: the views stay valid)."""
+        self.events_per_agent.copy_(state["events"])
+        self.messages_per_agent.copy_(state["messages"])
+        self.bytes_per_agent.copy_(state["bytes"])
 
     @property
     def events(self) -> int:

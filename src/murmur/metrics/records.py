@@ -13,12 +13,15 @@ import torch
 
 
 class MetricsWriter:
-    """Appends one JSON object per evaluation to ``metrics.jsonl``, flushed at once."""
+    """Appends one JSON object per evaluation to ``metrics.jsonl``, flushed at once.
 
-    def __init__(self, path: Path | None) -> None:
+    ``records``: those the file already holds (a resumed run's).
+    """
+
+    def __init__(self, path: Path | None, records: list[dict[str, Any]] | None = None) -> None:
         self.path = path
         self._file: IO[str] | None = path.open("a") if path is not None else None
-        self.records: list[dict[str, Any]] = []
+        self.records: list[dict[str, Any]] = list(records or [])
 
     def write(self, record: dict[str, Any]) -> None:
         self.records.append(record)

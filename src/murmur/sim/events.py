@@ -109,6 +109,13 @@ class ComputeTimes:
         per_agent = flops if isinstance(flops, Sequence) else [flops] * self.agents
         return max(self.seconds(agent, work) for agent, work in enumerate(per_agent))
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The random stream of the compute times, for a checkpoint."""
+        return {"stream": self._generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self._generator.set_state(state["stream"])
+
     def _factor(self) -> float:
         if self.noise == "constant":
             return 1.0

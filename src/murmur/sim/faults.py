@@ -42,6 +42,7 @@ crashed ones with their frozen models included, and ``live_accuracy_mean`` /
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,6 +151,33 @@ class NetworkSchedule:
         agents = self.graph.agents
         keys = self.current.edges[:, 0] * agents + self.current.edges[:, 1]
         return torch.isin(self._keys, keys)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the schedule stands between two iterations, for a checkpoint."""
+        return {
+            "down": self.down,
+            "down_link_iterations": self.down_link_iterations,
+            "alive": self.alive,
+            "current": {
+                "agents": self.current.agents,
+                "edges": self.current.edges,
+                "name": self.current.name,
+            },
+            "link_stream": self._link_stream.get_state(),
+            "topology_stream": self._topology_stream.get_state(),
+            "draws": self._draws,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict`."""
+        self.down = state["down"].clone()
+        self.down_link_iterations = state["down_link_iterations"]
+        self.alive = state["alive"].clone()
+        current = Graph(**state["current"])
+        self.current = self.graph if current == self.graph else current
+        self._link_stream.set_state(state["link_stream"])
+        self._topology_stream.set_state(state["topology_stream"])
+        self._draws = state["draws"]
 
     def counts(self) -> dict[str, int]:
         """What the records and summary.json count of the links and crashes."""

@@ -19,11 +19,20 @@ without timeouts, so two rules stand in for retransmission:
   neighbour that lost the news can finish too.
 
 Without drops neither rule is armed and runs are exactly as before.
+
+Nodes may crash (``faults.crashes``, asynchronous dSSFN): at the start of layer
+``faults.crash_at`` they stop for good, and their neighbours drop their edges
+from that layer's problem on (as the distributed runtime drops a failed
+neighbour), so the others reach consensus on the data they still hold. A
+crashed node keeps the network it had; it cannot rejoin, since it would lack
+the features of the layers it missed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -52,6 +61,10 @@ class SimulatedNetwork:
     """The stream losses are drawn from (needed when ``drop`` > 0)."""
     dropped: int = 0
     """Pushes lost so far."""
+    crashes: tuple[list[int], int] = ([], 0)
+    """The nodes that crash and the layer at whose start they do."""
+    down: set[int] = field(default_factory=set)
+    """Nodes crashed so far."""
 
     def __post_init__(self) -> None:
         if not self.ready:
@@ -73,7 +86,16 @@ class SimulatedNetwork:
         return list(range(self.graph.agents))
 
     def live_neighbours(self, node: int) -> list[int]:
-        return self.graph.neighbors(node)
+        return [j for j in self.graph.neighbors(node) if j not in self.down]
+
+    def begin_layer(self, layer: int) -> None:
+        nodes, at = self.crashes
+        if layer == at:
+            self.down.update(nodes)
+
+    @property
+    def crashed(self) -> frozenset[int]:
+        return frozenset(self.down)
 
     def transport_for(self, width: int, dtype: torch.dtype) -> Transport:
         return InMemoryTransport(
@@ -105,6 +127,30 @@ class SimulatedNetwork:
     def virtual_seconds(self) -> float:
         return max([self.clock.now, *self.ready])
 
+    def state_dict(self) -> dict[str, Any]:
+        """The network between two layers (no event pending): clock, counts, streams."""
+        if self.clock.pending:
+            raise RuntimeError("a layer network's state is saved between layers only")
+        return {
+            "now": self.clock.now,
+            "ready": list(self.ready),
+            "counters": self.counters.state_dict(),
+            "compute": self.compute.state_dict(),
+            "dropped": self.dropped,
+            "faults": self.faults.get_state() if self.faults is not None else None,
+            "down": sorted(self.down),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.clock.now = state["now"]
+        self.ready = list(state["ready"])
+        self.counters.load_state_dict(state["counters"])
+        self.compute.load_state_dict(state["compute"])
+        self.dropped = state["dropped"]
+        self.down = set(state["down"])
+        if self.faults is not None:
+            self.faults.set_state(state["faults"])
+
 
 RETRY = 4.0
 """A waiting node that heard nothing for this many times its expected update plus
@@ -122,7 +168,8 @@ class _AsyncRun:
         self.network = network
         self.nodes = nodes
         self.work = work
-        self.clock = EventLoop(start=min(network.ready))
+        live = [ready for node, ready in enumerate(network.ready) if node not in network.down]
+        self.clock = EventLoop(start=min(live))
         self.message_seconds = network.links.seconds(work.message_bytes)
         self.idle = [False] * len(nodes)
         self.waits = [0] * len(nodes)
@@ -133,6 +180,8 @@ class _AsyncRun:
     def run(self) -> None:
         compute, ready = self.network.compute, self.network.ready
         for i, node in enumerate(self.nodes):
+            if node.index in self.network.down:
+                continue
             begin = ready[node.index] + compute.seconds(node.index, self.work.setup_flops[i])
             self.clock.at(begin, lambda i=i: self._update(i))
         self.clock.run()

@@ -50,6 +50,9 @@ link up and both ends alive. Then:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
 from murmur.algorithms.estimates import EstimateUpdate
@@ -211,6 +214,24 @@ class LossyTransport:
     def last_sent(self) -> torch.Tensor:
         """Every agent's own last broadcast, or its own public estimate."""
         return self.own
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every mailbox, the counts and the loss stream, for a checkpoint."""
+        return {
+            "own": self.own,
+            "held": self.held,
+            "dropped": self.dropped_per_agent,
+            "stream": self.stream.get_state(),
+            "counters": self.counters.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Take the mailboxes, counts and stream of :meth:`state_dict`, in place."""
+        self.own.copy_(state["own"])
+        self.held.copy_(state["held"])
+        self.dropped_per_agent.copy_(state["dropped"])
+        self.stream.set_state(state["stream"])
+        self.counters.load_state_dict(state["counters"])
 
 
 _SPREADS_KEPT = 64

@@ -7,19 +7,22 @@ from collections.abc import Callable
 from typing import Any
 
 from murmur.algorithms.protocols import Algorithm, LayerSolver
+from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.records import Outcome
 from murmur.registry import ALGORITHMS
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
-from murmur.sim.faults import FaultyAlgorithm, NetworkSchedule
+from murmur.sim.faults import FaultyAlgorithm, NetworkSchedule, crashed_agents
 from murmur.sim.layerwise import SimulatedNetwork
 from murmur.sim.lossy import LossyTransport
 from murmur.sim.simulator import RoundClock, simulate
 from murmur.sim.transport import InMemoryTransport
-from murmur.training.layerwise import layerwise_extra, train_layerwise_run
+from murmur.training.checkpoint import restore_tuple, to_plain
+from murmur.training.layerwise import LayerProgress, layerwise_extra, train_layerwise_run
 from murmur.training.reducer import AgentTotals, run_outcome
 from murmur.training.setup import Setup
+from murmur.training.sgd_loop import SgdProgress
 
 
 def run_sgd(
@@ -48,9 +51,25 @@ def run_sgd(
     def keep(record: dict[str, Any]) -> None:
         record.update(_fault_counts(transport, schedule))
         if schedule is not None and schedule.crashed:
-            record.update(_live_accuracy(record, schedule))
+            record.update(_live_accuracy(record, schedule.alive.tolist()))
         records.append(record)
         on_record(record)
+
+    def snapshot(at: SgdProgress) -> dict[str, Any]:
+        return {
+            "loop": at.counts(),
+            "algorithm": to_plain(at.state),
+            "transport": transport.state_dict(),
+            "schedule": schedule.state_dict() if schedule is not None else None,
+            "sampler": setup.problem.sampler.state_dict(),
+            "clock": clock.compute.state_dict(),
+        }
+
+    checkpoints = setup.checkpoints
+    resumed = checkpoints.resumed if checkpoints is not None else None
+    start = None
+    if resumed is not None:
+        start = _resume_sgd(resumed, setup, algorithm, transport, schedule, clock)
 
     trained = simulate(
         setup.problem,
@@ -62,6 +81,9 @@ def run_sgd(
         keep,
         progress=progress,
         clock=clock,
+        start=start,
+        checkpoints=checkpoints,
+        snapshot=snapshot,
     )
     return run_outcome(
         records[-1],
@@ -78,6 +100,37 @@ def run_sgd(
         },
         rounds=config.run.iterations,
     )
+
+
+def _resume_sgd(
+    checkpoint: dict[str, Any],
+    setup: Setup,
+    algorithm: Algorithm,
+    transport: InMemoryTransport | LossyTransport,
+    schedule: NetworkSchedule | None,
+    clock: RoundClock,
+) -> SgdProgress:
+    """Put the transport, schedule, batch streams and clock where ``checkpoint`` left
+    them; the loop's progress from there."""
+    saved = checkpoint["state"]
+    try:
+        transport.load_state_dict(saved["transport"])
+        if schedule is not None:
+            schedule.load_state_dict(saved["schedule"])
+        setup.problem.sampler.load_state_dict(saved["sampler"])
+        clock.compute.load_state_dict(saved["clock"])
+        state = restore_tuple(algorithm.init(setup.initial), saved["algorithm"])
+        loop = saved["loop"]
+        return SgdProgress(
+            checkpoint["done"],
+            state,
+            loop["samples"],
+            loop["virtual_seconds"],
+            loop["loss_sum"],
+            loop["loss_steps"],
+        )
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise UsageError(f"the checkpoint does not fit this run: {error}") from None
 
 
 def _topology_name(setup: Setup) -> str:
@@ -128,12 +181,12 @@ def _fault_counts(
 _LIVE = ("live_accuracy_mean", "live_accuracy_min")
 
 
-def _live_accuracy(record: dict[str, Any], schedule: NetworkSchedule) -> dict[str, Any]:
+def _live_accuracy(record: dict[str, Any], alive: list[bool]) -> dict[str, Any]:
     """Mean and lowest test accuracy of the agents alive now (None for regression)."""
     accuracy = record.get("test_accuracy")
     if accuracy is None:
         return dict.fromkeys(_LIVE)
-    live = [value for value, alive in zip(accuracy, schedule.alive.tolist(), strict=True) if alive]
+    live = [value for value, up in zip(accuracy, alive, strict=True) if up]
     return {"live_accuracy_mean": sum(live) / len(live), "live_accuracy_min": min(live)}
 
 
@@ -154,16 +207,42 @@ def run_layerwise(
         links=LinkDelays(config.timing),
         drop=drop,
         faults=generator(config.run.seed, "faults") if drop > 0 else None,
+        crashes=(
+            crashed_agents(config.faults, graph.agents, config.run.seed),
+            config.faults.crash_at,
+        ),
     )
+    records: list[dict[str, Any]] = []
 
     def faults() -> dict[str, int]:
-        return {"dropped_messages": network.dropped} if drop > 0 else {}
+        counts = {"dropped_messages": network.dropped} if drop > 0 else {}
+        if config.faults.crash_count > 0:
+            counts["crashed_agents"] = len(network.down)
+        return counts
 
     def keep(record: dict[str, Any]) -> None:
         record.update(faults())
+        if config.faults.crash_count > 0:
+            alive = [node not in network.down for node in range(graph.agents)]
+            record.update(_live_accuracy(record, alive))
+        records.append(record)
         on_record(record)
 
-    trained = train_layerwise_run(setup, solver, network, setup.shards, keep, progress)
+    checkpoint = setup.checkpoints.resumed if setup.checkpoints is not None else None
+    start = None
+    if checkpoint is not None:
+        try:
+            network.load_state_dict(checkpoint["state"]["network"])
+            start = LayerProgress.from_plain(checkpoint["state"]["layers"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise UsageError(f"the checkpoint does not fit this run: {error}") from None
+
+    def snapshot(at: LayerProgress) -> dict[str, Any]:
+        return {"layers": at.to_plain(), "network": network.state_dict()}
+
+    trained = train_layerwise_run(
+        setup, solver, network, setup.shards, keep, progress, start, snapshot
+    )
     decentralized = ALGORITHMS[config.algorithm.name].decentralized
     return run_outcome(
         trained.last_record,
@@ -177,5 +256,6 @@ def run_layerwise(
             "virtual_seconds": trained.virtual_seconds,
             **layerwise_extra(trained, trained.records, graph, decentralized),
             **faults(),
+            **{key: records[-1][key] for key in _LIVE if key in records[-1]},
         },
     )

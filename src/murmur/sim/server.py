@@ -19,6 +19,12 @@ each; in shared memory they read it): a worker keeps nothing of its own, so
 ``faults.rejoin_from`` changes nothing here. The others carry on meanwhile, a
 group of M gradients filling from whoever pushes. The records count
 ``crashed_agents`` (workers down at the evaluation) and ``lost_gradients``.
+
+Every pending event is a worker's read arriving (``start``) or its gradient
+arriving (``arrive``), kept as data beside the loop, so that a checkpoint (after
+every ``run.checkpoint_every`` updates, between two events) holds them with the
+server's rule, the batch streams and the compute stream, and a resumed run
+schedules them again in the same order.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from tqdm import tqdm
 
 from murmur.algorithms.asysg import WorkersConfig
 from murmur.algorithms.param_server import ParameterServer, model_metrics
+from murmur.errors import UsageError
 from murmur.metrics.records import Outcome
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
@@ -78,6 +85,13 @@ class _ServerRun:
         self.lives = [0] * config.workers
         """How many times each worker came back: what it was doing before is lost."""
         self.lost_gradients = 0
+        self.events: dict[int, tuple[float, str, int, torch.Tensor, int, int]] = {}
+        """The pending events by the order they were scheduled in: (time, kind, worker,
+        tensor, version, life), ``start`` (a read model) or ``arrive`` (a gradient), of
+        the worker's ``life``-th life (``lives``)."""
+        self.scheduled = 0
+        self.checkpoints = setup.checkpoints
+        self.save_due = False
         self.bar = tqdm(
             total=run.iterations, disable=not progress, unit="it", leave=False, dynamic_ncols=True
         )
@@ -91,12 +105,21 @@ class _ServerRun:
 
     def train(self) -> Outcome:
         server = self.server
-        self._crash_or_rejoin()
-        self._evaluate()
-        for worker in range(server.workers):
-            if worker not in self.down:
-                self._start(worker, self.x.clone(), 0)
-        self.loop.run(stop=lambda: server.done)
+        resumed = self.checkpoints.resumed if self.checkpoints is not None else None
+        if resumed is None:
+            self._crash_or_rejoin()
+            self._evaluate()
+            for worker in range(server.workers):
+                if worker not in self.down:
+                    self._start(worker, self.x.clone(), 0)
+        else:
+            self._resume(resumed["state"])
+        while True:
+            self.loop.run(stop=lambda: server.done or self.save_due)
+            if server.done or not self.save_due or self.checkpoints is None:
+                break
+            self.save_due = False
+            self.checkpoints.save(server.version, self._snapshot())
         self.loop.clear()
         self.bar.close()
         if server.final_evaluation_due:
@@ -139,6 +162,23 @@ class _ServerRun:
 
     # --------------------------------------------------------------- events
 
+    def _schedule(
+        self, time: float, kind: str, worker: int, tensor: torch.Tensor, version: int
+    ) -> None:
+        key = self.scheduled
+        self.scheduled += 1
+        self.events[key] = (time, kind, worker, tensor, version, self.lives[worker])
+        self.loop.at(time, lambda: self._fire(key))
+
+    def _fire(self, key: int) -> None:
+        _, kind, worker, tensor, version, life = self.events.pop(key)
+        if not self._alive(worker, life):  # it crashed meanwhile: this is lost
+            self.lost_gradients += int(kind == "arrive")
+        elif kind == "start":
+            self._start(worker, tensor, version)
+        else:
+            self._arrive(worker, tensor, version)
+
     def _start(self, worker: int, model: torch.Tensor, read_version: int) -> None:
         """Worker ``worker`` has read ``model`` (version ``read_version``): compute and push."""
         problem = self.problem
@@ -148,18 +188,16 @@ class _ServerRun:
         )
         gradient = grads[0].clone()  # the model's gradient buffer is reused by the next call
         seconds = self.compute.seconds(worker, self.flops) + self.message_seconds
-        life = self.lives[worker]
-        self.loop.after(seconds, lambda: self._arrive(worker, gradient, read_version, life))
+        self._schedule(self.loop.now + seconds, "arrive", worker, gradient, read_version)
 
-    def _arrive(self, worker: int, gradient: torch.Tensor, read_version: int, life: int) -> None:
-        if not self._alive(worker, life):  # it crashed while computing or pushing
-            self.lost_gradients += 1
-            return
+    def _arrive(self, worker: int, gradient: torch.Tensor, read_version: int) -> None:
         server = self.server
         arrival = server.receive(worker, gradient, read_version)  # ignored once done
         if arrival.applied:
             self.bar.update(1)
             self._crash_or_rejoin()
+            if self.checkpoints is not None:
+                self.save_due = self.checkpoints.due(server.version, server.iterations)
         for answered in server.answers(arrival, self._evaluate):
             if answered not in self.down:
                 self._send(answered)
@@ -169,13 +207,39 @@ class _ServerRun:
     def _send(self, worker: int) -> None:
         model, version = self.server.read()
         self.server.sent()
-        life = self.lives[worker]
+        self._schedule(self.loop.now + self.message_seconds, "start", worker, model, version)
 
-        def receive() -> None:
-            if self._alive(worker, life):  # else the model reached a crashed worker
-                self._start(worker, model, version)
+    # ---------------------------------------------------------- checkpoints
 
-        self.loop.after(self.message_seconds, receive)
+    def _snapshot(self) -> dict[str, Any]:
+        """The run between two events: the clock, what is pending, the rule, the streams."""
+        return {
+            "now": self.loop.now,
+            "events": [list(self.events[key]) for key in sorted(self.events)],
+            "server": self.server.state_dict(),
+            "sampler": self.problem.sampler.state_dict(),
+            "compute": self.compute.state_dict(),
+            "down": sorted(self.down),
+            "lives": list(self.lives),
+            "lost_gradients": self.lost_gradients,
+        }
+
+    def _resume(self, saved: dict[str, Any]) -> None:
+        """Continue from :meth:`_snapshot`: the pending events keep their order."""
+        try:
+            self.server.load_state_dict(saved["server"])
+            self.problem.sampler.load_state_dict(saved["sampler"])
+            self.compute.load_state_dict(saved["compute"])
+            self.loop.now = saved["now"]
+            self.down = set(saved["down"])
+            self.lives = list(saved["lives"])
+            self.lost_gradients = saved["lost_gradients"]
+            for when, kind, worker, tensor, version, life in saved["events"]:
+                self._schedule(when, kind, worker, tensor, version)
+                self.events[self.scheduled - 1] = (when, kind, worker, tensor, version, life)
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise UsageError(f"the checkpoint does not fit this run: {error}") from None
+        self.bar.update(self.server.version)
 
     # ----------------------------------------------------------- evaluation
 

@@ -10,7 +10,7 @@ every ``eval_every`` iterations and at the end.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +19,10 @@ import torch
 from murmur.algorithms.protocols import Algorithm, Transport
 from murmur.metrics.evaluation import consensus_distance
 from murmur.sim.events import ComputeTimes, LinkDelays
+from murmur.training.checkpoint import Checkpoints
 from murmur.training.reducer import AgentRows, sgd_record
 from murmur.training.setup import Problem
-from murmur.training.sgd_loop import Evaluation, SgdTrained, train_sgd
+from murmur.training.sgd_loop import Evaluation, SgdProgress, SgdTrained, train_sgd
 
 
 @dataclass
@@ -54,9 +55,13 @@ def simulate(
     on_record: Callable[[dict[str, Any]], None],
     progress: bool = False,
     clock: RoundClock | None = None,
+    start: SgdProgress | None = None,
+    checkpoints: Checkpoints | None = None,
+    snapshot: Callable[[SgdProgress], Mapping[str, Any]] | None = None,
 ) -> SgdTrained:
     """Run ``iterations`` steps of ``algorithm`` from stacked ``initial`` parameters
-    (every agent), handing each evaluation's record to ``on_record``."""
+    (every agent), handing each evaluation's record to ``on_record``; ``start``,
+    ``checkpoints`` and ``snapshot`` as in :func:`~murmur.training.sgd_loop.train_sgd`."""
 
     def evaluate(at: Evaluation) -> dict[str, Any]:
         accuracy, loss = problem.model.evaluate(at.params, problem.x_test, problem.y_test)
@@ -83,4 +88,7 @@ def simulate(
         evaluate,
         progress=progress,
         round_seconds=clock.round_seconds if clock is not None else None,
+        start=start,
+        checkpoints=checkpoints,
+        snapshot=snapshot,
     )

@@ -10,6 +10,9 @@ the same calls over gloo (``murmur.dist.transport``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
 from murmur.algorithms.estimates import EstimateUpdate
@@ -61,6 +64,15 @@ class InMemoryTransport:
     def last_sent(self) -> torch.Tensor:
         """Every agent's own last broadcast: with instant delivery, what its neighbours hold."""
         return self.published
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the agents hold of each other and what they sent, for a checkpoint."""
+        return {"published": self.published, "counters": self.counters.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Take the values and counts of :meth:`state_dict`, in place."""
+        self.published.copy_(state["published"])
+        self.counters.load_state_dict(state["counters"])
 
 
 def add_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) -> None:

@@ -9,13 +9,18 @@ its own shard, test accuracy on the whole test set) and one record is written.
 
 Centralized SSFN may grow itself (``algorithm.grow``): random nodes are added
 in steps while the training error improves enough, then layers likewise.
+
+A runtime that saves checkpoints is handed the :class:`LayerProgress` after
+every ``checkpoint_every`` layers; a run continued from one rebuilds the layer
+features from the kept output matrices and the seeded random weights.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -40,6 +45,7 @@ from murmur.metrics.counters import MessageCounters
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.seeding import derive_seed
 from murmur.topology import Graph
+from murmur.training.checkpoint import Checkpoints
 from murmur.training.reducer import LayerRows, layer_record
 from murmur.training.setup import Setup
 
@@ -65,6 +71,41 @@ class LayerwiseResult:
     """Every kept layer's record, layer 0 first."""
 
 
+@dataclass
+class LayerProgress:
+    """Where a layer-wise run stands after layer ``layer``: all it carries on."""
+
+    layer: int
+    history: list[torch.Tensor]
+    """Every kept layer's output matrices, layer 0 first."""
+    sizes: list[int]
+    iterations: int
+    rows: list[LayerRows]
+    records: list[dict[str, Any]]
+
+    def to_plain(self) -> dict[str, Any]:
+        """The progress as plain values, for a checkpoint."""
+        return {
+            "layer": self.layer,
+            "history": self.history,
+            "sizes": self.sizes,
+            "iterations": self.iterations,
+            "rows": [dataclasses.asdict(rows) for rows in self.rows],
+            "records": self.records,
+        }
+
+    @classmethod
+    def from_plain(cls, saved: Mapping[str, Any]) -> LayerProgress:
+        return cls(
+            layer=saved["layer"],
+            history=list(saved["history"]),
+            sizes=list(saved["sizes"]),
+            iterations=saved["iterations"],
+            rows=[LayerRows(**rows) for rows in saved["rows"]],
+            records=list(saved["records"]),
+        )
+
+
 def train_layerwise(
     config: LayerwiseConfig,
     solver: LayerSolver,
@@ -78,30 +119,43 @@ def train_layerwise(
     seed: int,
     on_record: Callable[[dict[str, Any]], None],
     progress: bool = False,
+    start: LayerProgress | None = None,
+    checkpoints: Checkpoints | None = None,
+    snapshot: Callable[[LayerProgress], Mapping[str, Any]] | None = None,
 ) -> LayerwiseResult:
-    """Train layer 0 and then ``config.layers`` layers (fewer when growing stops)."""
+    """Train layer 0 and then ``config.layers`` layers (fewer when growing stops).
+
+    ``start``: continue after this layer of an earlier run (its records are written).
+    ``checkpoints``: where to save, when due, what ``snapshot`` makes of the progress.
+    """
     started = time.perf_counter()
     nodes = len(shards)
     state = _LayerState.first(x_train, y_train, x_test, y_test, shards, classes)
     grow = isinstance(config, SsfnConfig) and config.grow
     radius = norm_bound(config, classes)
 
-    solution = _solve(state, solver, Ridge(config.lam), network, [0.0] * nodes)
-    outputs = solution.outputs
-    history = [outputs]
-    iterations = max(solution.steps)
-    record, rows = state.evaluate(0, solution, network, started, iterations)
-    layer_rows, records = [rows], [record]
-    on_record(record)
-    sizes: list[int] = []
-    bar = tqdm(total=config.layers, disable=not progress, unit="layer", leave=False)
-    for layer in range(1, config.layers + 1):
+    if start is None:
+        network.begin_layer(0)
+        solution = _solve(state, solver, Ridge(config.lam), network, [0.0] * nodes)
+        record, rows = state.evaluate(0, solution, network, started, max(solution.steps), None)
+        start = LayerProgress(0, [solution.outputs], [], max(solution.steps), [rows], [record])
+        on_record(record)
+    else:
+        state = _replayed(state, start.history, classes, seed)
+    outputs, history, sizes = start.history[-1], list(start.history), list(start.sizes)
+    iterations, record = start.iterations, start.records[-1]
+    layer_rows, records = list(start.rows), list(start.records)
+    rows = layer_rows[-1]
+    bar = tqdm(
+        total=config.layers, initial=start.layer, disable=not progress, unit="layer", leave=False
+    )
+    for layer in range(start.layer + 1, config.layers + 1):
         grown = _grow_layer if grow else _next_layer
         next_state, next_solution, iterations_used = grown(
             state, outputs, solver, network, config, layer, radius, seed
         )
         next_record, rows = next_state.evaluate(
-            layer, next_solution, network, started, iterations + iterations_used
+            layer, next_solution, network, started, iterations + iterations_used, rows
         )
         gain = _improvement(record["train_nme"], next_record["train_nme"])
         if grow and gain < config.layer_tolerance:
@@ -113,6 +167,13 @@ def train_layerwise(
         sizes.append(outputs.shape[2])
         history.append(outputs)
         on_record(record)
+        if (
+            checkpoints is not None
+            and snapshot is not None
+            and checkpoints.due(layer, config.layers)
+        ):
+            at = LayerProgress(layer, history, sizes, iterations, layer_rows, records)
+            checkpoints.save(layer, snapshot(at))
         bar.update(1)
         bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}")
     bar.close()
@@ -129,6 +190,17 @@ def train_layerwise(
     )
 
 
+def _replayed(
+    state: _LayerState, history: list[torch.Tensor], classes: int, seed: int
+) -> _LayerState:
+    """The features of the last layer of ``history``, rebuilt from layer 0's: each
+    layer's random weights come from the seed, its width from its output matrices."""
+    for layer, (before, after) in enumerate(zip(history, history[1:], strict=False), start=1):
+        rows = after.shape[2] - 2 * classes
+        state = state.advanced(before, random_weights(seed, layer, rows, before.shape[2]))
+    return state
+
+
 def train_layerwise_run(
     setup: Setup,
     solver: LayerSolver,
@@ -136,9 +208,12 @@ def train_layerwise_run(
     shards: list[torch.Tensor],
     on_record: Callable[[dict[str, Any]], None],
     progress: bool = False,
+    start: LayerProgress | None = None,
+    snapshot: Callable[[LayerProgress], Mapping[str, Any]] | None = None,
 ) -> LayerwiseResult:
     """:func:`train_layerwise` on a prepared run (``experiment.prepare``): its
-    algorithm config, dataset and seed, on the nodes of ``shards``."""
+    algorithm config, dataset and seed, on the nodes of ``shards``; its checkpoints
+    (``setup.checkpoints``) are saved with ``snapshot`` when given."""
     config, dataset = setup.config, setup.dataset
     return train_layerwise(
         config.algorithm,
@@ -153,6 +228,9 @@ def train_layerwise_run(
         seed=derive_seed(config.run.seed, "ssfn"),
         on_record=on_record,
         progress=progress,
+        start=start,
+        checkpoints=setup.checkpoints,
+        snapshot=snapshot,
     )
 
 
@@ -212,10 +290,20 @@ class _LayerState:
         network: LayerNetwork,
         started: float,
         iterations: int,
+        previous: LayerRows | None,
     ) -> tuple[dict[str, Any], LayerRows]:
-        """This layer's record and the per-node rows it was made from."""
+        """This layer's record and the per-node rows it was made from. A crashed node
+        keeps its ``previous`` rows (the network it had) and is left out of the
+        consensus distance."""
         outputs = solution.outputs
         rows = self.measure(solution, network.counters)
+        crashed = sorted(network.crashed)
+        if crashed:
+            if previous is None:
+                raise ValueError("nodes crashed before the first layer; nothing to keep")
+            rows = _frozen(rows, previous, crashed)
+            live = [node for node in range(outputs.shape[0]) if node not in network.crashed]
+            outputs = outputs[live]
         record = layer_record(
             layer,
             rows,
@@ -258,6 +346,31 @@ class _LayerState:
         )
 
 
+def _frozen(rows: LayerRows, previous: LayerRows, crashed: list[int]) -> LayerRows:
+    """``rows`` with each crashed node's measurements as they were in ``previous``, and
+    no work done this layer (its message counts stay as they are)."""
+    fields = {}
+    for name in (
+        "test_accuracy",
+        "test_loss",
+        "train_accuracy",
+        "train_residual",
+        "train_target",
+        "residual",
+        "converged",
+    ):
+        values = getattr(rows, name)
+        if values is None:
+            continue
+        values = list(values)
+        for node in crashed:
+            values[node] = getattr(previous, name)[node]
+        fields[name] = values
+    fields["steps"] = [0 if node in crashed else s for node, s in enumerate(rows.steps)]
+    fields["rounds"] = [0 if node in crashed else r for node, r in enumerate(rows.rounds)]
+    return replace(rows, **fields)
+
+
 def _solve(
     state: _LayerState,
     solver: LayerSolver,
@@ -282,6 +395,7 @@ def _solve(
 def _next_layer(state, outputs, solver, network, config, layer, radius, seed, nodes=None):
     """The next layer with ``nodes`` random nodes (``config.nodes`` by default)."""
     nodes = config.nodes if nodes is None else nodes
+    network.begin_layer(layer)
     previous = state.inputs[0].shape[1]
     weights = random_weights(seed, layer, nodes, previous)
     next_state = state.advanced(outputs, weights)

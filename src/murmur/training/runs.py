@@ -6,21 +6,31 @@ writes the resolved config first, every record as it comes, and the
 :class:`~murmur.metrics.records.RunResult` last; a run that stops early (a
 diverging step, a lost peer, an interrupt) leaves a ``summary.json`` with
 ``"status": "failed"`` and the reason. A run never overwrites another.
+
+With ``run.checkpoint_every`` the runner saves ``checkpoint.pt`` in the folder
+(:mod:`murmur.training.checkpoint`); :func:`check_resumable` reads a folder
+whose run was stopped, and :func:`train_run` continues it from its checkpoint:
+the records after it are dropped, and the rest of the run writes what an
+uninterrupted run would have.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from murmur.config import Config, save_config
+from murmur.config import Config, load_experiment, save_config
 from murmur.errors import RunFailed, UsageError, one_line
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.metrics.records import MetricsWriter, Outcome, RunResult, write_failure
 from murmur.registry import ALGORITHMS
+from murmur.training.checkpoint import CHECKPOINT, Checkpoints, header, read_checkpoint
 from murmur.training.setup import Setup, build_context, prepare
 
 Runner = Callable[[Setup, Any, Callable[[dict[str, Any]], None], bool], Outcome]
@@ -36,19 +46,41 @@ def train_run(
     progress: bool = False,
     setup: Setup | None = None,
     runner: Runner,
+    resume: dict[str, Any] | None = None,
 ) -> RunResult:
     """Train one run with ``runner``; write its folder when ``out_dir`` is given.
 
     ``setup`` is ``prepare(config)`` when the caller has already built it.
+    ``resume``: the checkpoint (from :func:`check_resumable`) from which to continue
+    the run whose folder is ``out_dir``.
     """
     started = time.perf_counter()
     setup = setup if setup is not None else prepare(config)
     spec = ALGORITHMS[config.algorithm.name]
     algorithm = spec.build(config.algorithm, setup.graph, build_context(setup))
-    run_dir = create_run_dir(out_dir) if out_dir is not None else None
-    if run_dir is not None:
-        save_config(config, run_dir / "config.toml")
-    writer = MetricsWriter(run_dir / "metrics.jsonl" if run_dir is not None else None)
+    kept: list[dict[str, Any]] = []
+    if resume is not None:
+        if out_dir is None:
+            raise ValueError("a resumed run needs its run folder")
+        run_dir: Path | None = Path(out_dir)
+        kept = keep_records(Path(out_dir) / "metrics.jsonl", resume["records"])
+        for partial in Path(out_dir).glob(f".{CHECKPOINT}.*"):  # a save the kill cut short
+            partial.unlink()
+    else:
+        run_dir = create_run_dir(out_dir) if out_dir is not None else None
+        if run_dir is not None:
+            save_config(config, run_dir / "config.toml")
+    writer = MetricsWriter(run_dir / "metrics.jsonl" if run_dir is not None else None, kept)
+    setup = dataclasses.replace(
+        setup,
+        checkpoints=Checkpoints(
+            every=config.run.checkpoint_every,
+            path=run_dir / CHECKPOINT if run_dir is not None else None,
+            header=header(config, name, preset),
+            records=lambda: len(writer.records),
+            resumed=resume,
+        ),
+    )
 
     def on_record(record: dict[str, Any]) -> None:
         check_finite_record(record)
@@ -137,6 +169,62 @@ def check_run(config: Config) -> Setup:
     spec = ALGORITHMS[config.algorithm.name]
     spec.build(config.algorithm, setup.graph, build_context(setup))
     return setup
+
+
+def check_resumable(run_dir: Path) -> tuple[Config, dict[str, Any]]:
+    """The config and checked checkpoint of the stopped run in ``run_dir``; UsageError,
+    in one line, for a folder that cannot be resumed. Nothing is written."""
+    config_file = run_dir / "config.toml"
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a run folder; give the folder of a stopped run")
+    if not config_file.is_file():
+        members = sorted(path.parent.name for path in run_dir.glob(f"*/{config_file.name}"))
+        if members:
+            raise UsageError(
+                f"{run_dir} holds the runs of a comparison ({', '.join(members)}); "
+                f"resume each unfinished one, e.g. --resume {run_dir / members[0]}"
+            )
+        raise UsageError(f"{run_dir} has no config.toml: it is not a run folder")
+    if _finished(run_dir / "summary.json"):
+        raise UsageError(f"{run_dir} holds a finished run; there is nothing to resume")
+    experiment = load_experiment(str(config_file))
+    config = experiment.runs[0][1]
+    checkpoint = read_checkpoint(run_dir / CHECKPOINT, config)
+    metrics = run_dir / "metrics.jsonl"
+    lines = metrics.read_bytes().splitlines() if metrics.is_file() else []
+    if len(lines) < checkpoint["records"]:
+        raise UsageError(
+            f"{metrics} holds {len(lines)} records but the checkpoint was saved after "
+            f"{checkpoint['records']}; the folder is damaged"
+        )
+    for number, line in enumerate(lines[: checkpoint["records"]], start=1):
+        try:
+            json.loads(line)
+        except ValueError:
+            raise UsageError(
+                f"{metrics}:{number} is not a JSON record; the folder is damaged"
+            ) from None
+    return config, checkpoint
+
+
+def _finished(summary: Path) -> bool:
+    try:
+        return json.loads(summary.read_text()).get("status") == "finished"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def keep_records(path: Path, count: int) -> list[dict[str, Any]]:
+    """Keep the first ``count`` records of ``path`` (a resumed run writes the rest
+    again); the file is replaced at once. Returns them."""
+    lines = path.read_bytes().splitlines(keepends=True)[:count] if path.is_file() else []
+    temporary = path.with_name(f".{path.name}.resume")
+    with temporary.open("wb") as file:
+        file.writelines(lines)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+    return [json.loads(line) for line in lines]
 
 
 def check_run_dir(path: Path) -> None:

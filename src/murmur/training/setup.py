@@ -26,10 +26,11 @@ from murmur.data.partition import check_agents
 from murmur.errors import UsageError
 from murmur.models import build_model
 from murmur.models.stacked import StackedModel
-from murmur.registry import ALGORITHMS, check_faults
+from murmur.registry import ALGORITHMS, check_checkpoints, check_faults
 from murmur.sections import TopologyConfig
 from murmur.seeding import derive_seed
 from murmur.topology import Graph, build_graph, ring
+from murmur.training.checkpoint import Checkpoints
 from murmur.training.memory import check_memory
 
 
@@ -60,6 +61,9 @@ class Setup:
     """Stacked initial parameters (None for layer-wise algorithms)."""
     memory: int = 0
     """Estimated bytes of memory the run needs (``training.memory``)."""
+    checkpoints: Checkpoints | None = None
+    """Where the run saves its state and the checkpoint it resumes from (``train_run``
+    sets them); None: it saves none."""
 
 
 def prepare(config: Config) -> Setup:
@@ -67,6 +71,7 @@ def prepare(config: Config) -> Setup:
     torch.set_num_threads(config.run.threads)
     spec = ALGORITHMS[config.algorithm.name]
     check_faults(config.algorithm.name, config.faults, "simulator", config.topology.varying)
+    check_checkpoints(config.algorithm.name, config.run, "simulator")
     memory = _check_sizes(config)
     dataset = load_dataset(config.data.dataset, root=config.data.root or None)
     if spec.kind == "layerwise" and dataset.task != "classification":

@@ -11,7 +11,7 @@ iterations and at the end (and once before the first step) the runtime's
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from murmur.algorithms.protocols import Algorithm, Transport
+from murmur.training.checkpoint import Checkpoints
 from murmur.training.setup import Problem
 
 
@@ -48,6 +49,29 @@ class SgdTrained:
     virtual_seconds: float
 
 
+@dataclass
+class SgdProgress:
+    """Where the loop stands after ``done`` iterations: all it carries to the next one."""
+
+    done: int
+    state: Any
+    """The algorithm's state."""
+    samples: int
+    virtual_seconds: float
+    loss_sum: float
+    """Sum of the mean training losses of the steps since the last evaluation."""
+    loss_steps: int
+
+    def counts(self) -> dict[str, Any]:
+        """Everything but the state, as plain numbers."""
+        return {
+            "samples": self.samples,
+            "virtual_seconds": self.virtual_seconds,
+            "loss_sum": self.loss_sum,
+            "loss_steps": self.loss_steps,
+        }
+
+
 def train_sgd(
     problem: Problem,
     algorithm: Algorithm,
@@ -60,6 +84,9 @@ def train_sgd(
     *,
     progress: bool = False,
     round_seconds: Callable[[int], float] | None = None,
+    start: SgdProgress | None = None,
+    checkpoints: Checkpoints | None = None,
+    snapshot: Callable[[SgdProgress], Mapping[str, Any]] | None = None,
 ) -> SgdTrained:
     """Step ``algorithm`` ``iterations`` times from the block's ``initial`` parameters.
 
@@ -68,14 +95,26 @@ def train_sgd(
     largest message had ``message_bytes`` bytes, 0 when nothing was sent (the
     simulator's clock; None keeps no virtual time).
     ``evaluate`` may return the record it made, for the progress bar.
+    ``start``: continue from this point of an earlier run (its evaluations are done).
+    ``checkpoints``: where to save, when due (after that iteration's evaluation), what
+    ``snapshot`` makes of the loop's progress: the runtime's whole state.
     """
     started = time.perf_counter()
-    train_seconds, virtual_seconds, samples = 0.0, 0.0, 0
-    state = algorithm.init(initial)
-    loss_sum, loss_steps = 0.0, 0
-    evaluate(Evaluation(0, algorithm.params(state), 0, None, 0.0, 0.0))
-    bar = tqdm(total=iterations, disable=not progress, unit="it", leave=False, dynamic_ncols=True)
-    for iteration in range(iterations):
+    train_seconds = 0.0
+    if start is None:
+        start = SgdProgress(0, algorithm.init(initial), 0, 0.0, 0.0, 0)
+        evaluate(Evaluation(0, algorithm.params(start.state), 0, None, 0.0, 0.0))
+    state, samples, virtual_seconds = start.state, start.samples, start.virtual_seconds
+    loss_sum, loss_steps = start.loss_sum, start.loss_steps
+    bar = tqdm(
+        total=iterations,
+        initial=start.done,
+        disable=not progress,
+        unit="it",
+        leave=False,
+        dynamic_ncols=True,
+    )
+    for iteration in range(start.done, iterations):
         step_started = time.perf_counter()
         indices = draw()
         losses, grads = problem.model.loss_and_grad(
@@ -105,6 +144,9 @@ def train_sgd(
             loss_sum, loss_steps = 0.0, 0
             if record is not None and record["accuracy_mean"] is not None:
                 bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}", msgs=record["messages"])
+        if checkpoints is not None and snapshot is not None and checkpoints.due(done, iterations):
+            at = SgdProgress(done, state, samples, virtual_seconds, loss_sum, loss_steps)
+            checkpoints.save(done, snapshot(at))
         bar.update(1)
     bar.close()
     return SgdTrained(algorithm.params(state), train_seconds, samples, virtual_seconds)

@@ -1,0 +1,180 @@
+"""A run's checkpoint: its whole state, saved in its folder to be resumed.
+
+Every ``run.checkpoint_every`` iterations (layers for SSFN) the simulator's
+runner hands :meth:`Checkpoints.save` the state it carries from one step to the
+next: the algorithm's state, the transport's mailboxes and counters, the batch
+streams, the virtual clock and its random streams, the loop's sums. It is
+written to ``checkpoint.pt`` with the header below, atomically: into a
+temporary file of the same folder, flushed to disk, then renamed over the
+previous one, so that a run killed at any moment leaves either the previous
+checkpoint or the new one.
+
+The file holds plain containers only (dicts, lists, tensors, numbers, strings;
+a random generator is its state tensor), and is read with
+``torch.load(weights_only=True)``: reading a checkpoint runs no pickled code.
+:func:`read_checkpoint` checks it against the run folder's config before a
+resumed run touches anything.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from murmur.config import Config
+from murmur.errors import UsageError
+
+CHECKPOINT = "checkpoint.pt"
+"""The checkpoint's file name in the run folder."""
+FORMAT = 1
+"""Version of the checkpoint's layout; a checkpoint of another version is refused."""
+
+
+@dataclass
+class Checkpoints:
+    """Where a run saves its state, how often, and the state it resumes from."""
+
+    every: int
+    """Save every this many steps (iterations, or layers); 0 saves nothing."""
+    path: Path | None
+    """The checkpoint file; None when the run has no folder (nothing is saved)."""
+    header: dict[str, Any]
+    """What identifies the run: format, config, name, preset."""
+    records: Callable[[], int]
+    """How many records the run has written so far."""
+    resumed: dict[str, Any] | None = None
+    """The checkpoint the run resumes from (``done``, ``records``, the runner's
+    ``state``); None for a new run."""
+
+    def due(self, done: int, total: int) -> bool:
+        """Whether to save after ``done`` of ``total`` steps (never before the first
+        or after the last)."""
+        if self.every == 0 or self.path is None:
+            return False
+        return 0 < done < total and done % self.every == 0
+
+    def save(self, done: int, state: Mapping[str, Any]) -> None:
+        """Write the runner's ``state`` after ``done`` steps, replacing the previous one."""
+        if self.path is None:
+            return
+        payload = {**self.header, "done": done, "records": self.records(), "state": dict(state)}
+        write_atomic(self.path, payload)
+
+
+def header(config: Config, name: str, preset: str) -> dict[str, Any]:
+    """What a checkpoint says of its run, checked when it is resumed."""
+    return {"format": FORMAT, "config": config.to_toml(), "name": name, "preset": preset}
+
+
+def write_atomic(path: Path, payload: Mapping[str, Any]) -> None:
+    """``torch.save`` ``payload`` to ``path`` through a temporary file of the same folder."""
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(descriptor, 0o644)  # as the run's other files, not mkstemp's 0o600
+        with os.fdopen(descriptor, "wb") as file:
+            torch.save(dict(payload), file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the rename durable (a no-op where folders cannot be opened)."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def read_checkpoint(path: Path, config: Config) -> dict[str, Any]:
+    """The checkpoint at ``path``, checked against the run folder's ``config``;
+    UsageError, in one line, if it is missing, damaged, of another format or run."""
+    if not path.is_file():
+        raise UsageError(
+            f"{path.parent} has no {CHECKPOINT} to resume from "
+            "(a run saves one only with run.checkpoint_every > 0)"
+        )
+    try:
+        payload = torch.load(path, weights_only=True)
+    except Exception as error:
+        raise UsageError(
+            f"{path} is damaged (truncated or not a checkpoint): {type(error).__name__}"
+        ) from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("format"), int):
+        raise UsageError(f"{path} is not a murmur checkpoint")
+    if payload["format"] != FORMAT:
+        raise UsageError(
+            f"{path} has checkpoint format {payload['format']}; this murmur reads format {FORMAT}"
+        )
+    expected = {"config": str, "name": str, "preset": str, "done": int, "records": int}
+    for key, kind in expected.items():
+        if not isinstance(payload.get(key), kind):
+            raise UsageError(f"{path} is damaged: its '{key}' is missing or not a {kind.__name__}")
+    if not isinstance(payload.get("state"), dict):
+        raise UsageError(f"{path} is damaged: it holds no state")
+    if payload["config"] != config.to_toml():
+        raise UsageError(
+            f"{path} was saved by a run of another config than {path.parent / 'config.toml'}; "
+            "resume a folder with its own config"
+        )
+    return payload
+
+
+# ---------------------------------------------------------------- plain values
+
+
+def to_plain(value: Any) -> Any:
+    """``value`` as what ``torch.load(weights_only=True)`` reads back: a named tuple
+    becomes a dict of its fields, a random generator the dict of its state."""
+    if isinstance(value, torch.Generator):
+        return {"generator": value.get_state()}
+    if _is_named_tuple(value):
+        return {name: to_plain(item) for name, item in value._asdict().items()}
+    if isinstance(value, list | tuple):
+        return [to_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: to_plain(item) for key, item in value.items()}
+    if value is None or isinstance(value, torch.Tensor | bool | int | float | str):
+        return value
+    raise TypeError(f"cannot save a {type(value).__name__} in a checkpoint")
+
+
+def from_plain(value: Any) -> Any:
+    """The values :func:`to_plain` made, generators rebuilt from their states."""
+    if isinstance(value, dict) and set(value) == {"generator"}:
+        generator = torch.Generator()
+        generator.set_state(value["generator"])
+        return generator
+    if isinstance(value, list):
+        return [from_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: from_plain(item) for key, item in value.items()}
+    return value
+
+
+def restore_tuple(template: NamedTuple, saved: Mapping[str, Any]) -> Any:
+    """A named tuple of ``template``'s type whose fields are the ``saved`` ones."""
+    fields = template._fields
+    if set(saved) != set(fields):
+        raise UsageError(f"the checkpoint's state has fields {sorted(saved)}, not {sorted(fields)}")
+    return template._replace(**{name: from_plain(saved[name]) for name in fields})
+
+
+def _is_named_tuple(value: Any) -> bool:
+    return isinstance(value, tuple) and hasattr(value, "_fields")
