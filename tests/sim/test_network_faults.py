@@ -347,7 +347,7 @@ def test_algorithms_with_weights_fixed_at_build_time_refuse_a_varying_graph(
     ("setting", "why"),
     [
         ("faults.link_down=0.1", "no model of lost messages or down links"),
-        ("faults.crashes=1", "sync-ps's barrier waits for every worker"),
+        ("faults.crashes=1", "barrier waits for every worker"),
         ("topology.varying=edge", "its workers talk to one server, over no graph"),
     ],
 )
