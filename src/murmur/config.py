@@ -5,9 +5,10 @@ A run is described by seven sections::
     [run]        seed, iterations, eval_every, threads, checkpoint_every
     [data]       dataset, root, partition, labels_per_agent, dirichlet_alpha, batch_size
     [model]      name, hidden
-    [topology]   graph, agents, degree, probability, rows, edges_file
+    [topology]   graph, agents, degree, probability, rows, edges_file, varying, every
     [timing]     the virtual clock: compute speed, stragglers, latency, bandwidth
-    [faults]     faults the simulator injects: drop (lost messages)
+    [faults]     faults the simulator injects: drop (lost messages), link_down,
+                 link_up (links that fail), crashes, crash_at, rejoin_at, rejoin_from
     [algorithm]  name, then that algorithm's own parameters
 
 Presets are TOML files shipped in ``murmur/presets``. A preset may start from

@@ -262,9 +262,13 @@ def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str
         varied = ", ".join(
             name for name, spec in ALGORITHMS.items() if spec.varying and spec.decentralized
         )
+        why = (
+            "its mixing weights and consensus step are fixed for the run's graph when it is built"
+            if spec.kind == "sgd"
+            else _NO_VARYING[spec.kind]
+        )
         raise UsageError(
-            f"{name} cannot run with topology.varying = {varying}: its mixing weights and "
-            f"consensus step are fixed for the run's graph when it is built; "
+            f"{name} cannot run with topology.varying = {varying}: {why}; "
             f"the simulator varies the graph of {varied}"
         )
 
@@ -327,6 +331,14 @@ def _check_layer_crashes(faults: FaultsConfig) -> None:
             "faults.rejoin_at must be 0 in a layer-wise run: a crashed node lacks the "
             "features of the layers it missed and cannot rejoin"
         )
+
+
+_NO_VARYING: dict[Kind, str] = {
+    "layerwise": "layer-wise SSFN solves each layer over one fixed graph",
+    "server": "its workers talk to one server, over no graph",
+    "hogwild": "its workers share one model in memory, over no graph",
+}
+"""Why each kind of algorithm but synchronous SGD refuses a time-varying graph."""
 
 
 def _takes_fault(name: str, fault: str) -> bool:

@@ -344,14 +344,20 @@ def test_algorithms_with_weights_fixed_at_build_time_refuse_a_varying_graph(
 
 
 @pytest.mark.parametrize(
-    "setting", ["faults.link_down=0.1", "faults.crashes=1", "topology.varying=edge"]
+    ("setting", "why"),
+    [
+        ("faults.link_down=0.1", "no model of lost messages or down links"),
+        ("faults.crashes=1", "barrier waits for every worker"),
+        ("topology.varying=edge", "its workers talk to one server, over no graph"),
+    ],
 )
-def test_the_distributed_runtime_and_other_algorithms_refuse_the_new_faults(capsys, setting):
+def test_the_distributed_runtime_and_other_algorithms_refuse_the_new_faults(capsys, setting, why):
     code = main(["launch", "--nproc", "4", "dsgd", "--set", setting])
     _, err = capsys.readouterr()
     assert code == 2 and "the distributed runtime does not inject faults" in err
-    with pytest.raises(UsageError, match="^sync-ps cannot run with "):
+    with pytest.raises(UsageError, match="^sync-ps cannot run with ") as refused:
         check_run(load_experiment("sync-ps", [setting]).runs[0][1])
+    assert why in str(refused.value)
 
 
 @pytest.mark.parametrize(

@@ -49,11 +49,21 @@ def test_lost_messages_count_a_mailbox_per_directed_edge_and_agent():
     info = DATASETS["mnist5k"]
     lossless = estimate_memory(config(topology={"agents": 10}), info)
     lossy = estimate_memory(config(topology={"agents": 10}, faults={"drop": 0.1}), info)
-    assert "the mailboxes of lost messages" not in lossless.parts
-    mailboxes = lossy.parts.pop("the mailboxes of lost messages")
+    assert "the mailboxes of faulty or varying links" not in lossless.parts
+    mailboxes = lossy.parts.pop("the mailboxes of faulty or varying links")
     edges = 20  # the estimate's bound for a ring, torus or star: 2 x agents
     assert mailboxes == (10 + 2 * edges) * 2 * parameter_count(config(), info) * 4
     assert lossy.parts == lossless.parts
+
+
+def test_a_varying_graph_counts_a_mailbox_per_link_it_may_use():
+    info = DATASETS["mnist5k"]
+    size = 2 * parameter_count(config(), info) * 4
+    matching = estimate_memory(config(topology={"agents": 10, "varying": "matching"}), info)
+    assert matching.parts["the mailboxes of faulty or varying links"] == (10 + 2 * 20) * size
+    resampled = {"agents": 10, "graph": "erdos_renyi", "varying": "resample"}
+    every_pair = estimate_memory(config(topology=resampled), info)
+    assert every_pair.parts["the mailboxes of faulty or varying links"] == (10 + 90) * size
 
 
 def test_a_complete_graph_counts_its_edges():

@@ -93,7 +93,7 @@ def estimate_memory(config: Config, info: DatasetInfo) -> MemoryEstimate:
         # One message per directed edge and one of each agent: a message holds at most
         # two model-sized vectors (DETSGRAD-GT's model and tracker).
         slots = agents + 2 * _edges(config, agents)
-        parts["the mailboxes of lost messages"] = slots * 2 * parameters * FLOAT32
+        parts["the mailboxes of faulty or varying links"] = slots * 2 * parameters * FLOAT32
     return MemoryEstimate(parts)
 
 
