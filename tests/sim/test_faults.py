@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from small_runs import SMALL_SGD
 
 from murmur.cli import main
 from murmur.config import load_experiment
@@ -15,14 +16,7 @@ from murmur.metrics.run_schema import check_record, check_summary
 from murmur.training.runs import check_run
 
 DECENTRALIZED_SGD = "detsgrad, dsgd, detsgrad-gt, choco-sgd, sparq-sgd, dssfn-async"
-SMALL = [
-    "data.dataset=blobs",
-    "model.hidden=[8]",
-    "topology.agents=6",
-    "data.batch_size=8",
-    "run.iterations=60",
-    "run.eval_every=20",
-]
+SMALL = SMALL_SGD
 
 
 def _config(algorithm: str, *settings: str):

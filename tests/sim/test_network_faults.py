@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from small_runs import SMALL_SGD
 
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.algorithms.dsgd import Dsgd, DsgdConfig
@@ -23,14 +24,7 @@ from murmur.sim.lossy import LossyTransport
 from murmur.topology import Graph, as_sparse, complete, metropolis_weights, ring
 from murmur.training.runs import check_run
 
-SMALL = [
-    "data.dataset=blobs",
-    "model.hidden=[8]",
-    "topology.agents=6",
-    "data.batch_size=8",
-    "run.iterations=60",
-    "run.eval_every=20",
-]
+SMALL = SMALL_SGD
 LINKS = ["faults.link_down=0.2", "faults.link_up=0.5"]
 CRASHES = ["faults.crashes=2", "faults.crash_at=20", "faults.rejoin_at=40"]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from small_runs import SMALL_SGD
 
 from murmur.cli import main
 from murmur.config import load_experiment
@@ -17,15 +18,7 @@ from murmur.errors import UsageError
 from murmur.experiment import resume, run
 from murmur.training.checkpoint import CHECKPOINT, from_plain, to_plain
 
-SMALL = [
-    "data.dataset=blobs",
-    "model.hidden=[8]",
-    "topology.agents=6",
-    "data.batch_size=8",
-    "run.iterations=60",
-    "run.eval_every=20",
-    "run.checkpoint_every=25",
-]
+SMALL = [*SMALL_SGD, "run.checkpoint_every=25"]
 WALL = {"wall_seconds", "train_seconds", "samples_per_second", "run_dir", "wall"}
 """Fields that measure real time or name the folder: the only ones a resumed run changes."""
 
