@@ -364,3 +364,11 @@ def test_the_distributed_runtime_and_other_algorithms_refuse_the_new_faults(caps
 def test_crashes_beyond_the_agents_are_refused_before_the_run(settings, message):
     with pytest.raises(UsageError, match=message):
         check_run(_config("dsgd", *settings))
+
+
+def test_uniform_weights_on_a_varying_graph_are_refused_before_any_step():
+    config = load_experiment(
+        "dsgd", [*SMALL, "topology.varying=matching", "algorithm.weights=uniform"]
+    ).runs[0][1]
+    with pytest.raises(UsageError, match="uniform weights 1/\\(d\\+1\\) need a regular graph"):
+        check_run(config)

@@ -72,6 +72,13 @@ def prepare(config: Config) -> Setup:
     spec = ALGORITHMS[config.algorithm.name]
     check_faults(config.algorithm.name, config.faults, "simulator", config.topology.varying)
     check_checkpoints(config.algorithm.name, config.run, "simulator")
+    varying = config.topology.varying
+    if varying != "none" and getattr(config.algorithm, "weights", None) == "uniform":
+        raise UsageError(
+            f"uniform weights 1/(d+1) need a regular graph in every iteration, and "
+            f"topology.varying = {varying} does not give one in general; use "
+            "algorithm.weights=metropolis (or laplacian)"
+        )
     memory = _check_sizes(config)
     dataset = load_dataset(config.data.dataset, root=config.data.root or None)
     if spec.kind == "layerwise" and dataset.task != "classification":
