@@ -119,11 +119,16 @@ class DistributedTransport:
 
     def state_dict(self) -> dict[str, Any]:
         """Where this agent's traffic stands after its last broadcast: its own last value,
-        the broadcast number, each neighbour's value as of that number, the counts."""
+        the broadcast number, each neighbour's value as of that number (waited for, as
+        ``mix`` would: an algorithm that mixes before it broadcasts has not read them
+        yet), the counts."""
+        received = self._patiently(
+            partial(self._mailbox.values_at, self._step, add=self._add_delta)
+        )
         return {
             "sent": self._sent.clone(),
             "step": self._step,
-            "received": self._mailbox.values.clone(),
+            "received": received.clone(),
             "counters": self.counters.state_dict(),
             "control_messages": self.control_messages,
             "rejected": self._mailbox.rejected,
