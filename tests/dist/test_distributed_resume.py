@@ -12,14 +12,16 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from ranks import Fault, drive, free_port, read_records
-from test_distributed import CHOCO, DSGD, DETSGRAD, one_line_error, write_config
+from test_distributed import CHOCO, DETSGRAD, DSGD, SPARQ, TRACKING, one_line_error, write_config
 
 from murmur.cli import main
-from murmur.dist.checkpoints import FOLDER, rank_file, saved_iterations
+from murmur.dist.checkpoints import FOLDER, diameter, kept_checkpoints, rank_file, saved_iterations
+from murmur.topology.graphs import complete, ring, star
 
 EVERY = ["--set", "run.checkpoint_every=20"]
 
@@ -62,7 +64,11 @@ def contents(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("algorithm", [CHOCO, DETSGRAD], ids=["choco", "detsgrad"])
+@pytest.mark.parametrize(
+    "algorithm",
+    [CHOCO, DETSGRAD, SPARQ, TRACKING],
+    ids=["choco", "detsgrad", "sparq", "detsgrad-gt"],
+)
 def test_a_killed_run_resumed_by_hand_gives_the_uninterrupted_run(tmp_path, algorithm):
     whole, stopped = whole_and_stopped(tmp_path, algorithm)
     resume = ["run", "--resume", str(stopped), "--runtime", "distributed"]
@@ -162,6 +168,15 @@ def test_max_restarts_is_refused_for_what_cannot_continue(tmp_path, capsys):
     assert "only of synchronous SGD (detsgrad, dsgd" in err
 
 
+def test_each_rank_keeps_enough_checkpoints_for_the_farthest_rank_to_have_one_in_common():
+    assert [diameter(graph) for graph in (ring(4), ring(9), complete(5), star(6))] == [2, 4, 1, 2]
+    assert kept_checkpoints(ring(9), 1) == 5  # ranks up to 4 iterations apart
+    assert kept_checkpoints(ring(9), 4) == 2
+    assert kept_checkpoints(ring(9), 50) == 2
+    assert kept_checkpoints(complete(5), 0) == 2
+    assert kept_checkpoints(ring(4), 2, span=4) == 5  # SPARQ-SGD: 4 steps between exchanges
+
+
 # ---- torchrun's restarts ---------------------------------------------------------------------
 
 
@@ -190,35 +205,48 @@ def launch(config: Path, out: Path, *extra: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "murmur", "launch", "--nproc", "4", str(config)]
     options = ["--out", str(out), "--quiet", "--port", str(free_port()), "--timeout", "10"]
     return subprocess.Popen(
-        [*command, *options, "--set", "run.checkpoint_every=50", *extra],
+        [*command, *options, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
 
 
+def digits_config(folder: Path) -> Path:
+    """DSGD on the digits set, 1000 iterations: some seconds of training."""
+    path = write_config(folder, DSGD, iterations=1000)
+    text = path.read_text().replace('"blobs"', '"digits"').replace("[8]", "[16]")
+    path.write_text(text)
+    return path
+
+
+def kill_rank(launched: subprocess.Popen, rank: int, when: Callable[[], bool]) -> str:
+    """SIGKILL ``rank`` of the launched job once ``when()``; the launch's stderr."""
+    try:
+        deadline = time.monotonic() + 120
+        while not when():
+            assert time.monotonic() < deadline and launched.poll() is None, "too late to kill"
+            time.sleep(0.02)
+        os.kill(rank_processes(launched.pid)[rank], signal.SIGKILL)
+        return launched.communicate(timeout=180)[1]
+    finally:
+        launched.kill()
+
+
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds ranks through /proc")
 def test_a_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_uninterrupted(tmp_path):
-    config = write_config(tmp_path, DSGD, iterations=1000)
+    config = digits_config(tmp_path)
     whole, restarted = tmp_path / "whole", tmp_path / "restarted"
+    every = ("--set", "run.checkpoint_every=50")
     started = time.monotonic()
-    uninterrupted = launch(config, whole)
+    uninterrupted = launch(config, whole, *every)
     assert uninterrupted.wait(timeout=180) == 0, uninterrupted.communicate()[1]
     uninterrupted_seconds = time.monotonic() - started
 
     started = time.monotonic()
-    killed = launch(config, restarted, "--max-restarts", "1")
-    try:
-        deadline = time.monotonic() + 120
-        folder = restarted / FOLDER
-        while not all(saved_iterations(folder, rank) for rank in range(4)):
-            assert time.monotonic() < deadline and killed.poll() is None, "no checkpoints"
-            time.sleep(0.02)
-        victim = rank_processes(killed.pid)[2]
-        os.kill(victim, signal.SIGKILL)
-        out, err = killed.communicate(timeout=180)
-    finally:
-        killed.kill()
+    killed = launch(config, restarted, *every, "--max-restarts", "1")
+    folder = restarted / FOLDER
+    err = kill_rank(killed, 2, lambda: all(saved_iterations(folder, r) for r in range(4)))
     restarted_seconds = time.monotonic() - started
     assert killed.returncode == 0, err
     assert "rank 2" in err  # the first attempt's ranks named the killed one
@@ -230,3 +258,23 @@ def test_a_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_uninterrupted
         f"{want[0]['accuracy']['mean']:.6f}); wall {restarted_seconds:.1f} s with the kill "
         f"and restart, {uninterrupted_seconds:.1f} s without"
     )
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds ranks through /proc")
+def test_a_run_without_checkpoints_restarts_from_the_start_in_the_same_folder(tmp_path):
+    config = write_config(tmp_path, DSGD, iterations=1000)
+    whole, restarted = tmp_path / "whole", tmp_path / "restarted"
+    assert launch(config, whole).wait(timeout=180) == 0
+    killed = launch(config, restarted, "--max-restarts", "1")
+    ranks_seen = time.monotonic() + 120
+
+    def ranks_started_a_while_ago() -> bool:
+        nonlocal ranks_seen
+        if len(rank_processes(killed.pid)) == 4:
+            ranks_seen = min(ranks_seen, time.monotonic())
+        return time.monotonic() > ranks_seen + 3.0
+
+    err = kill_rank(killed, 1, ranks_started_a_while_ago)
+    assert killed.returncode == 0, err
+    assert comparable(restarted) == comparable(whole)
+    assert not (restarted / FOLDER).exists()

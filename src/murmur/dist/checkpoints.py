@@ -11,8 +11,9 @@ rank writes into its own copy of the path.
 
 The ranks run in lockstep without barriers: a rank cannot finish an iteration
 before its neighbours have sent theirs, so two ranks ``d`` hops apart are at
-most ``d`` iterations apart when one is killed. Each rank therefore keeps its
-last ``1 + ceil(diameter / k)`` checkpoints, among which is always the newest
+most ``d`` exchanges apart when one is killed (``d`` iterations, or ``d`` times
+SPARQ-SGD's local steps). Each rank therefore keeps its last
+``1 + ceil(diameter x span / k)`` checkpoints, among which is always the newest
 iteration every rank has saved. A resumed rank tells the others which
 iterations it holds (one all-gather) and every rank restores the newest they
 all hold, so every message numbering restarts from the same broadcast; when
@@ -83,9 +84,11 @@ def saved_iterations(folder: Path, rank: int) -> list[int]:
     return sorted(int(m[2]) for m in found if m is not None and int(m[1]) == rank)
 
 
-def kept_checkpoints(graph: Graph, every: int) -> int:
-    """How many checkpoints a rank keeps so that the ranks always hold one in common."""
-    return 1 + math.ceil(diameter(graph) / max(every, 1))
+def kept_checkpoints(graph: Graph, every: int, span: int = 1) -> int:
+    """How many checkpoints a rank keeps so that the ranks always hold one in common;
+    ``span``: the iterations from one exchange with the neighbours to the next (a
+    rank steps alone in between, as SPARQ-SGD's local steps)."""
+    return 1 + math.ceil(diameter(graph) * span / max(every, 1))
 
 
 def diameter(graph: Graph) -> int:

@@ -177,7 +177,11 @@ def run_distributed(
         header=header(config, name, preset),
         records=lambda: 0,
         rank=env.rank,
-        keep=kept_checkpoints(setup.graph, config.run.checkpoint_every),
+        keep=kept_checkpoints(
+            setup.graph,
+            config.run.checkpoint_every,
+            span=getattr(config.algorithm, "local_steps", 1),
+        ),
     )
     runner = _RANK_RUNNERS[spec.kind](config, env.rank, timeout, saves, continuing)
     run_dir = Path(out_dir) if out_dir is not None and env.rank == 0 else None
