@@ -144,6 +144,17 @@ def test_launch_resume_refuses_a_folder_it_cannot_continue_and_leaves_it(
     assert contents(folder) == before
 
 
+def test_ranks_resumed_by_hand_without_an_iteration_in_common_all_stop_in_one_line(tmp_path, runs):
+    folder = tmp_path / "copy"
+    shutil.copytree(runs[1], folder)
+    damage_apart(folder)
+    report, stderr = run_ranks(tmp_path / "c", ["run", "--resume", str(folder), "--runtime", "distributed"])
+    assert report["codes"] == {"0": 2, "1": 2, "2": 2, "3": 2}, stderr
+    for rank, err in stderr.items():
+        assert err.startswith(f"murmur: error: rank {rank}: the ranks hold no checkpoint"), err
+        assert err.count("\n") == 1, err
+
+
 def test_launch_resume_refuses_a_finished_run_another_process_count_and_a_preset(
     tmp_path, runs, capsys
 ):

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -72,6 +72,10 @@ from murmur.training.checkpoint import header, read_checkpoint, restore_tuple, t
 from murmur.training.runs import Runner, check_run_dir, finished, train_run
 from murmur.training.setup import Setup, prepare
 from murmur.training.sgd_loop import Evaluation, SgdProgress, SgdTrained, train_sgd
+
+
+Start = Literal["new", "resume", "restart"]
+"""How a rank starts: a new run, resumed by hand, or restarted by torchrun."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,9 @@ def run_distributed(
     if resume and out_dir is None:
         raise ValueError("a resumed run needs its run folder")
     env = RankEnvironment.from_environ(environ)
-    continuing = (resume or env.attempt > 0) and spec.kind == "sgd" and out_dir is not None
+    start: Start = "resume" if resume else "restart" if env.attempt > 0 else "new"
+    if spec.kind != "sgd" or out_dir is None:
+        start = "new"
     if env.rank == 0 and config.timing != TimingConfig():
         print(
             "murmur: note: [timing] sets the simulator's virtual clock; a distributed run "
@@ -183,10 +189,10 @@ def run_distributed(
             span=getattr(config.algorithm, "local_steps", 1),
         ),
     )
-    runner = _RANK_RUNNERS[spec.kind](config, env.rank, timeout, saves, continuing)
+    runner = _RANK_RUNNERS[spec.kind](config, env.rank, timeout, saves, start)
     run_dir = Path(out_dir) if out_dir is not None and env.rank == 0 else None
     folder_kept = None
-    if run_dir is not None and continuing and (run_dir / "config.toml").is_file():
+    if run_dir is not None and start != "new" and (run_dir / "config.toml").is_file():
         check_same_run(run_dir, config)
         folder_kept = {"records": 0}  # rank 0 writes every record at the end
     elif run_dir is not None:
@@ -279,22 +285,23 @@ def _train_rank(
     rank: int,
     timeout: float,
     saves: RankCheckpoints,
-    continuing: bool,
+    start: Start,
 ) -> Outcome:
     """Train agent ``rank``; gather every rank's records; hand them to ``on_record``.
 
-    ``saves``: where and how often this rank saves its part. ``continuing``: start
-    from the newest iteration every rank saved, if any.
+    ``saves``: where and how often this rank saves its part. ``start``: "resume" and
+    "restart" continue from the newest iteration every rank saved; a restart starts
+    over when there is none.
     """
     transport = DistributedTransport(
         dist.group.WORLD, setup.graph, rank, algorithm.published(setup.initial), timeout
     )
-    start, log = None, _RankLog(rows=[], snapshots=[])
-    if continuing:
-        start, log = _restore(setup, algorithm, transport, saves, rank)
+    resumed, log = None, _RankLog(rows=[], snapshots=[])
+    if start != "new":
+        resumed, log = _restore(setup, algorithm, transport, saves, rank, start)
     transport.start()
     try:
-        _train(setup, algorithm, transport, rank, progress, log, start, saves)
+        _train(setup, algorithm, transport, rank, progress, log, resumed, saves)
         transport.finish()
     except PeerFailure as failure:
         transport.abort(failure.ranks)
@@ -323,13 +330,20 @@ def _restore(
     transport: DistributedTransport,
     saves: RankCheckpoints,
     rank: int,
+    start: Start,
 ) -> tuple[SgdProgress | None, _RankLog]:
     """Collective: put this rank where the newest iteration every rank saved left it
     (every rank's next broadcast then has the same number); from the start when there
-    is none. Files of later iterations, which the run saves again, are removed."""
+    is none and the ranks were restarted. Files of later iterations, which the run
+    saves again, are removed."""
     config = setup.config
     held = readable_iterations(saves.path, rank, config) if saves.path is not None else []
     done = agree(held, saves.keep)
+    if done is None and start == "resume":
+        raise UsageError(
+            f"rank {rank}: the ranks hold no checkpoint of one same iteration (this one "
+            f"holds {held}); there is nothing to resume from"
+        )
     saves.discard_after(-1 if done is None else done)
     if done is None or saves.path is None:
         return None, _RankLog(rows=[], snapshots=[])
@@ -600,19 +614,19 @@ def loopback_interface() -> str | None:
 
 
 def _sgd_ranks(
-    config: Config, rank: int, timeout: float, saves: RankCheckpoints, continuing: bool
+    config: Config, rank: int, timeout: float, saves: RankCheckpoints, start: Start
 ) -> Runner:
-    return partial(_train_rank, rank=rank, timeout=timeout, saves=saves, continuing=continuing)
+    return partial(_train_rank, rank=rank, timeout=timeout, saves=saves, start=start)
 
 
 def _layerwise_ranks(
-    config: Config, rank: int, timeout: float, saves: RankCheckpoints, continuing: bool
+    config: Config, rank: int, timeout: float, saves: RankCheckpoints, start: Start
 ) -> Runner:
     return partial(run_layerwise_rank, rank=rank, timeout=timeout)
 
 
 def _server_ranks(
-    config: Config, rank: int, timeout: float, saves: RankCheckpoints, continuing: bool
+    config: Config, rank: int, timeout: float, saves: RankCheckpoints, start: Start
 ) -> Runner:
     """A parameter server on rank 0, workers on the others."""
     return server_runner(
@@ -623,7 +637,7 @@ def _server_ranks(
     )
 
 
-_RANK_RUNNERS: dict[str, Callable[[Config, int, float, RankCheckpoints, bool], Runner]] = {
+_RANK_RUNNERS: dict[str, Callable[[Config, int, float, RankCheckpoints, Start], Runner]] = {
     "sgd": _sgd_ranks,
     "layerwise": _layerwise_ranks,
     "server": _server_ranks,
