@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         metavar="DIR",
         help="continue the stopped run in DIR from its checkpoint.pt (saved every "
-        "run.checkpoint_every iterations) with DIR's own config; takes no preset or --set",
+        "run.checkpoint_every iterations) with DIR's own config; takes no preset or --set "
+        "(with --runtime distributed: this rank's part, from DIR/checkpoints/)",
     )
     run.add_argument(
         "--runtime",

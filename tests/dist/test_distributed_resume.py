@@ -81,7 +81,7 @@ def test_launch_resume_continues_a_killed_run_to_the_uninterrupted_runs_records(
     whole, stopped = runs
     folder = tmp_path / "copy"
     shutil.copytree(stopped, folder)
-    command = [sys.executable, "-m", "murmur", "launch", "--resume", str(folder), "--quiet"]
+    command = [sys.executable, "-m", "murmur", "launch", "--resume", str(folder)]
     done = subprocess.run(
         [*command, "--port", str(free_port()), "--timeout", "10"],
         capture_output=True,
@@ -89,6 +89,7 @@ def test_launch_resume_continues_a_killed_run_to_the_uninterrupted_runs_records(
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(f"resuming {folder} from iteration 40\n")
     assert comparable(folder) == comparable(whole)
     assert [saved_iterations(folder / FOLDER, rank) for rank in range(4)] == [[60, 80]] * 4
 

@@ -6,6 +6,7 @@ import errno
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,8 +57,10 @@ def launch(
     if max_restarts < 0:
         raise UsageError(f"--max-restarts must be 0 or more, not {max_restarts}")
     if resume is not None:
-        root, config = check_resumable_launch(Path(resume), nproc)
-        rank_argv = ["--resume", str(root)]
+        config, done = check_resumable_launch(Path(resume), nproc)
+        if progress:
+            print(f"resuming {resume} from iteration {done}", file=sys.stderr)
+        rank_argv = ["--resume", resume]
     else:
         if nproc is None or source is None:
             raise UsageError("murmur launch needs --nproc and a preset (or --resume DIR)")
@@ -95,9 +98,10 @@ def launch(
     return _torchrun(torchrun_argv)
 
 
-def check_resumable_launch(run_dir: Path, nproc: int | None) -> tuple[Path, Config]:
-    """The folder and config of the stopped distributed run in ``run_dir``, every rank's
-    checkpoints read and checked; UsageError, in one line, otherwise. Nothing is written."""
+def check_resumable_launch(run_dir: Path, nproc: int | None) -> tuple[Config, int]:
+    """The config of the stopped distributed run in ``run_dir`` and the iteration it
+    resumes from, every rank's checkpoints read and checked; UsageError, in one line,
+    otherwise. Nothing is written."""
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a run folder; give the folder of a stopped run")
     config_file = run_dir / "config.toml"
@@ -111,8 +115,7 @@ def check_resumable_launch(run_dir: Path, nproc: int | None) -> tuple[Path, Conf
     if nproc is not None:
         check_world(config, nproc, what="--nproc")
     check_run(config)
-    check_resumable_ranks(run_dir, world, config)
-    return run_dir, config
+    return config, check_resumable_ranks(run_dir, world, config)
 
 
 def check_restarts(config: Config, max_restarts: int) -> None:
