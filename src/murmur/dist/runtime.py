@@ -186,7 +186,7 @@ def run_distributed(
         keep=kept_checkpoints(
             setup.graph,
             config.run.checkpoint_every,
-            span=getattr(config.algorithm, "local_steps", 1),
+            span=config.algorithm.steps_per_exchange(),
         ),
     )
     runner = _RANK_RUNNERS[spec.kind](config, env.rank, timeout, saves, start)
