@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         metavar="DIR",
         help="continue the stopped run in DIR from its checkpoint.pt (saved every "
-        "run.checkpoint_every iterations) with DIR's own config; takes no preset or --set",
+        "run.checkpoint_every iterations) with DIR's own config; takes no preset or --set "
+        "(with --runtime distributed: this rank's part, from DIR/checkpoints/)",
     )
     run.add_argument(
         "--runtime",
@@ -68,14 +69,30 @@ def build_parser() -> argparse.ArgumentParser:
     launch = commands.add_parser(
         "launch", help="run a preset as one process per agent on this machine (torchrun)"
     )
-    launch.add_argument("--nproc", type=int, required=True, help="processes, one per agent")
-    launch.add_argument("preset", help="preset name or path to a .toml file")
+    launch.add_argument(
+        "--nproc", type=int, help="processes, one per agent (with --resume: from DIR's config)"
+    )
+    launch.add_argument("preset", nargs="?", help="preset name or path to a .toml file")
     _add_overrides(launch, "override one config value (repeatable)")
     launch.add_argument("--out", help="run folder (default: runs/PRESET-TIMESTAMP)")
     launch.add_argument(
         "--port", type=int, default=29500, help="rendezvous port on 127.0.0.1 (default 29500)"
     )
     launch.add_argument("--quiet", action="store_true", help="no progress bar")
+    launch.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the stopped run in DIR from every rank's checkpoint (saved every "
+        "run.checkpoint_every iterations) with DIR's own config; takes no preset or --set",
+    )
+    launch.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="restart every rank up to N times after one fails; they continue from the "
+        "newest checkpoint all ranks saved, or start over (default 0)",
+    )
     _add_timeout(launch)
 
     commands.add_parser("presets", help="list the presets shipped with murmur")
@@ -154,6 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "launch":
             from murmur.dist.launch import launch
 
+            if args.resume is not None and (args.preset or args.overrides or args.out):
+                raise UsageError(
+                    "--resume continues a run in its own folder with its own config.toml; "
+                    "drop the preset, --set and --out"
+                )
             return launch(
                 args.nproc,
                 args.preset,
@@ -162,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 port=args.port,
                 timeout=args.timeout,
                 progress=not args.quiet,
+                max_restarts=args.max_restarts,
+                resume=args.resume,
             )
         if args.command == "presets":
             return _presets()
@@ -250,7 +274,6 @@ def _resume(args: argparse.Namespace) -> int:
             ("--set", bool(args.overrides)),
             ("--out", args.out is not None),
             ("--check", args.check),
-            ("--runtime distributed", args.runtime == "distributed"),
         )
         if used
     ]
@@ -258,6 +281,15 @@ def _resume(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--resume continues a run in its own folder with its own config.toml; drop {given[0]}"
         )
+    if args.runtime == "distributed":
+        from murmur.dist.runtime import resume_distributed
+
+        result = resume_distributed(
+            Path(args.resume), progress=not args.quiet, timeout=args.timeout
+        )
+        if result.run_dir is not None:
+            print(format_table([result.to_dict()]))
+        return 0
     if not args.quiet:
         print(f"resuming {args.resume}", file=sys.stderr)
     result = resume(args.resume, progress=not args.quiet)

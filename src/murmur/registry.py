@@ -282,10 +282,16 @@ def check_checkpoints(name: str, run: RunConfig, runtime: Runtime) -> None:
     ``run.checkpoint_every`` asks for them."""
     if run.checkpoint_every == 0:
         return
-    if runtime == "distributed":
+    if runtime == "distributed" and ALGORITHMS[name].kind != "sgd":
+        synchronous = ", ".join(
+            other
+            for other, spec in ALGORITHMS.items()
+            if spec.kind == "sgd" and runtime in spec.runtimes
+        )
         raise UsageError(
-            f"the distributed runtime saves no checkpoints (run.checkpoint_every = "
-            f"{run.checkpoint_every}); set it to 0, or run in the simulator with `murmur run`"
+            f"the distributed runtime saves no checkpoints of {name} (run.checkpoint_every = "
+            f"{run.checkpoint_every}), only of synchronous SGD ({synchronous}); set it to 0, "
+            "or run in the simulator with `murmur run`"
         )
     if ALGORITHMS[name].kind not in CHECKPOINTED:
         kinds = ", ".join(other for other, spec in ALGORITHMS.items() if spec.kind in CHECKPOINTED)

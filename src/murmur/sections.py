@@ -285,6 +285,10 @@ class AlgorithmConfig:
     def __post_init__(self) -> None:
         """Checks nothing; every algorithm's section chains its own checks to it."""
 
+    def steps_per_exchange(self) -> int:
+        """Iterations from one exchange with the neighbours to the next; 1: every one."""
+        return 1
+
 
 Step = float | Literal["auto"]
 """A step size given as a number, or "auto": chosen from the graph's spectrum."""

@@ -55,6 +55,10 @@ class SparqConfig(GossipConfig):
                 f"algorithm.threshold_growth must be in [0, 1), not {self.threshold_growth:g}"
             )
 
+    def steps_per_exchange(self) -> int:
+        """H: an agent takes its local steps alone between two synchronization indices."""
+        return self.local_steps
+
 
 class SparqState(NamedTuple):
     x: torch.Tensor

@@ -6,6 +6,7 @@ import errno
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,8 +15,9 @@ from typing import Any
 from murmur.config import Config, Experiment, load_experiment
 from murmur.errors import UsageError
 from murmur.training.runs import check_run, check_run_dir
-from murmur.registry import check_checkpoints, check_faults, check_runtime
-from murmur.dist.runtime import check_world, loopback_interface
+from murmur.registry import ALGORITHMS, check_checkpoints, check_faults, check_runtime
+from murmur.dist.checkpoints import check_resumable_ranks
+from murmur.dist.runtime import check_same_run, check_world, loopback_interface
 from murmur.dist.transport import DEFAULT_TIMEOUT
 from murmur.dist.mailbox import (
     first_line,
@@ -26,50 +28,67 @@ DEFAULT_PORT = 29500
 
 
 def launch(
-    nproc: int,
-    source: str,
+    nproc: int | None,
+    source: str | None,
     overrides: Sequence[str],
     out: str | None,
     *,
     port: int = DEFAULT_PORT,
     timeout: float = DEFAULT_TIMEOUT,
     progress: bool = True,
+    max_restarts: int = 0,
+    resume: str | None = None,
 ) -> int:
     """Start ``nproc`` ranks of ``source`` on this machine with torchrun, bound to loopback.
 
     Everything that can be wrong with the input is checked first; returns 0,
-    or the exit status of the first rank that failed.
+    or the exit status of the first rank that failed. ``max_restarts``: how many
+    times torchrun restarts every rank after one fails; the restarted ranks
+    continue from their checkpoints (:mod:`murmur.dist.checkpoints`).
+    ``resume``: the folder of a stopped run to continue, with its own config
+    (``source``, ``overrides`` and ``out`` are then None or empty).
     """
-    if nproc < 1:
+    if nproc is not None and nproc < 1:
         raise UsageError(f"--nproc must be at least 1, not {nproc}")
     if timeout <= 0:
         raise UsageError(f"--timeout must be positive, not {timeout:g}")
     if not 0 < port < 65536:
         raise UsageError(f"--port must be a port number (1..65535), not {port}")
-    experiment = load_experiment(source, overrides)
-    _, config = single_run(experiment)
-    check_runtime(config.algorithm.name, "distributed")
-    check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
-    check_checkpoints(config.algorithm.name, config.run, "distributed")
-    check_world(config, nproc, what="--nproc")
-    check_run(config)
-    root = Path(out) if out else default_run_dir(experiment.name)
-    check_run_dir(root)
+    if max_restarts < 0:
+        raise UsageError(f"--max-restarts must be 0 or more, not {max_restarts}")
+    if resume is not None:
+        config, done = check_resumable_launch(Path(resume), nproc)
+        if progress:
+            print(f"resuming {resume} from iteration {done}", file=sys.stderr)
+        rank_argv = ["--resume", resume]
+    else:
+        if nproc is None or source is None:
+            raise UsageError("murmur launch needs --nproc and a preset (or --resume DIR)")
+        experiment = load_experiment(source, overrides)
+        _, config = single_run(experiment)
+        check_runtime(config.algorithm.name, "distributed")
+        check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
+        check_checkpoints(config.algorithm.name, config.run, "distributed")
+        check_world(config, nproc, what="--nproc")
+        check_run(config)
+        root = Path(out) if out else default_run_dir(experiment.name)
+        check_run_dir(root)
+        rank_argv = [source, f"--out={root}", *(f"--set={item}" for item in overrides)]
+    check_restarts(config, max_restarts)
     check_port_free(LOOPBACK, port)
+    world = ALGORITHMS[config.algorithm.name].processes(config.algorithm, config.topology.agents)
     torchrun_argv = [
         "--nnodes=1",
-        f"--nproc-per-node={nproc}",
+        f"--nproc-per-node={world}",
         f"--master-addr={LOOPBACK}",
         f"--master-port={port}",
-        "--max-restarts=0",
+        f"--max-restarts={max_restarts}",
         "-m",
         "murmur",
         "run",
-        source,
+        *rank_argv,
         "--runtime=distributed",
-        f"--out={root}",
         f"--timeout={timeout:g}",
-        *(f"--set={item}" for item in overrides),
         *(() if progress else ("--quiet",)),
     ]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -77,6 +96,36 @@ def launch(
     if interface is not None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
     return _torchrun(torchrun_argv)
+
+
+def check_resumable_launch(run_dir: Path, nproc: int | None) -> tuple[Config, int]:
+    """The config of the stopped distributed run in ``run_dir`` and the iteration it
+    resumes from, every rank's checkpoints read and checked; UsageError, in one line,
+    otherwise. Nothing is written."""
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a run folder; give the folder of a stopped run")
+    config_file = run_dir / "config.toml"
+    if not config_file.is_file():
+        raise UsageError(f"{run_dir} has no config.toml: it is not a run folder")
+    config = load_experiment(str(config_file)).runs[0][1]
+    check_runtime(config.algorithm.name, "distributed")
+    check_checkpoints(config.algorithm.name, config.run, "distributed")
+    check_same_run(run_dir, config)
+    world = ALGORITHMS[config.algorithm.name].processes(config.algorithm, config.topology.agents)
+    if nproc is not None:
+        check_world(config, nproc, what="--nproc")
+    check_run(config)
+    return config, check_resumable_ranks(run_dir, world, config)
+
+
+def check_restarts(config: Config, max_restarts: int) -> None:
+    """UsageError when restarted ranks could not continue: only synchronous SGD's can."""
+    kind = ALGORITHMS[config.algorithm.name].kind
+    if max_restarts > 0 and kind != "sgd":
+        raise UsageError(
+            f"--max-restarts restarts synchronous SGD runs only, not {config.algorithm.name}; "
+            "drop it"
+        )
 
 
 def _torchrun(argv: list[str]) -> int:

@@ -237,6 +237,21 @@ class Mailbox:
         for thread in self._threads:
             thread.start()
 
+    def restore(self, step: int, values: torch.Tensor, rejected: int) -> None:
+        """Before :meth:`start`: continue a run whose neighbours have all sent ``step``
+        broadcasts, which brought them to ``values`` (neighbours, P), ``rejected`` refused."""
+        if values.shape != self.values.shape or values.dtype != self.values.dtype:
+            raise ValueError(
+                f"mailbox values {values.dtype} {tuple(values.shape)}, expected "
+                f"{self.values.dtype} {tuple(self.values.shape)}"
+            )
+        if any(thread.is_alive() for thread in self._threads):
+            raise ValueError("a mailbox is restored before it starts receiving")
+        self.values.copy_(values)
+        self.rejected = rejected
+        self._steps = [step] * len(self.neighbours)
+        self._latest = [(step, row) for row in self.values.clone()]
+
     # ------------------------------------------------------------ reading (caller's thread)
 
     def values_at(

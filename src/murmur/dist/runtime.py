@@ -42,13 +42,21 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
 
 from murmur.algorithms.protocols import Algorithm
-from murmur.config import Config, TimingConfig
+from murmur.config import Config, TimingConfig, load_experiment
+from murmur.dist.checkpoints import (
+    FOLDER,
+    RankCheckpoints,
+    agree,
+    kept_checkpoints,
+    rank_file,
+    readable_iterations,
+)
 from murmur.dist.layerwise import run_layerwise_rank
 from murmur.dist.mailbox import (
     PeerFailure,
@@ -60,9 +68,14 @@ from murmur.errors import UsageError
 from murmur.metrics.records import Outcome, RunResult
 from murmur.registry import ALGORITHMS, check_checkpoints, check_faults, check_runtime
 from murmur.training.reducer import AgentRows, AgentTotals, run_outcome, sgd_record
-from murmur.training.runs import Runner, check_run_dir, train_run
+from murmur.training.checkpoint import header, read_checkpoint, restore_tuple, to_plain
+from murmur.training.runs import Runner, check_run_dir, finished, train_run
 from murmur.training.setup import Setup, prepare
-from murmur.training.sgd_loop import Evaluation, SgdTrained, train_sgd
+from murmur.training.sgd_loop import Evaluation, SgdProgress, SgdTrained, train_sgd
+
+
+Start = Literal["new", "resume", "restart"]
+"""How a rank starts: a new run, resumed by hand, or restarted by torchrun."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,8 @@ class RankEnvironment:
     port: int
     agent_store: bool
     """Started by torchrun, whose agent hosts the rendezvous store."""
+    attempt: int = 0
+    """How many times torchrun restarted the job's ranks (TORCHELASTIC_RESTART_COUNT)."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> RankEnvironment:
@@ -97,7 +112,9 @@ class RankEnvironment:
         if not 0 < port < 65536:
             raise UsageError(f"MASTER_PORT must be a port number (1..65535), not {port}")
         agent_store = environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
-        return cls(rank, world, environ["MASTER_ADDR"], port, agent_store)
+        restarts = environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        attempt = int(restarts) if restarts.isdigit() else 0
+        return cls(rank, world, environ["MASTER_ADDR"], port, agent_store, attempt)
 
 
 def check_world(config: Config, world: int, what: str = "WORLD_SIZE") -> None:
@@ -128,19 +145,30 @@ def run_distributed(
     progress: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     environ: Mapping[str, str] = os.environ,
+    resume: bool = False,
 ) -> RunResult:
     """Run this process's rank of ``config``; rank 0 writes ``out_dir``.
 
     Every rank returns the gathered result; only rank 0's holds the run folder
     and the stacked final parameters (agents, P). Raises UsageError for bad
     input (before any training) and PeerFailure when a peer fails mid-run.
+
+    ``resume``: continue the stopped run in ``out_dir`` from the newest iteration
+    every rank saved (:mod:`murmur.dist.checkpoints`). A rank that torchrun
+    restarted after a failure (TORCHELASTIC_RESTART_COUNT > 0) continues the
+    same way, or starts over when the ranks saved no iteration in common.
     """
     if timeout <= 0:
         raise UsageError(f"the timeout must be positive, not {timeout:g}")
     spec = check_runtime(config.algorithm.name, "distributed")
     check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
     check_checkpoints(config.algorithm.name, config.run, "distributed")
+    if resume and out_dir is None:
+        raise ValueError("a resumed run needs its run folder")
     env = RankEnvironment.from_environ(environ)
+    start: Start = "resume" if resume else "restart" if env.attempt > 0 else "new"
+    if spec.kind != "sgd" or out_dir is None:
+        start = "new"
     if env.rank == 0 and config.timing != TimingConfig():
         print(
             "murmur: note: [timing] sets the simulator's virtual clock; a distributed run "
@@ -148,10 +176,26 @@ def run_distributed(
             file=sys.stderr,
         )
     check_world(config, env.world)
-    runner = _RANK_RUNNERS[spec.kind](config, env.rank, timeout)
     setup = prepare(config)
+    saves = RankCheckpoints(
+        every=config.run.checkpoint_every,
+        path=Path(out_dir) / FOLDER if out_dir is not None else None,
+        header=header(config, name, preset),
+        records=lambda: 0,
+        rank=env.rank,
+        keep=kept_checkpoints(
+            setup.graph,
+            config.run.checkpoint_every,
+            span=config.algorithm.steps_per_exchange(),
+        ),
+    )
+    runner = _RANK_RUNNERS[spec.kind](config, env.rank, timeout, saves, start)
     run_dir = Path(out_dir) if out_dir is not None and env.rank == 0 else None
-    if run_dir is not None:
+    folder_kept = None
+    if run_dir is not None and start != "new" and (run_dir / "config.toml").is_file():
+        check_same_run(run_dir, config)
+        folder_kept = {"records": 0}  # rank 0 writes every record at the end
+    elif run_dir is not None:
         check_run_dir(run_dir)
     _init_group(env, timeout)
     try:
@@ -163,11 +207,59 @@ def run_distributed(
             progress=progress and env.rank == 0,
             setup=setup,
             runner=runner,
+            resume=folder_kept,
         )
     except PeerFailure as failure:
         raise PeerFailure(failure.ranks, f"rank {env.rank} stopped: {failure}") from None
     finally:
         dist.destroy_process_group()
+
+
+def resume_distributed(
+    run_dir: Path,
+    *,
+    progress: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+    environ: Mapping[str, str] = os.environ,
+) -> RunResult:
+    """Continue this process's rank of the stopped run in ``run_dir`` (``murmur run
+    --resume DIR --runtime distributed``): its config.toml is the config, and every rank
+    restores the newest iteration all ranks saved."""
+    config_file = run_dir / "config.toml"
+    if not config_file.is_file():
+        raise UsageError(f"{run_dir} has no config.toml: it is not a run folder")
+    config = load_experiment(str(config_file)).runs[0][1]
+    rank = RankEnvironment.from_environ(environ).rank
+    folder = run_dir / FOLDER
+    iterations = readable_iterations(folder, rank, config)
+    if not iterations:
+        raise UsageError(
+            f"{run_dir} has no readable checkpoint of rank {rank} in {FOLDER}/ to resume from "
+            "(a distributed run saves them only with run.checkpoint_every > 0)"
+        )
+    saved = read_checkpoint(rank_file(folder, rank, iterations[-1]), config, run_dir)
+    return run_distributed(
+        config,
+        run_dir,
+        name=saved["name"],
+        preset=saved["preset"],
+        progress=progress,
+        timeout=timeout,
+        environ=environ,
+        resume=True,
+    )
+
+
+def check_same_run(run_dir: Path, config: Config) -> None:
+    """UsageError unless ``run_dir`` holds an unfinished run of ``config``, which a
+    resumed or restarted rank 0 may continue."""
+    if (run_dir / "config.toml").read_text() != config.to_toml():
+        raise UsageError(
+            f"{run_dir} holds a run of another config; a restarted or resumed run "
+            "continues only its own folder"
+        )
+    if finished(run_dir / "summary.json"):
+        raise UsageError(f"{run_dir} holds a finished run; there is nothing to resume")
 
 
 _COLUMNS = (
@@ -192,14 +284,24 @@ def _train_rank(
     *,
     rank: int,
     timeout: float,
+    saves: RankCheckpoints,
+    start: Start,
 ) -> Outcome:
-    """Train agent ``rank``; gather every rank's records; hand them to ``on_record``."""
+    """Train agent ``rank``; gather every rank's records; hand them to ``on_record``.
+
+    ``saves``: where and how often this rank saves its part. ``start``: "resume" and
+    "restart" continue from the newest iteration every rank saved; a restart starts
+    over when there is none.
+    """
     transport = DistributedTransport(
         dist.group.WORLD, setup.graph, rank, algorithm.published(setup.initial), timeout
     )
+    resumed, log = None, _RankLog(rows=[], snapshots=[])
+    if start != "new":
+        resumed, log = _restore(setup, algorithm, transport, saves, rank, start)
     transport.start()
     try:
-        log = _train(setup, algorithm, transport, rank, progress)
+        _train(setup, algorithm, transport, rank, progress, log, resumed, saves)
         transport.finish()
     except PeerFailure as failure:
         transport.abort(failure.ranks)
@@ -222,12 +324,63 @@ class _RankLog:
     trained: SgdTrained | None = None
 
 
+def _restore(
+    setup: Setup,
+    algorithm: Algorithm,
+    transport: DistributedTransport,
+    saves: RankCheckpoints,
+    rank: int,
+    start: Start,
+) -> tuple[SgdProgress | None, _RankLog]:
+    """Collective: put this rank where the newest iteration every rank saved left it
+    (every rank's next broadcast then has the same number); from the start when there
+    is none and the ranks were restarted. Files of later iterations, which the run
+    saves again, are removed."""
+    config = setup.config
+    held = readable_iterations(saves.path, rank, config) if saves.path is not None else []
+    done = agree(held, saves.keep)
+    if done is None and start == "resume":
+        raise UsageError(
+            f"rank {rank}: the ranks hold no checkpoint of one same iteration (this one "
+            f"holds {held}); there is nothing to resume from"
+        )
+    saves.discard_after(-1 if done is None else done)
+    if done is None or saves.path is None:
+        return None, _RankLog(rows=[], snapshots=[])
+    saved = read_checkpoint(rank_file(saves.path, rank, done), config)["state"]
+    try:
+        transport.load_state_dict(saved["transport"])
+        setup.problem.sampler.load_state_dict(saved["sampler"])
+        state = restore_tuple(algorithm.init(setup.initial[rank : rank + 1]), saved["algorithm"])
+        loop = saved["loop"]
+        start = SgdProgress(
+            done,
+            state,
+            loop["samples"],
+            loop["virtual_seconds"],
+            loop["loss_sum"],
+            loop["loss_steps"],
+            loop["train_seconds"],
+        )
+        log = _RankLog(rows=saved["rows"], snapshots=list(saved["snapshots"].unbind()))
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
+        raise UsageError(f"rank {rank}: its checkpoint does not fit this run: {error}") from None
+    return start, log
+
+
 def _train(
-    setup: Setup, algorithm: Algorithm, transport: DistributedTransport, rank: int, progress: bool
-) -> _RankLog:
-    """Agent ``rank``'s block of the shared SGD loop; its measurements at each evaluation."""
+    setup: Setup,
+    algorithm: Algorithm,
+    transport: DistributedTransport,
+    rank: int,
+    progress: bool,
+    log: _RankLog,
+    start: SgdProgress | None,
+    saves: RankCheckpoints,
+) -> None:
+    """Agent ``rank``'s block of the shared SGD loop (from ``start``, if given); its
+    measurements at each evaluation go to ``log``, its part of the run to ``saves``."""
     config, problem = setup.config, setup.problem
-    log = _RankLog(rows=[], snapshots=[])
 
     def evaluate(at: Evaluation) -> None:
         accuracy, loss = problem.model.evaluate(at.params, problem.x_test, problem.y_test)
@@ -247,6 +400,16 @@ def _train(
         )
         log.snapshots.append(at.params[0].clone())
 
+    def snapshot(at: SgdProgress) -> dict[str, Any]:
+        return {
+            "loop": at.counts(),
+            "algorithm": to_plain(at.state),
+            "transport": transport.state_dict(),
+            "sampler": problem.sampler.state_dict(),
+            "rows": [list(row) for row in log.rows],
+            "snapshots": torch.stack(log.snapshots),
+        }
+
     log.trained = train_sgd(
         problem,
         algorithm,
@@ -257,8 +420,10 @@ def _train(
         config.run.eval_every,
         evaluate,
         progress=progress,
+        start=start,
+        checkpoints=saves,
+        snapshot=snapshot,
     )
-    return log
 
 
 def _gather(
@@ -356,11 +521,10 @@ def _init_group(env: RankEnvironment, timeout: float) -> None:
     try:
         with _cpp_logs_silenced():
             if store is None:  # started by torchrun: its agent hosts the store
-                dist.init_process_group("gloo", timeout=seconds)
-            else:
-                dist.init_process_group(
-                    "gloo", store=store, rank=env.rank, world_size=env.world, timeout=seconds
-                )
+                store = _attempt_store(env, seconds)
+            dist.init_process_group(
+                "gloo", store=store, rank=env.rank, world_size=env.world, timeout=seconds
+            )
     except RuntimeError as error:
         raise UsageError(
             f"rank {env.rank}: the {env.world} ranks did not all join at "
@@ -382,6 +546,14 @@ def _cpp_logs_silenced() -> Iterator[None]:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+def _attempt_store(env: RankEnvironment, timeout: timedelta) -> dist.Store:
+    """The store of torchrun's agent, under a prefix of its own for each restart: the
+    agent keeps one store across restarts, and the group of a restarted job must not
+    read the addresses the failed attempt's ranks left in it."""
+    agent = dist.TCPStore(env.address, env.port, env.world, False, timeout)
+    return dist.PrefixStore(f"murmur/attempt-{env.attempt}", agent)
 
 
 def _store(env: RankEnvironment, timeout: float) -> dist.Store:
@@ -441,15 +613,21 @@ def loopback_interface() -> str | None:
     return next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
 
 
-def _sgd_ranks(config: Config, rank: int, timeout: float) -> Runner:
-    return partial(_train_rank, rank=rank, timeout=timeout)
+def _sgd_ranks(
+    config: Config, rank: int, timeout: float, saves: RankCheckpoints, start: Start
+) -> Runner:
+    return partial(_train_rank, rank=rank, timeout=timeout, saves=saves, start=start)
 
 
-def _layerwise_ranks(config: Config, rank: int, timeout: float) -> Runner:
+def _layerwise_ranks(
+    config: Config, rank: int, timeout: float, saves: RankCheckpoints, start: Start
+) -> Runner:
     return partial(run_layerwise_rank, rank=rank, timeout=timeout)
 
 
-def _server_ranks(config: Config, rank: int, timeout: float) -> Runner:
+def _server_ranks(
+    config: Config, rank: int, timeout: float, saves: RankCheckpoints, start: Start
+) -> Runner:
     """A parameter server on rank 0, workers on the others."""
     return server_runner(
         config,
@@ -459,9 +637,10 @@ def _server_ranks(config: Config, rank: int, timeout: float) -> Runner:
     )
 
 
-_RANK_RUNNERS: dict[str, Callable[[Config, int, float], Runner]] = {
+_RANK_RUNNERS: dict[str, Callable[[Config, int, float, RankCheckpoints, Start], Runner]] = {
     "sgd": _sgd_ranks,
     "layerwise": _layerwise_ranks,
     "server": _server_ranks,
 }
-"""The runner of one rank, by the kind of algorithm (``AlgorithmSpec.kind``)."""
+"""The runner of one rank, by the kind of algorithm (``AlgorithmSpec.kind``); only
+synchronous SGD saves and continues from checkpoints."""

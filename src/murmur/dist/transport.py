@@ -15,7 +15,7 @@ twice the timeout.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -116,6 +116,37 @@ class DistributedTransport:
     def start(self) -> None:
         self._mailbox.start()
         self._outbox.start()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this agent's traffic stands after its last broadcast: its own last value,
+        the broadcast number, each neighbour's value as of that number (waited for, as
+        ``mix`` would: an algorithm that mixes before it broadcasts has not read them
+        yet), the counts."""
+        received = self._patiently(
+            partial(self._mailbox.values_at, self._step, add=self._add_delta)
+        )
+        return {
+            "sent": self._sent.clone(),
+            "step": self._step,
+            "received": received.clone(),
+            "counters": self.counters.state_dict(),
+            "control_messages": self.control_messages,
+            "rejected": self._mailbox.rejected,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Before :meth:`start`: continue from :meth:`state_dict`, taken by every rank after
+        the same iteration (so every neighbour's next message is number ``step + 1``)."""
+        if state["sent"].shape != self._sent.shape or state["sent"].dtype != self._sent.dtype:
+            raise ValueError(
+                f"a last broadcast of {state['sent'].dtype} {tuple(state['sent'].shape)}, "
+                f"expected {self._sent.dtype} {tuple(self._sent.shape)}"
+            )
+        self._mailbox.restore(int(state["step"]), state["received"], int(state["rejected"]))
+        self._sent.copy_(state["sent"])
+        self._step = int(state["step"])
+        self.counters.load_state_dict(state["counters"])
+        self.control_messages = int(state["control_messages"])
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
         """Send ``values`` (1, P) to every neighbour if ``senders[0]``, else say so (NONE)."""

@@ -128,6 +128,7 @@ def _resume_sgd(
             loop["virtual_seconds"],
             loop["loss_sum"],
             loop["loss_steps"],
+            loop.get("train_seconds", 0.0),
         )
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
         raise UsageError(f"the checkpoint does not fit this run: {error}") from None

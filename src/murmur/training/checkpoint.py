@@ -102,9 +102,10 @@ def _sync_folder(folder: Path) -> None:
         os.close(descriptor)
 
 
-def read_checkpoint(path: Path, config: Config) -> dict[str, Any]:
-    """The checkpoint at ``path``, checked against the run folder's ``config``;
-    UsageError, in one line, if it is missing, damaged, of another format or run."""
+def read_checkpoint(path: Path, config: Config, run_dir: Path | None = None) -> dict[str, Any]:
+    """The checkpoint at ``path``, checked against the ``config`` of its run folder
+    ``run_dir`` (the file's folder unless given); UsageError, in one line, if it is
+    missing, damaged, of another format or run."""
     if not path.is_file():
         raise UsageError(
             f"{path.parent} has no {CHECKPOINT} to resume from "
@@ -130,7 +131,8 @@ def read_checkpoint(path: Path, config: Config) -> dict[str, Any]:
         raise UsageError(f"{path} is damaged: it holds no state")
     if payload["config"] != config.to_toml():
         raise UsageError(
-            f"{path} was saved by a run of another config than {path.parent / 'config.toml'}; "
+            f"{path} was saved by a run of another config than "
+            f"{(run_dir or path.parent) / 'config.toml'}; "
             "resume a folder with its own config"
         )
     return payload

@@ -185,7 +185,7 @@ def check_resumable(run_dir: Path) -> tuple[Config, dict[str, Any]]:
                 f"resume each unfinished one, e.g. --resume {run_dir / members[0]}"
             )
         raise UsageError(f"{run_dir} has no config.toml: it is not a run folder")
-    if _finished(run_dir / "summary.json"):
+    if finished(run_dir / "summary.json"):
         raise UsageError(f"{run_dir} holds a finished run; there is nothing to resume")
     experiment = load_experiment(str(config_file))
     config = experiment.runs[0][1]
@@ -207,7 +207,8 @@ def check_resumable(run_dir: Path) -> tuple[Config, dict[str, Any]]:
     return config, checkpoint
 
 
-def _finished(summary: Path) -> bool:
+def finished(summary: Path) -> bool:
+    """Whether ``summary`` (a run folder's summary.json) says the run finished."""
     try:
         return json.loads(summary.read_text()).get("status") == "finished"
     except (OSError, ValueError, AttributeError):

@@ -61,6 +61,8 @@ class SgdProgress:
     loss_sum: float
     """Sum of the mean training losses of the steps since the last evaluation."""
     loss_steps: int
+    train_seconds: float = 0.0
+    """Real seconds of the training steps so far (evaluations left out)."""
 
     def counts(self) -> dict[str, Any]:
         """Everything but the state, as plain numbers."""
@@ -69,6 +71,7 @@ class SgdProgress:
             "virtual_seconds": self.virtual_seconds,
             "loss_sum": self.loss_sum,
             "loss_steps": self.loss_steps,
+            "train_seconds": self.train_seconds,
         }
 
 
@@ -100,12 +103,12 @@ def train_sgd(
     ``snapshot`` makes of the loop's progress: the runtime's whole state.
     """
     started = time.perf_counter()
-    train_seconds = 0.0
     if start is None:
         start = SgdProgress(0, algorithm.init(initial), 0, 0.0, 0.0, 0)
         evaluate(Evaluation(0, algorithm.params(start.state), 0, None, 0.0, 0.0))
     state, samples, virtual_seconds = start.state, start.samples, start.virtual_seconds
     loss_sum, loss_steps = start.loss_sum, start.loss_steps
+    train_seconds = start.train_seconds
     bar = tqdm(
         total=iterations,
         initial=start.done,
@@ -145,7 +148,9 @@ def train_sgd(
             if record is not None and record["accuracy_mean"] is not None:
                 bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}", msgs=record["messages"])
         if checkpoints is not None and snapshot is not None and checkpoints.due(done, iterations):
-            at = SgdProgress(done, state, samples, virtual_seconds, loss_sum, loss_steps)
+            at = SgdProgress(
+                done, state, samples, virtual_seconds, loss_sum, loss_steps, train_seconds
+            )
             checkpoints.save(done, snapshot(at))
         bar.update(1)
     bar.close()
