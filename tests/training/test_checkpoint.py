@@ -16,7 +16,7 @@ from murmur.cli import main
 from murmur.config import load_experiment
 from murmur.errors import UsageError
 from murmur.experiment import resume, run
-from murmur.training.checkpoint import CHECKPOINT, from_plain, to_plain
+from murmur.training.checkpoint import CHECKPOINT, from_plain, load_file, to_plain, write_atomic
 
 SMALL = [*SMALL_SGD, "run.checkpoint_every=25"]
 WALL = {"wall_seconds", "train_seconds", "samples_per_second", "run_dir", "wall"}
@@ -71,7 +71,7 @@ def assert_same_run(first: Path, second: Path) -> None:
 def test_a_resumed_run_ends_as_the_run_never_stopped(tmp_path, preset, settings):
     config = _config(preset, *settings)
     finished = run(config, tmp_path / "finished", name="member", preset="comparison")
-    checkpoint = torch.load(tmp_path / "finished" / CHECKPOINT, weights_only=True)
+    checkpoint = load_file(tmp_path / "finished" / CHECKPOINT)
     assert checkpoint["done"] == 50 and checkpoint["records"] == 3
     _stopped_copy(tmp_path / "finished", tmp_path / "stopped")
     resumed = resume(tmp_path / "stopped")
@@ -163,8 +163,9 @@ def _damaged(stopped: Path, tmp_path: Path, damage) -> Path:
         lambda data: data[:100],
         lambda data: b"",
         lambda data: data[:2000] + bytes(255 - b for b in data[2000:4000]) + data[4000:],
+        lambda data: data[:-5000] + bytes([data[-5000] ^ 1]) + data[-4999:],
     ],
-    ids=["half", "head", "empty", "flipped"],
+    ids=["half", "head", "empty", "flipped", "one-bit-in-a-tensor"],
 )
 def test_a_damaged_checkpoint_is_refused_and_the_folder_left_alone(
     capsys, tmp_path, stopped, damage
@@ -176,8 +177,8 @@ def test_a_damaged_checkpoint_is_refused_and_the_folder_left_alone(
 def test_a_checkpoint_of_another_format_is_refused(capsys, tmp_path, stopped):
     folder = tmp_path / "format"
     shutil.copytree(stopped, folder)
-    payload = torch.load(folder / CHECKPOINT, weights_only=True)
-    torch.save({**payload, "format": 99}, folder / CHECKPOINT)
+    payload = load_file(folder / CHECKPOINT)
+    write_atomic(folder / CHECKPOINT, {**payload, "format": 99})
     assert "checkpoint format 99" in _refused(capsys, folder)
 
 
@@ -237,7 +238,7 @@ LAYERWISE = [
 def test_a_resumed_layerwise_run_ends_as_the_run_never_stopped(tmp_path, preset, settings):
     config = load_experiment(preset, [*LAYERWISE, *settings]).runs[0][1]
     finished = run(config, tmp_path / "finished")
-    checkpoint = torch.load(tmp_path / "finished" / CHECKPOINT, weights_only=True)
+    checkpoint = load_file(tmp_path / "finished" / CHECKPOINT)
     assert checkpoint["done"] == 2 and checkpoint["records"] == 3
     _stopped_copy(tmp_path / "finished", tmp_path / "stopped")
     resumed = resume(tmp_path / "stopped")
@@ -271,7 +272,7 @@ SERVER = [
 def test_a_resumed_server_run_ends_as_the_run_never_stopped(tmp_path, preset, settings):
     config = load_experiment(preset, [*SERVER, *settings]).runs[0][1]
     finished = run(config, tmp_path / "finished")
-    checkpoint = torch.load(tmp_path / "finished" / CHECKPOINT, weights_only=True)
+    checkpoint = load_file(tmp_path / "finished" / CHECKPOINT)
     assert checkpoint["done"] == 50 and checkpoint["records"] == 3
     assert checkpoint["state"]["events"]
     _stopped_copy(tmp_path / "finished", tmp_path / "stopped")

@@ -9,15 +9,20 @@ temporary file of the same folder, flushed to disk, then renamed over the
 previous one, so that a run killed at any moment leaves either the previous
 checkpoint or the new one.
 
-The file holds plain containers only (dicts, lists, tensors, numbers, strings;
-a random generator is its state tensor), and is read with
-``torch.load(weights_only=True)``: reading a checkpoint runs no pickled code.
+The file is one line, ``murmur checkpoint sha256 <digest>``, then what
+``torch.save`` writes: plain containers only (dicts, lists, tensors, numbers,
+strings; a random generator is its state tensor), read with
+``torch.load(weights_only=True)``, so reading a checkpoint runs no pickled
+code. The digest covers every byte after the line: a checkpoint truncated or
+changed anywhere, in its tensors' data too, is refused.
 :func:`read_checkpoint` checks it against the run folder's config before a
 resumed run touches anything.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -32,8 +37,10 @@ from murmur.errors import UsageError
 
 CHECKPOINT = "checkpoint.pt"
 """The checkpoint's file name in the run folder."""
-FORMAT = 1
+FORMAT = 2
 """Version of the checkpoint's layout; a checkpoint of another version is refused."""
+MAGIC = b"murmur checkpoint sha256 "
+"""How a checkpoint's first line starts; the SHA-256 of the rest follows, in hex."""
 
 
 @dataclass
@@ -73,12 +80,17 @@ def header(config: Config, name: str, preset: str) -> dict[str, Any]:
 
 
 def write_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    """``torch.save`` ``payload`` to ``path`` through a temporary file of the same folder."""
+    """``torch.save`` ``payload`` to ``path``, after the line with its checksum, through a
+    temporary file of the same folder."""
+    buffer = io.BytesIO()
+    torch.save(dict(payload), buffer)
+    data = buffer.getbuffer()
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         os.fchmod(descriptor, 0o644)  # as the run's other files, not mkstemp's 0o600
         with os.fdopen(descriptor, "wb") as file:
-            torch.save(dict(payload), file)
+            file.write(MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n")
+            file.write(data)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
@@ -111,12 +123,7 @@ def read_checkpoint(path: Path, config: Config, run_dir: Path | None = None) -> 
             f"{path.parent} has no {CHECKPOINT} to resume from "
             "(a run saves one only with run.checkpoint_every > 0)"
         )
-    try:
-        payload = torch.load(path, weights_only=True)
-    except Exception as error:
-        raise UsageError(
-            f"{path} is damaged (truncated or not a checkpoint): {type(error).__name__}"
-        ) from None
+    payload = load_file(path)
     if not isinstance(payload, dict) or not isinstance(payload.get("format"), int):
         raise UsageError(f"{path} is not a murmur checkpoint")
     if payload["format"] != FORMAT:
@@ -136,6 +143,24 @@ def read_checkpoint(path: Path, config: Config, run_dir: Path | None = None) -> 
             "resume a folder with its own config"
         )
     return payload
+
+
+def load_file(path: Path) -> Any:
+    """What ``path`` holds, once its checksum matches; UsageError otherwise."""
+    damaged = f"{path} is damaged (truncated or not a checkpoint)"
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror}") from None
+    line, newline, body = data.partition(b"\n")
+    if not line.startswith(MAGIC) or not newline:
+        raise UsageError(f"{damaged}: it does not start with murmur's checkpoint line")
+    if line[len(MAGIC) :] != hashlib.sha256(body).hexdigest().encode():
+        raise UsageError(f"{damaged}: its bytes do not match their checksum")
+    try:
+        return torch.load(io.BytesIO(body), weights_only=True)
+    except Exception as error:
+        raise UsageError(f"{damaged}: {type(error).__name__}") from None
 
 
 # ---------------------------------------------------------------- plain values
