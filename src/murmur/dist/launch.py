@@ -15,7 +15,14 @@ from typing import Any
 from murmur.config import Config, Experiment, load_experiment
 from murmur.errors import UsageError
 from murmur.training.runs import check_run, check_run_dir
-from murmur.registry import ALGORITHMS, check_checkpoints, check_faults, check_runtime
+from murmur.registry import (
+    ALGORITHMS,
+    check_checkpoints,
+    check_faults,
+    check_runtime,
+    checkpointed_distributed,
+    distributed_checkpointed_names,
+)
 from murmur.dist.checkpoints import check_resumable_ranks
 from murmur.dist.runtime import check_same_run, check_world, loopback_interface
 from murmur.dist.transport import DEFAULT_TIMEOUT
@@ -119,12 +126,13 @@ def check_resumable_launch(run_dir: Path, nproc: int | None) -> tuple[Config, in
 
 
 def check_restarts(config: Config, max_restarts: int) -> None:
-    """UsageError when restarted ranks could not continue: only synchronous SGD's can."""
-    kind = ALGORITHMS[config.algorithm.name].kind
-    if max_restarts > 0 and kind != "sgd":
+    """UsageError when restarted ranks could not continue: only those of the algorithms
+    the distributed runtime checkpoints can."""
+    name = config.algorithm.name
+    if max_restarts > 0 and not checkpointed_distributed(name):
         raise UsageError(
-            f"--max-restarts restarts synchronous SGD runs only, not {config.algorithm.name}; "
-            "drop it"
+            f"--max-restarts restarts runs of {distributed_checkpointed_names()} only, "
+            f"not {name}; drop it"
         )
 
 
