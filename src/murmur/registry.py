@@ -284,7 +284,8 @@ from them: synchronous dSSFN, whose ranks finish every layer together."""
 
 def checkpointed_distributed(name: str) -> bool:
     """Whether the distributed runtime saves checkpoints of ``name`` and resumes it."""
-    return ALGORITHMS[name].kind == "sgd" or name in DISTRIBUTED_LAYERWISE_CHECKPOINTED
+    kind = ALGORITHMS[name].kind
+    return kind in ("sgd", "server") or name in DISTRIBUTED_LAYERWISE_CHECKPOINTED
 
 
 def distributed_checkpointed_names() -> str:
@@ -295,7 +296,15 @@ def distributed_checkpointed_names() -> str:
         if spec.kind == "sgd" and "distributed" in spec.runtimes
     )
     layerwise = ", ".join(DISTRIBUTED_LAYERWISE_CHECKPOINTED)
-    return f"synchronous SGD ({synchronous}) and synchronous dSSFN ({layerwise})"
+    servers = ", ".join(
+        other
+        for other, spec in ALGORITHMS.items()
+        if spec.kind == "server" and "distributed" in spec.runtimes
+    )
+    return (
+        f"synchronous SGD ({synchronous}), synchronous dSSFN ({layerwise}) "
+        f"and the parameter server ({servers})"
+    )
 
 
 def check_checkpoints(name: str, run: RunConfig, runtime: Runtime) -> None:

@@ -8,7 +8,8 @@ state (own last broadcast, broadcast number, each neighbour's value as of that
 number, counters), the batch streams, the loop's sums and its evaluation rows so
 far. Synchronous dSSFN saves the same way every k layers, at a layer's end
 (:func:`murmur.dist.layerwise.restore_layers`): the rank's output matrices of every
-layer so far, its rows and records, its counters. All ranks of ``murmur launch``
+layer so far, its rows and records, its counters. The parameter server saves on
+rank 0 alone, every k updates (:mod:`murmur.dist.server`). All ranks of ``murmur launch``
 share the folder; on several machines each rank writes into its own copy of the path.
 
 The ranks run in lockstep without barriers: a rank cannot finish an iteration

@@ -122,6 +122,8 @@ def check_resumable_launch(run_dir: Path, nproc: int | None) -> tuple[Config, in
     if nproc is not None:
         check_world(config, nproc, what="--nproc")
     check_run(config)
+    if ALGORITHMS[config.algorithm.name].kind == "server":
+        world = 1  # only the server saves
     return config, check_resumable_ranks(run_dir, world, config)
 
 

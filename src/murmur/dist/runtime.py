@@ -63,7 +63,7 @@ from murmur.dist.mailbox import (
     PeerFailure,
     first_line,
 )
-from murmur.dist.server import server_runner
+from murmur.dist.server import newest_server_checkpoint, server_runner
 from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
 from murmur.errors import UsageError
 from murmur.metrics.records import Outcome, RunResult
@@ -200,6 +200,9 @@ def run_distributed(
     if run_dir is not None and start != "new" and (run_dir / "config.toml").is_file():
         check_same_run(run_dir, config)
         folder_kept = {"records": 0}  # rank 0 writes every record at the end
+        if spec.kind == "server":  # the server writes them as it goes
+            saved = newest_server_checkpoint(saves, config)
+            folder_kept["records"] = saved["state"]["records"] if saved is not None else 0
     elif run_dir is not None:
         check_run_dir(run_dir)
     _init_group(env, timeout)
@@ -235,6 +238,8 @@ def resume_distributed(
         raise UsageError(f"{run_dir} has no config.toml: it is not a run folder")
     config = load_experiment(str(config_file)).runs[0][1]
     rank = RankEnvironment.from_environ(environ).rank
+    if ALGORITHMS[config.algorithm.name].kind == "server":
+        rank = 0  # only the server saves
     folder = run_dir / FOLDER
     iterations = readable_iterations(folder, rank, config)
     if not iterations:
@@ -639,6 +644,8 @@ def _server_ranks(
         rank,
         ALGORITHMS[config.algorithm.name].processes(config.algorithm, config.topology.agents),
         timeout,
+        saves,
+        start,
     )
 
 
@@ -648,4 +655,4 @@ _RANK_RUNNERS: dict[str, Callable[[Config, int, float, RankCheckpoints, Start], 
     "server": _server_ranks,
 }
 """The runner of one rank, by the kind of algorithm (``AlgorithmSpec.kind``); synchronous
-SGD and synchronous dSSFN save and continue from checkpoints."""
+SGD, synchronous dSSFN and the parameter server save and continue from checkpoints."""
