@@ -1,11 +1,15 @@
 """Checkpoints of synchronous dSSFN in the distributed runtime: every k layers each rank
-saves its part; a run whose rank was killed mid-layer, resumed by hand or restarted by
-torchrun, gives the uninterrupted run's records and summary."""
+saves its part; a run whose rank was killed mid-layer, resumed (by hand or by ``murmur
+launch --resume``) or restarted by torchrun, gives the uninterrupted run's records and
+summary."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -31,7 +35,7 @@ def run_ranks(folder: Path, argv: list[str], **kwargs) -> tuple[dict, dict[int, 
     return drive(folder, [*argv, "--quiet", "--timeout", "10"], world=4, limit=90.0, **kwargs)
 
 
-def test_a_dssfn_run_killed_mid_layer_resumed_by_hand_gives_the_uninterrupted_run(tmp_path):
+def test_a_dssfn_run_killed_mid_layer_resumed_gives_the_uninterrupted_run(tmp_path):
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     argv = ["run", "dssfn-vowel", *DSSFN, "--runtime", "distributed"]
     report, stderr = run_ranks(tmp_path / "a", [*argv, "--out", str(whole)])
@@ -44,6 +48,19 @@ def test_a_dssfn_run_killed_mid_layer_resumed_by_hand_gives_the_uninterrupted_ru
     assert report["codes"]["2"] == -signal.SIGKILL, stderr
     assert json.loads((stopped / "summary.json").read_text())["status"] == "failed"
     assert [saved_iterations(stopped / FOLDER, rank) for rank in range(4)] == [[1, 2]] * 4
+
+    copy = tmp_path / "copy"
+    shutil.copytree(stopped, copy)
+    command = [sys.executable, "-m", "murmur", "launch", "--resume", str(copy)]
+    done = subprocess.run(
+        [*command, "--port", str(free_port()), "--timeout", "10"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(f"resuming {copy} from layer 2\n")
+    assert comparable(copy) == comparable(whole)
 
     resume = ["run", "--resume", str(stopped), "--runtime", "distributed"]
     report, stderr = run_ranks(tmp_path / "c", resume)

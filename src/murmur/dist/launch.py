@@ -66,7 +66,8 @@ def launch(
     if resume is not None:
         config, done = check_resumable_launch(Path(resume), nproc)
         if progress:
-            print(f"resuming {resume} from iteration {done}", file=sys.stderr)
+            unit = _STEP.get(ALGORITHMS[config.algorithm.name].kind, "iteration")
+            print(f"resuming {resume} from {unit} {done}", file=sys.stderr)
         rank_argv = ["--resume", resume]
     else:
         if nproc is None or source is None:
@@ -103,6 +104,10 @@ def launch(
     if interface is not None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
     return _torchrun(torchrun_argv)
+
+
+_STEP = {"layerwise": "layer", "server": "update"}
+"""What a checkpoint's number counts, by the kind of algorithm (iterations otherwise)."""
 
 
 def check_resumable_launch(run_dir: Path, nproc: int | None) -> tuple[Config, int]:
