@@ -277,20 +277,45 @@ CHECKPOINTED: tuple[Kind, ...] = ("sgd", "layerwise", "server")
 """The kinds of algorithm whose simulated runs save checkpoints and resume."""
 
 
+DISTRIBUTED_LAYERWISE_CHECKPOINTED = ("dssfn",)
+"""The layer-wise algorithms whose distributed runs save checkpoints and continue
+from them: synchronous dSSFN, whose ranks finish every layer together."""
+
+
+def checkpointed_distributed(name: str) -> bool:
+    """Whether the distributed runtime saves checkpoints of ``name`` and resumes it."""
+    kind = ALGORITHMS[name].kind
+    return kind in ("sgd", "server") or name in DISTRIBUTED_LAYERWISE_CHECKPOINTED
+
+
+def distributed_checkpointed_names() -> str:
+    """The algorithms the distributed runtime checkpoints, for a message."""
+    synchronous = ", ".join(
+        other
+        for other, spec in ALGORITHMS.items()
+        if spec.kind == "sgd" and "distributed" in spec.runtimes
+    )
+    layerwise = ", ".join(DISTRIBUTED_LAYERWISE_CHECKPOINTED)
+    servers = ", ".join(
+        other
+        for other, spec in ALGORITHMS.items()
+        if spec.kind == "server" and "distributed" in spec.runtimes
+    )
+    return (
+        f"synchronous SGD ({synchronous}), synchronous dSSFN ({layerwise}) "
+        f"and the parameter server ({servers})"
+    )
+
+
 def check_checkpoints(name: str, run: RunConfig, runtime: Runtime) -> None:
     """UsageError unless ``runtime`` saves checkpoints of a run of ``name``, when
     ``run.checkpoint_every`` asks for them."""
     if run.checkpoint_every == 0:
         return
-    if runtime == "distributed" and ALGORITHMS[name].kind != "sgd":
-        synchronous = ", ".join(
-            other
-            for other, spec in ALGORITHMS.items()
-            if spec.kind == "sgd" and runtime in spec.runtimes
-        )
+    if runtime == "distributed" and not checkpointed_distributed(name):
         raise UsageError(
             f"the distributed runtime saves no checkpoints of {name} (run.checkpoint_every = "
-            f"{run.checkpoint_every}), only of synchronous SGD ({synchronous}); set it to 0, "
+            f"{run.checkpoint_every}), only of {distributed_checkpointed_names()}; set it to 0, "
             "or run in the simulator with `murmur run`"
         )
     if ALGORITHMS[name].kind not in CHECKPOINTED:

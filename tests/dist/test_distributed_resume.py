@@ -168,16 +168,16 @@ def test_launch_resume_refuses_a_finished_run_another_process_count_and_a_preset
     assert "drop the preset" in err
 
 
-def test_max_restarts_is_refused_for_what_cannot_continue(tmp_path, capsys):
-    path = write_config(tmp_path, 'name = "dssfn"')
-    err = one_line_error(
-        capsys, main(["launch", "--nproc", "4", str(path), "--max-restarts", "1"])
-    )
-    assert "--max-restarts restarts synchronous SGD runs only, not dssfn" in err
-    err = one_line_error(
-        capsys, main(["launch", "--nproc", "4", str(path), "--set", "run.checkpoint_every=5"])
-    )
+def test_max_restarts_is_refused_for_what_cannot_continue(capsys):
+    launch = ["launch", "--nproc", "4", "dssfn-async-vowel", "--set", "topology.agents=4"]
+    err = one_line_error(capsys, main([*launch, "--max-restarts", "1"]))
+    assert "--max-restarts restarts runs of synchronous SGD (detsgrad, dsgd" in err
+    assert "synchronous dSSFN (dssfn) and the parameter server (asysg-con, sync-ps)" in err
+    assert err.endswith("only, not dssfn-async; drop it\n")
+    err = one_line_error(capsys, main([*launch, "--set", "run.checkpoint_every=5"]))
+    assert "no checkpoints of dssfn-async" in err
     assert "only of synchronous SGD (detsgrad, dsgd" in err
+    assert "synchronous dSSFN (dssfn) and the parameter server (asysg-con, sync-ps)" in err
 
 
 def test_each_rank_keeps_enough_checkpoints_for_the_farthest_rank_to_have_one_in_common():

@@ -6,8 +6,11 @@ as ``rank{R}-{iteration}.pt``, written atomically in the simulator's format
 (:mod:`murmur.training.checkpoint`): its algorithm state row, its transport's
 state (own last broadcast, broadcast number, each neighbour's value as of that
 number, counters), the batch streams, the loop's sums and its evaluation rows so
-far. All ranks of ``murmur launch`` share the folder; on several machines each
-rank writes into its own copy of the path.
+far. Synchronous dSSFN saves the same way every k layers, at a layer's end
+(:func:`murmur.dist.layerwise.restore_layers`): the rank's output matrices of every
+layer so far, its rows and records, its counters. The parameter server saves on
+rank 0 alone, every k updates (:mod:`murmur.dist.server`). All ranks of ``murmur launch``
+share the folder; on several machines each rank writes into its own copy of the path.
 
 The ranks run in lockstep without barriers: a rank cannot finish an iteration
 before its neighbours have sent theirs, so two ranks ``d`` hops apart are at
@@ -27,7 +30,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -36,6 +39,9 @@ from murmur.config import Config
 from murmur.errors import UsageError
 from murmur.topology import Graph
 from murmur.training.checkpoint import Checkpoints, read_checkpoint, write_atomic
+
+Start = Literal["new", "resume", "restart"]
+"""How a rank starts: a new run, resumed by hand, or restarted by torchrun."""
 
 FOLDER = "checkpoints"
 """The subfolder of the run folder that holds every rank's checkpoints."""

@@ -15,7 +15,14 @@ from typing import Any
 from murmur.config import Config, Experiment, load_experiment
 from murmur.errors import UsageError
 from murmur.training.runs import check_run, check_run_dir
-from murmur.registry import ALGORITHMS, check_checkpoints, check_faults, check_runtime
+from murmur.registry import (
+    ALGORITHMS,
+    check_checkpoints,
+    check_faults,
+    check_runtime,
+    checkpointed_distributed,
+    distributed_checkpointed_names,
+)
 from murmur.dist.checkpoints import check_resumable_ranks
 from murmur.dist.runtime import check_same_run, check_world, loopback_interface
 from murmur.dist.transport import DEFAULT_TIMEOUT
@@ -59,7 +66,8 @@ def launch(
     if resume is not None:
         config, done = check_resumable_launch(Path(resume), nproc)
         if progress:
-            print(f"resuming {resume} from iteration {done}", file=sys.stderr)
+            unit = _STEP.get(ALGORITHMS[config.algorithm.name].kind, "iteration")
+            print(f"resuming {resume} from {unit} {done}", file=sys.stderr)
         rank_argv = ["--resume", resume]
     else:
         if nproc is None or source is None:
@@ -98,6 +106,10 @@ def launch(
     return _torchrun(torchrun_argv)
 
 
+_STEP = {"layerwise": "layer", "server": "update"}
+"""What a checkpoint's number counts, by the kind of algorithm (iterations otherwise)."""
+
+
 def check_resumable_launch(run_dir: Path, nproc: int | None) -> tuple[Config, int]:
     """The config of the stopped distributed run in ``run_dir`` and the iteration it
     resumes from, every rank's checkpoints read and checked; UsageError, in one line,
@@ -115,16 +127,19 @@ def check_resumable_launch(run_dir: Path, nproc: int | None) -> tuple[Config, in
     if nproc is not None:
         check_world(config, nproc, what="--nproc")
     check_run(config)
+    if ALGORITHMS[config.algorithm.name].kind == "server":
+        world = 1  # only the server saves
     return config, check_resumable_ranks(run_dir, world, config)
 
 
 def check_restarts(config: Config, max_restarts: int) -> None:
-    """UsageError when restarted ranks could not continue: only synchronous SGD's can."""
-    kind = ALGORITHMS[config.algorithm.name].kind
-    if max_restarts > 0 and kind != "sgd":
+    """UsageError when restarted ranks could not continue: only those of the algorithms
+    the distributed runtime checkpoints can."""
+    name = config.algorithm.name
+    if max_restarts > 0 and not checkpointed_distributed(name):
         raise UsageError(
-            f"--max-restarts restarts synchronous SGD runs only, not {config.algorithm.name}; "
-            "drop it"
+            f"--max-restarts restarts runs of {distributed_checkpointed_names()} only, "
+            f"not {name}; drop it"
         )
 
 

@@ -6,7 +6,10 @@ Synchronous dSSFN runs the simulator's layer driver on the rank's shard
 rows from :class:`DistributedNetwork`. ``murmur run --runtime distributed``
 gathers each layer's record across the ranks (fixed-size tensors) and rank 0
 writes it. Work takes real time here, so the distributed records and summary
-have no ``virtual_seconds``.
+have no ``virtual_seconds``. With ``run.checkpoint_every = k`` each rank saves
+its part every k layers (:mod:`murmur.dist.checkpoints`): its output matrices
+of every layer so far, its rows and records, its counters; a resumed rank
+rebuilds its features by replaying the layers from them.
 
 Asynchronous dSSFN runs the same driver; the network drives the rank's ARock
 node (:meth:`DistributedNetwork.run_async`) through one
@@ -20,6 +23,7 @@ rank not known to have failed, giving up on a rank that sends nothing for
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from datetime import timedelta
@@ -32,8 +36,22 @@ import torch.distributed as dist
 
 from murmur.algorithms.protocols import AsyncNode, AsyncWork, LayerSolver, RoundsWork
 from murmur.metrics.records import Outcome
+from murmur.dist.checkpoints import (
+    RankCheckpoints,
+    Start,
+    agree,
+    rank_file,
+    readable_iterations,
+)
 from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
-from murmur.training.layerwise import LayerwiseResult, layerwise_extra, train_layerwise_run
+from murmur.errors import UsageError
+from murmur.training.checkpoint import read_checkpoint
+from murmur.training.layerwise import (
+    LayerProgress,
+    LayerwiseResult,
+    layerwise_extra,
+    train_layerwise_run,
+)
 from murmur.training.reducer import AgentTotals, LayerRows, layer_record, run_outcome
 from murmur.training.setup import Setup
 from murmur.dist.mailbox import (
@@ -193,13 +211,17 @@ def train_layerwise_rank(
     on_record: Callable[[dict[str, Any]], None] = lambda record: None,
     network_out: list[DistributedNetwork] | None = None,
     progress: bool = False,
+    saves: RankCheckpoints | None = None,
+    resumed: dict[str, Any] | None = None,
 ) -> tuple[LayerwiseResult, MessageCounters]:
     """Node ``rank`` of a layer-wise run (dSSFN, synchronous or asynchronous) in a
     joined process group: its shard's layers, messages with its neighbours.
     Returns its result (output matrices (1, Q, n); records of its own node) and its
     message counters. ``network_out``: the rank's :class:`DistributedNetwork` is
     appended to it (for its control-message and rejection counts, and the
-    neighbours an asynchronous run dropped). ``progress``: a bar of the layers."""
+    neighbours an asynchronous run dropped). ``progress``: a bar of the layers.
+    ``saves``: where and how often the rank saves its part (synchronous dSSFN);
+    ``resumed``: the part it saved, to continue from (:func:`restore_layers`)."""
     graph = setup.graph
     network = DistributedNetwork(
         graph=graph,
@@ -209,9 +231,35 @@ def train_layerwise_rank(
     )
     if network_out is not None:
         network_out.append(network)
+    start = None
+    if resumed is not None:
+        try:
+            start = LayerProgress.from_plain(resumed["layers"])
+            network.counters.load_state_dict(resumed["counters"])
+            network.control_messages = int(resumed["control"])
+            network.rejected = int(resumed["rejected"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise UsageError(f"rank {rank}: its checkpoint does not fit this run: {error}") from None
+
+    def snapshot(at: LayerProgress) -> dict[str, Any]:
+        network.close()  # the layer's gossip phase ends here: its STOPs are counted
+        return {
+            "layers": at.to_plain(),
+            "counters": network.counters.state_dict(),
+            "control": network.control_messages,
+            "rejected": network.rejected,
+        }
+
     try:
         trained = train_layerwise_run(
-            setup, solver, network, [setup.shards[rank]], on_record, progress
+            dataclasses.replace(setup, checkpoints=saves),
+            solver,
+            network,
+            [setup.shards[rank]],
+            on_record,
+            progress,
+            start,
+            snapshot if saves is not None else None,
         )
         network.close()
     except PeerFailure as failure:
@@ -253,6 +301,8 @@ def run_layerwise_rank(
     *,
     rank: int,
     timeout: float,
+    saves: RankCheckpoints | None = None,
+    start: Start = "new",
 ) -> Outcome:
     """Node ``rank`` of a dSSFN run; every layer's record brought together across the
     ranks and handed to ``on_record`` on rank 0, which writes them. Without
@@ -262,8 +312,15 @@ def run_layerwise_rank(
     has stopped). Asynchronous dSSFN carries on without failed ranks, so each
     rank sends its results to rank 0 alone (:func:`_collect`), and rank 0 takes
     them from the ranks still there.
+
+    ``saves``: where and how often the rank saves its part (synchronous dSSFN, with
+    ``run.checkpoint_every`` > 0). ``start``: "resume" and "restart" continue from the
+    newest layer every rank saved (:func:`restore_layers`).
     """
-    records: list[dict[str, Any]] = []
+    resumed = None
+    if start != "new" and saves is not None:
+        resumed = restore_layers(setup, saves, rank, start)
+    records: list[dict[str, Any]] = list(resumed["layers"]["records"]) if resumed else []
     networks: list[DistributedNetwork] = []
     trained, counters = train_layerwise_rank(
         setup,
@@ -273,6 +330,8 @@ def run_layerwise_rank(
         on_record=records.append,
         network_out=networks,
         progress=progress,
+        saves=saves if saves is not None and saves.every > 0 else None,
+        resumed=resumed,
     )
     network = networks[0]
     local = _RankResults.of(records, trained, counters, network)
@@ -292,6 +351,32 @@ def run_layerwise_rank(
     if rank != 0:
         outcome.parameters = None
     return outcome
+
+
+def restore_layers(
+    setup: Setup, saves: RankCheckpoints, rank: int, start: Start
+) -> dict[str, Any] | None:
+    """Collective: this rank's saved part of the newest layer every rank saved, its
+    later files removed (the run saves them again); None, to start over, when the
+    ranks were restarted before saving one in common. A rank resumed by hand stops
+    in one line then, as every other rank does."""
+    config = setup.config
+    held = readable_iterations(saves.path, rank, config) if saves.path is not None else []
+    done = agree(held, saves.keep)
+    if done is None and start == "resume":
+        raise UsageError(
+            f"rank {rank}: the ranks hold no checkpoint of one same layer (this one "
+            f"holds {held}); there is nothing to resume from"
+        )
+    saves.discard_after(-1 if done is None else done)
+    if done is None or saves.path is None:
+        return None
+    state = read_checkpoint(rank_file(saves.path, rank, done), config)["state"]
+    try:
+        LayerProgress.from_plain(state["layers"])
+    except (KeyError, TypeError) as error:
+        raise UsageError(f"rank {rank}: its checkpoint does not fit this run: {error}") from None
+    return state
 
 
 @dataclass

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -52,6 +52,7 @@ from murmur.config import Config, TimingConfig, load_experiment
 from murmur.dist.checkpoints import (
     FOLDER,
     RankCheckpoints,
+    Start,
     agree,
     kept_checkpoints,
     rank_file,
@@ -62,11 +63,17 @@ from murmur.dist.mailbox import (
     PeerFailure,
     first_line,
 )
-from murmur.dist.server import server_runner
+from murmur.dist.server import newest_server_checkpoint, server_runner
 from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
 from murmur.errors import UsageError
 from murmur.metrics.records import Outcome, RunResult
-from murmur.registry import ALGORITHMS, check_checkpoints, check_faults, check_runtime
+from murmur.registry import (
+    ALGORITHMS,
+    check_checkpoints,
+    check_faults,
+    check_runtime,
+    checkpointed_distributed,
+)
 from murmur.training.reducer import AgentRows, AgentTotals, run_outcome, sgd_record
 from murmur.training.checkpoint import header, read_checkpoint, restore_tuple, to_plain
 from murmur.training.runs import Runner, check_run_dir, finished, train_run
@@ -74,8 +81,6 @@ from murmur.training.setup import Setup, prepare
 from murmur.training.sgd_loop import Evaluation, SgdProgress, SgdTrained, train_sgd
 
 
-Start = Literal["new", "resume", "restart"]
-"""How a rank starts: a new run, resumed by hand, or restarted by torchrun."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ def run_distributed(
         raise ValueError("a resumed run needs its run folder")
     env = RankEnvironment.from_environ(environ)
     start: Start = "resume" if resume else "restart" if env.attempt > 0 else "new"
-    if spec.kind != "sgd" or out_dir is None:
+    if not checkpointed_distributed(config.algorithm.name) or out_dir is None:
         start = "new"
     if env.rank == 0 and config.timing != TimingConfig():
         print(
@@ -195,6 +200,9 @@ def run_distributed(
     if run_dir is not None and start != "new" and (run_dir / "config.toml").is_file():
         check_same_run(run_dir, config)
         folder_kept = {"records": 0}  # rank 0 writes every record at the end
+        if spec.kind == "server":  # the server writes them as it goes
+            saved = newest_server_checkpoint(saves, config)
+            folder_kept["records"] = saved["state"]["records"] if saved is not None else 0
     elif run_dir is not None:
         check_run_dir(run_dir)
     _init_group(env, timeout)
@@ -230,6 +238,8 @@ def resume_distributed(
         raise UsageError(f"{run_dir} has no config.toml: it is not a run folder")
     config = load_experiment(str(config_file)).runs[0][1]
     rank = RankEnvironment.from_environ(environ).rank
+    if ALGORITHMS[config.algorithm.name].kind == "server":
+        rank = 0  # only the server saves
     folder = run_dir / FOLDER
     iterations = readable_iterations(folder, rank, config)
     if not iterations:
@@ -622,7 +632,7 @@ def _sgd_ranks(
 def _layerwise_ranks(
     config: Config, rank: int, timeout: float, saves: RankCheckpoints, start: Start
 ) -> Runner:
-    return partial(run_layerwise_rank, rank=rank, timeout=timeout)
+    return partial(run_layerwise_rank, rank=rank, timeout=timeout, saves=saves, start=start)
 
 
 def _server_ranks(
@@ -634,6 +644,8 @@ def _server_ranks(
         rank,
         ALGORITHMS[config.algorithm.name].processes(config.algorithm, config.topology.agents),
         timeout,
+        saves,
+        start,
     )
 
 
@@ -642,5 +654,5 @@ _RANK_RUNNERS: dict[str, Callable[[Config, int, float, RankCheckpoints, Start], 
     "layerwise": _layerwise_ranks,
     "server": _server_ranks,
 }
-"""The runner of one rank, by the kind of algorithm (``AlgorithmSpec.kind``); only
-synchronous SGD saves and continues from checkpoints."""
+"""The runner of one rank, by the kind of algorithm (``AlgorithmSpec.kind``); synchronous
+SGD, synchronous dSSFN and the parameter server save and continue from checkpoints."""

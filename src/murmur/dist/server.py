@@ -30,6 +30,13 @@ current model are in; it applies their mean (summed in worker order, as the
 simulator does with equal workers) and sends the new model to all. Being
 synchronous, it does not carry on without a worker: when one fails, the server
 tells the others (ABORT naming it) and every rank stops with one line naming it.
+
+With ``run.checkpoint_every = k`` the server saves the run every k updates, its
+answers sent, as rank 0's file of :mod:`murmur.dist.checkpoints`: the rule's state,
+its counters and how many records it wrote. A resumed or restarted run restores
+it and tells the workers (two broadcasts, before any message) the model, its
+version and how many gradients it took from each; a worker moves its batch
+stream past those and starts again from that model.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from tqdm import tqdm
 from murmur.algorithms.asysg import SyncPsConfig, WorkersConfig
 from murmur.algorithms.param_server import ParameterServer, model_metrics
 from murmur.config import Config
+from murmur.dist.checkpoints import RankCheckpoints, Start, rank_file, readable_iterations
 from murmur.dist.mailbox import (
     Kind,
     Outbox,
@@ -57,6 +65,7 @@ from murmur.dist.mailbox import (
 )
 from murmur.errors import UsageError
 from murmur.metrics.records import Outcome
+from murmur.training.checkpoint import read_checkpoint
 from murmur.training.setup import Setup
 
 SERVER = 0
@@ -77,13 +86,77 @@ def check_world(config: Config, world: int) -> None:
         )
 
 
-def server_runner(config: Config, rank: int, world: int, timeout: float) -> Callable:
+def server_runner(
+    config: Config,
+    rank: int,
+    world: int,
+    timeout: float,
+    saves: RankCheckpoints | None = None,
+    start: Start = "new",
+) -> Callable:
     """The runner of this rank of an AsySG-con or sync-ps run: the server on rank 0,
-    a worker on the others. UsageError unless ``world`` is the workers plus one."""
+    a worker on the others. UsageError unless ``world`` is the workers plus one.
+    ``saves``: where and how often the server saves the run (every k updates);
+    ``start``: "resume" and "restart" continue from the server's newest checkpoint
+    (:func:`_resumed`)."""
     check_world(config, world)
     if rank == SERVER:
-        return partial(_serve, timeout=timeout)
-    return partial(_work, rank=rank, timeout=timeout)
+        return partial(_serve, timeout=timeout, saves=saves, start=start)
+    return partial(_work, rank=rank, timeout=timeout, start=start, saves=saves)
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def newest_server_checkpoint(saves: RankCheckpoints, config: Config) -> dict[str, Any] | None:
+    """The server's newest readable checkpoint (rank 0's file), or None."""
+    if saves.path is None:
+        return None
+    held = readable_iterations(saves.path, SERVER, config)
+    if not held:
+        return None
+    return read_checkpoint(rank_file(saves.path, SERVER, held[-1]), config)
+
+
+def _resumed(
+    setup: Setup, saves: RankCheckpoints | None, rank: int, start: Start
+) -> tuple[dict[str, Any] | None, int, torch.Tensor | None, list[int]]:
+    """Collective, before any message: the server's newest checkpoint, told to every
+    rank. Returns (the server's saved state (rank 0 only), the version, its model,
+    each worker's pushes taken); (None, 0, None, []) to start over, when the server
+    saved none and the ranks were restarted. Only the server saves: a worker's
+    batch stream stands at the gradients the server took from it, and it starts
+    again from the saved model (gradients in flight at the kill are computed
+    again). Later files of the server, which the run saves again, are removed."""
+    config = setup.config
+    workers = config.algorithm.workers
+    saved = None
+    if rank == SERVER and saves is not None:
+        saved = newest_server_checkpoint(saves, config)
+    head = torch.full((2 + workers,), -1, dtype=torch.int64)
+    if saved is not None:
+        server = saved["state"]["server"]
+        head[0], head[1] = saved["done"], server["version"]
+        head[2:] = torch.tensor(server["pushes"], dtype=torch.int64)
+    dist.broadcast(head, SERVER)
+    done = int(head[0])
+    if done < 0:
+        if start == "resume":
+            raise UsageError(
+                f"rank {rank}: the server (rank 0) holds no checkpoint; there is nothing "
+                "to resume from"
+            )
+        if rank == SERVER and saves is not None:
+            saves.discard_after(-1)
+        return None, 0, None, []
+    model = setup.initial[0].to(torch.float32).clone()
+    if saved is not None:
+        model.copy_(saved["state"]["server"]["x"])
+    dist.broadcast(model, SERVER)
+    if rank == SERVER and saves is not None:
+        saves.discard_after(done)
+    state = saved["state"] if saved is not None else None
+    return state, int(head[1]), model, head[2:].tolist()
 
 
 # ---------------------------------------------------------------- receiving
@@ -137,14 +210,23 @@ def _work(
     *,
     rank: int,
     timeout: float,
+    start: Start = "new",
+    saves: RankCheckpoints | None = None,
 ) -> Outcome:
     """Worker ``rank - 1``: compute, push, pull until the server says STOP. The first
     model is the initial one, which every rank builds from the seed (as in the
-    simulator, no message brings it)."""
+    simulator, no message brings it); a resumed worker's is the server's saved one."""
     problem = setup.problem
     worker = rank - 1
     group = dist.group.WORLD
     length = setup.initial.shape[1]
+    model, version = setup.initial[0].to(torch.float32), 0
+    if start != "new":
+        _, saved_version, saved_model, pushes = _resumed(setup, saves, rank, start)
+        if saved_model is not None:
+            model, version = saved_model, saved_version
+            for _ in range(pushes[worker]):  # the batches of the gradients the server took
+                problem.sampler.next_for(worker)
     arrivals, threads = _listen(
         group, rank, [SERVER], {Kind.MODEL: length, Kind.STOP: 0, Kind.ABORT: 0}
     )
@@ -156,7 +238,6 @@ def _work(
     # sync-ps holds the model until every worker's gradient is in, and names a silent
     # worker after one timeout: wait for its word a timeout longer than that.
     patience = 2 * timeout if algorithm.name == "sync-ps" else timeout
-    model, version = setup.initial[0].to(torch.float32), 0
     try:
         while True:
             began = time.perf_counter()
@@ -211,9 +292,18 @@ def _from_server(
 
 
 def _serve(
-    setup: Setup, config: WorkersConfig, on_record: OnRecord, progress: bool, *, timeout: float
+    setup: Setup,
+    config: WorkersConfig,
+    on_record: OnRecord,
+    progress: bool,
+    *,
+    timeout: float,
+    saves: RankCheckpoints | None = None,
+    start: Start = "new",
 ) -> Outcome:
-    return _Server(setup, config, on_record, progress, timeout).train()
+    resumed = _resumed(setup, saves, SERVER, start)[0] if start != "new" else None
+    server = _Server(setup, config, on_record, progress, timeout, saves)
+    return server.train(resumed)
 
 
 class _Server:
@@ -227,8 +317,12 @@ class _Server:
         on_record: OnRecord,
         progress: bool,
         timeout: float,
+        saves: RankCheckpoints | None = None,
     ) -> None:
         run_config = setup.config.run
+        self.saves = saves if saves is not None and saves.every > 0 else None
+        self.records = 0
+        """Records written so far."""
         self.on_record = on_record
         self.problem = setup.problem
         self.timeout = timeout
@@ -260,10 +354,14 @@ class _Server:
             dist.group.WORLD, SERVER, self.ranks, {Kind.PUSH: self.server.x.numel(), Kind.STOP: 0}
         )
 
-    def train(self) -> Outcome:
+    def train(self, resumed: dict[str, Any] | None = None) -> Outcome:
+        """Serve until done; from the ``resumed`` state of a checkpoint, if given."""
         server = self.server
         self.outbox.start()
-        self._evaluate()
+        if resumed is None:
+            self._evaluate()
+        else:
+            self._resume(resumed)
         try:
             started = time.monotonic()  # every worker starts from the initial model
             self.waiting_since = dict.fromkeys(self.ranks, started)
@@ -299,6 +397,27 @@ class _Server:
             self.bar.update(1)
         for worker in server.answers(arrival, self._evaluate):
             self._send_model(worker + 1)
+        if arrival.applied and self.saves is not None and not server.done:
+            if self.saves.due(server.version, server.iterations):
+                self.saves.save(server.version, self._snapshot())
+
+    def _snapshot(self) -> dict[str, Any]:
+        """The server's part of the run after an update, its answers sent."""
+        return {
+            "server": self.server.state_dict(),
+            "control_messages": self.control_messages,
+            "records": self.records,
+        }
+
+    def _resume(self, saved: dict[str, Any]) -> None:
+        """Continue from :meth:`_snapshot`; the workers start again from its model."""
+        try:
+            self.server.load_state_dict(saved["server"])
+            self.control_messages = int(saved["control_messages"])
+            self.records = int(saved["records"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise UsageError(f"the server's checkpoint does not fit this run: {error}") from None
+        self.bar.update(self.server.version)
 
     def _require_workers(self) -> None:
         if self.server.synchronous and self.failed:
@@ -393,6 +512,7 @@ class _Server:
         )
         record = self.server.record(clock, metrics)
         self.on_record(record)
+        self.records += 1
         return record
 
     def _outcome(self) -> Outcome:
