@@ -10,12 +10,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pytest
 from ranks import Fault, drive, free_port
-from test_distributed_resume import comparable, kill_rank, launch
+from test_distributed_resume import comparable
 
 from murmur.dist.checkpoints import FOLDER, saved_iterations
 
@@ -72,29 +70,3 @@ def test_a_dssfn_run_killed_mid_layer_resumed_gives_the_uninterrupted_run(tmp_pa
     assert [saved_iterations(stopped / FOLDER, rank) for rank in range(4)] == [[1, 2, 3]] * 4
 
 
-LONG = [*DSSFN, "--set=algorithm.admm_iterations=250"]
-
-
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds ranks through /proc")
-def test_a_dssfn_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_uninterrupted(tmp_path):
-    whole, restarted = tmp_path / "whole", tmp_path / "restarted"
-    started = time.monotonic()
-    uninterrupted = launch(Path("dssfn-vowel"), whole, *LONG)
-    assert uninterrupted.wait(timeout=300) == 0, uninterrupted.communicate()[1]
-    uninterrupted_seconds = time.monotonic() - started
-
-    started = time.monotonic()
-    killed = launch(Path("dssfn-vowel"), restarted, *LONG, "--max-restarts", "1")
-    folder = restarted / FOLDER
-    err = kill_rank(killed, 2, lambda: all(saved_iterations(folder, r) for r in range(4)))
-    restarted_seconds = time.monotonic() - started
-    assert killed.returncode == 0, err
-    assert "rank 2" in err  # the first attempt's ranks named the killed one
-    got, want = comparable(restarted), comparable(whole)
-    assert [r["layer"] for r in got[1]] == [0, 1, 2, 3, 4]
-    assert got == want
-    print(  # the figures of the README
-        f"\naccuracy {got[0]['accuracy']['mean']:.6f} (uninterrupted "
-        f"{want[0]['accuracy']['mean']:.6f}); wall {restarted_seconds:.1f} s with the kill "
-        f"and restart, {uninterrupted_seconds:.1f} s without"
-    )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from ranks import Fault, drive, read_records
-from test_distributed_resume import comparable, kill_rank, launch
+from test_distributed_resume import comparable
 from test_distributed_server import ASYSG, SYNC_PS, TOML
 
 from murmur.dist.checkpoints import FOLDER, saved_iterations
@@ -87,22 +87,3 @@ def test_an_asysg_run_whose_server_was_killed_completes_its_updates_from_the_che
     assert summary["accuracy"]["mean"] == pytest.approx(
         uninterrupted["accuracy"]["mean"], abs=0.01
     )
-
-
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds ranks through /proc")
-def test_an_asysg_run_whose_worker_was_killed_is_restarted_and_completes_its_updates(tmp_path):
-    path = config(tmp_path, ASYSG, 3000)
-    whole, restarted = tmp_path / "whole", tmp_path / "restarted"
-    assert launch(path, whole).wait(timeout=180) == 0
-    killed = launch(path, restarted, "--max-restarts", "1")
-    err = kill_rank(killed, 2, lambda: bool(saved_iterations(restarted / FOLDER, 0)))
-    assert killed.returncode == 0, err
-    summary = json.loads((restarted / "summary.json").read_text())
-    uninterrupted = json.loads((whole / "summary.json").read_text())
-    assert summary["status"] != "failed" and summary["iterations"] == 3000
-    assert summary["failed_workers"] == []  # the restarted worker came back
-    assert sum(summary["staleness"]["histogram"]) == 3000
-    assert [r["iteration"] for r in read_records(restarted)] == list(range(0, 3001, 10))
-    got, want = summary["accuracy"]["mean"], uninterrupted["accuracy"]["mean"]
-    assert got == pytest.approx(want, abs=0.01)
-    print(f"\naccuracy {got:.6f} (uninterrupted {want:.6f})")  # the figures of the README
