@@ -68,5 +68,3 @@ def test_a_dssfn_run_killed_mid_layer_resumed_gives_the_uninterrupted_run(tmp_pa
     assert got[0]["messages"] > 0
     assert got == want
     assert [saved_iterations(stopped / FOLDER, rank) for rank in range(4)] == [[1, 2, 3]] * 4
-
-

@@ -149,7 +149,9 @@ def test_ranks_resumed_by_hand_without_an_iteration_in_common_all_stop_in_one_li
     folder = tmp_path / "copy"
     shutil.copytree(runs[1], folder)
     damage_apart(folder)
-    report, stderr = run_ranks(tmp_path / "c", ["run", "--resume", str(folder), "--runtime", "distributed"])
+    report, stderr = run_ranks(
+        tmp_path / "c", ["run", "--resume", str(folder), "--runtime", "distributed"]
+    )
     assert report["codes"] == {"0": 2, "1": 2, "2": 2, "3": 2}, stderr
     for rank, err in stderr.items():
         assert err.startswith(f"murmur: error: rank {rank}: the ranks hold no checkpoint"), err

@@ -84,6 +84,4 @@ def test_an_asysg_run_whose_server_was_killed_completes_its_updates_from_the_che
     assert summary["iterations"] == 300
     assert sum(summary["staleness"]["histogram"]) == 300  # M = 1: one update per gradient
     uninterrupted = json.loads((whole / "summary.json").read_text())
-    assert summary["accuracy"]["mean"] == pytest.approx(
-        uninterrupted["accuracy"]["mean"], abs=0.01
-    )
+    assert summary["accuracy"]["mean"] == pytest.approx(uninterrupted["accuracy"]["mean"], abs=0.01)

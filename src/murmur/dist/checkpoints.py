@@ -137,6 +137,26 @@ def agree(held: list[int], keep: int) -> int | None:
     return max(common) if common else None
 
 
+def agreed_state(
+    saves: RankCheckpoints, rank: int, config: Config, start: Start, unit: str
+) -> tuple[int, dict[str, Any]] | None:
+    """Collective: the newest ``unit`` (iteration, layer) every rank saved and this
+    rank's saved state there, its later files removed (the run saves them again);
+    None, to start over, when the ranks were restarted before saving one in common.
+    A rank resumed by hand stops in one line then, as every other rank does."""
+    held = readable_iterations(saves.path, rank, config) if saves.path is not None else []
+    done = agree(held, saves.keep)
+    if done is None and start == "resume":
+        raise UsageError(
+            f"rank {rank}: the ranks hold no checkpoint of one same {unit} (this one "
+            f"holds {held}); there is nothing to resume from"
+        )
+    saves.discard_after(-1 if done is None else done)
+    if done is None or saves.path is None:
+        return None
+    return done, read_checkpoint(rank_file(saves.path, rank, done), config)["state"]
+
+
 def check_resumable_ranks(run_dir: Path, world: int, config: Config) -> int:
     """The newest iteration all ``world`` ranks of the stopped run in ``run_dir`` saved,
     every rank's checkpoints read and checked; UsageError, in one line, when a rank's newest

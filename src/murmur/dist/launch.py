@@ -10,11 +10,15 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from murmur.config import Config, Experiment, load_experiment
+from murmur.dist.checkpoints import check_resumable_ranks
+from murmur.dist.mailbox import (
+    first_line,
+)
+from murmur.dist.runtime import check_same_run, check_world, loopback_interface
+from murmur.dist.transport import DEFAULT_TIMEOUT
 from murmur.errors import UsageError
-from murmur.training.runs import check_run, check_run_dir
 from murmur.registry import (
     ALGORITHMS,
     check_checkpoints,
@@ -23,12 +27,7 @@ from murmur.registry import (
     checkpointed_distributed,
     distributed_checkpointed_names,
 )
-from murmur.dist.checkpoints import check_resumable_ranks
-from murmur.dist.runtime import check_same_run, check_world, loopback_interface
-from murmur.dist.transport import DEFAULT_TIMEOUT
-from murmur.dist.mailbox import (
-    first_line,
-)
+from murmur.training.runs import check_run, check_run_dir
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 29500

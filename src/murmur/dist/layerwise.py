@@ -26,34 +26,20 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from datetime import timedelta
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from murmur.algorithms.protocols import AsyncNode, AsyncWork, LayerSolver, RoundsWork
-from murmur.metrics.records import Outcome
 from murmur.dist.checkpoints import (
     RankCheckpoints,
     Start,
-    agree,
-    rank_file,
-    readable_iterations,
+    agreed_state,
 )
-from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
-from murmur.errors import UsageError
-from murmur.training.checkpoint import read_checkpoint
-from murmur.training.layerwise import (
-    LayerProgress,
-    LayerwiseResult,
-    layerwise_extra,
-    train_layerwise_run,
-)
-from murmur.training.reducer import AgentTotals, LayerRows, layer_record, run_outcome
-from murmur.training.setup import Setup
 from murmur.dist.mailbox import (
     FOREVER,
     MAGIC,
@@ -64,8 +50,19 @@ from murmur.dist.mailbox import (
     receive_loop,
 )
 from murmur.dist.push_channel import RESULT_TAGS, Neighbourhood
+from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
+from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
+from murmur.metrics.records import Outcome
 from murmur.topology import Graph
+from murmur.training.layerwise import (
+    LayerProgress,
+    LayerwiseResult,
+    layerwise_extra,
+    train_layerwise_run,
+)
+from murmur.training.reducer import AgentTotals, LayerRows, layer_record, run_outcome
+from murmur.training.setup import Setup
 
 
 @dataclass
@@ -239,7 +236,9 @@ def train_layerwise_rank(
             network.control_messages = int(resumed["control"])
             network.rejected = int(resumed["rejected"])
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
-            raise UsageError(f"rank {rank}: its checkpoint does not fit this run: {error}") from None
+            raise UsageError(
+                f"rank {rank}: its checkpoint does not fit this run: {error}"
+            ) from None
 
     def snapshot(at: LayerProgress) -> dict[str, Any]:
         network.close()  # the layer's gossip phase ends here: its STOPs are counted
@@ -360,18 +359,10 @@ def restore_layers(
     later files removed (the run saves them again); None, to start over, when the
     ranks were restarted before saving one in common. A rank resumed by hand stops
     in one line then, as every other rank does."""
-    config = setup.config
-    held = readable_iterations(saves.path, rank, config) if saves.path is not None else []
-    done = agree(held, saves.keep)
-    if done is None and start == "resume":
-        raise UsageError(
-            f"rank {rank}: the ranks hold no checkpoint of one same layer (this one "
-            f"holds {held}); there is nothing to resume from"
-        )
-    saves.discard_after(-1 if done is None else done)
-    if done is None or saves.path is None:
+    agreed = agreed_state(saves, rank, setup.config, start, "layer")
+    if agreed is None:
         return None
-    state = read_checkpoint(rank_file(saves.path, rank, done), config)["state"]
+    state = agreed[1]
     try:
         LayerProgress.from_plain(state["layers"])
     except (KeyError, TypeError) as error:

@@ -52,7 +52,6 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from enum import IntEnum
-from typing import Any
 
 import torch
 import torch.distributed as dist

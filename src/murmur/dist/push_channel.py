@@ -27,7 +27,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 import torch.distributed as dist

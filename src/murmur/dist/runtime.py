@@ -53,7 +53,7 @@ from murmur.dist.checkpoints import (
     FOLDER,
     RankCheckpoints,
     Start,
-    agree,
+    agreed_state,
     kept_checkpoints,
     rank_file,
     readable_iterations,
@@ -74,13 +74,11 @@ from murmur.registry import (
     check_runtime,
     checkpointed_distributed,
 )
-from murmur.training.reducer import AgentRows, AgentTotals, run_outcome, sgd_record
 from murmur.training.checkpoint import header, read_checkpoint, restore_tuple, to_plain
+from murmur.training.reducer import AgentRows, AgentTotals, run_outcome, sgd_record
 from murmur.training.runs import Runner, check_run_dir, finished, train_run
 from murmur.training.setup import Setup, prepare
 from murmur.training.sgd_loop import Evaluation, SgdProgress, SgdTrained, train_sgd
-
-
 
 
 @dataclass(frozen=True)
@@ -346,18 +344,10 @@ def _restore(
     (every rank's next broadcast then has the same number); from the start when there
     is none and the ranks were restarted. Files of later iterations, which the run
     saves again, are removed."""
-    config = setup.config
-    held = readable_iterations(saves.path, rank, config) if saves.path is not None else []
-    done = agree(held, saves.keep)
-    if done is None and start == "resume":
-        raise UsageError(
-            f"rank {rank}: the ranks hold no checkpoint of one same iteration (this one "
-            f"holds {held}); there is nothing to resume from"
-        )
-    saves.discard_after(-1 if done is None else done)
-    if done is None or saves.path is None:
+    agreed = agreed_state(saves, rank, setup.config, start, "iteration")
+    if agreed is None:
         return None, _RankLog(rows=[], snapshots=[])
-    saved = read_checkpoint(rank_file(saves.path, rank, done), config)["state"]
+    done, saved = agreed
     try:
         transport.load_state_dict(saved["transport"])
         setup.problem.sampler.load_state_dict(saved["sampler"])
