@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
-from ranks import Fault, drive, free_port
-from test_distributed_resume import comparable
+from ranks import Fault, drive
+from test_distributed_resume import comparable, launch_resume
 
 from murmur.dist.checkpoints import FOLDER, saved_iterations
 
@@ -49,13 +47,7 @@ def test_a_dssfn_run_killed_mid_layer_resumed_gives_the_uninterrupted_run(tmp_pa
 
     copy = tmp_path / "copy"
     shutil.copytree(stopped, copy)
-    command = [sys.executable, "-m", "murmur", "launch", "--resume", str(copy)]
-    done = subprocess.run(
-        [*command, "--port", str(free_port()), "--timeout", "10"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = launch_resume(copy)
     assert done.returncode == 0, done.stderr
     assert done.stderr.startswith(f"resuming {copy} from layer 2\n")
     assert comparable(copy) == comparable(whole)

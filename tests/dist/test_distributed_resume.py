@@ -77,17 +77,22 @@ def test_a_killed_run_resumed_by_hand_gives_the_uninterrupted_run(tmp_path, algo
     assert comparable(stopped) == comparable(whole)
 
 
-def test_launch_resume_continues_a_killed_run_to_the_uninterrupted_runs_records(tmp_path, runs):
-    whole, stopped = runs
-    folder = tmp_path / "copy"
-    shutil.copytree(stopped, folder)
+def launch_resume(folder: Path) -> subprocess.CompletedProcess:
+    """``murmur launch --resume folder`` on a free port, to its end."""
     command = [sys.executable, "-m", "murmur", "launch", "--resume", str(folder)]
-    done = subprocess.run(
+    return subprocess.run(
         [*command, "--port", str(free_port()), "--timeout", "10"],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_launch_resume_continues_a_killed_run_to_the_uninterrupted_runs_records(tmp_path, runs):
+    whole, stopped = runs
+    folder = tmp_path / "copy"
+    shutil.copytree(stopped, folder)
+    done = launch_resume(folder)
     assert done.returncode == 0, done.stderr
     assert done.stderr.startswith(f"resuming {folder} from iteration 40\n")
     assert comparable(folder) == comparable(whole)

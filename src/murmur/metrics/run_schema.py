@@ -120,6 +120,17 @@ FINISHED: dict[str, Field] = {
 }
 """Fields every finished run writes."""
 
+FAULT_COUNTS: dict[str, Field] = {
+    "dropped_messages": COUNT,
+    "down_links": COUNT,
+    "down_link_iterations": COUNT,
+    "crashed_agents": COUNT,
+    "lost_gradients": COUNT,
+    "live_accuracy_mean": _nullable(FRACTION),
+    "live_accuracy_min": _nullable(FRACTION),
+}
+"""What runs under ``[faults]`` count, in their summary and in every record."""
+
 OPTIONAL: dict[str, Field] = {
     "virtual_seconds": SECONDS,
     "layers": _list_of(POSITIVE),
@@ -135,12 +146,7 @@ OPTIONAL: dict[str, Field] = {
     "failed_workers": _list_of(COUNT),
     "single_process": _object_of(samples_per_second=SECONDS, accuracy=_nullable(FRACTION)),
     "speedup": SECONDS,
-    "dropped_messages": COUNT,
-    "down_links": COUNT,
-    "down_link_iterations": COUNT,
-    "crashed_agents": COUNT,
-    "live_accuracy_mean": _nullable(FRACTION),
-    "live_accuracy_min": _nullable(FRACTION),
+    **FAULT_COUNTS,
 }
 """Algorithm-specific fields the report reads, checked where a run wrote them."""
 
@@ -171,12 +177,7 @@ RECORD_OPTIONAL: dict[str, Field] = {
     "messages": COUNT,
     "bytes": COUNT,
     "events_per_agent": _list_of(COUNT),
-    "dropped_messages": COUNT,
-    "down_links": COUNT,
-    "down_link_iterations": COUNT,
-    "crashed_agents": COUNT,
-    "live_accuracy_mean": _nullable(FRACTION),
-    "live_accuracy_min": _nullable(FRACTION),
+    **FAULT_COUNTS,
 }
 """Record fields the report and its plots read, checked where present."""
 
