@@ -33,6 +33,12 @@ class RunConfig:
     """Save the run's whole state to ``checkpoint.pt`` in its folder every this many
     iterations (layers for SSFN), so that ``murmur run --resume`` can continue it;
     0 saves none."""
+    compile: bool | Literal["auto"] = "auto"
+    """Step the simulator's synchronous SGD algorithms through one compiled pass over
+    the stacked state (``torch.compile``; inductor builds C++ kernels with g++): true,
+    false, or "auto", which compiles when agents x parameters x iterations reaches 2e10
+    and a C++ compiler is at hand. Runs with ``[faults]`` or a varying graph, and the
+    distributed runtime, step eagerly."""
 
     def __post_init__(self) -> None:
         require(self.seed >= 0, f"run.seed must be >= 0, not {self.seed}")

@@ -42,6 +42,7 @@ import torch
 
 from murmur.algorithms.compressors import CompressionConfig, kept_share
 from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
+from murmur.algorithms.mixing import mix_and_step
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig
 from murmur.errors import UsageError
@@ -135,12 +136,20 @@ class Detsgrad:
         alpha = self.gradient_step(iteration)
         x = state.x
         laplacian, beta = self.consensus(transport.graph)
-        transport.mix(laplacian, out=x, scale=-beta(iteration))
-        x.add_(grads, alpha=-alpha)
-        drift = torch.sub(x, transport.last_sent, out=grads)
+        norms = mix_and_step(
+            transport,
+            laplacian,
+            x,
+            scale=-beta(iteration),
+            grads=grads,
+            alpha=alpha,
+            drift=True,
+            keep_drift=not self.exact,
+        )
         if self.exact:
-            transport.broadcast(torch.linalg.vector_norm(drift, dim=1) >= self.v0 * alpha, x)
+            transport.broadcast(norms >= self.v0 * alpha, x)
             return state
+        drift = grads
         if state.generators is None:
             state = state._replace(generators=agent_generators(self.seed, transport.agents))
         segments = self.segments(x.shape[1])

@@ -23,6 +23,7 @@ from typing import Literal, NamedTuple
 
 import torch
 
+from murmur.algorithms.mixing import mix_and_step
 from murmur.algorithms.protocols import Transport
 from murmur.algorithms.schedules import SgdConfig
 from murmur.errors import UsageError
@@ -86,11 +87,8 @@ class Dsgd:
         if self.adapt_first:
             x.add_(grads, alpha=-alpha)
             transport.broadcast(everyone, x)
-            x.zero_()
-            transport.mix(mixing, out=x)
+            mix_and_step(transport, mixing, x, keep=False)
             return state
         transport.broadcast(everyone, x)
-        x.zero_()
-        transport.mix(mixing, out=x)
-        x.add_(grads, alpha=-alpha)
+        mix_and_step(transport, mixing, x, grads=grads, alpha=alpha, keep=False)
         return state

@@ -14,6 +14,7 @@ from murmur.registry import ALGORITHMS
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.sim.faults import FaultyAlgorithm, NetworkSchedule, crashed_agents
+from murmur.sim.fused import COMPILE_WORTH, compiler_available
 from murmur.sim.layerwise import SimulatedNetwork
 from murmur.sim.lossy import LossyTransport
 from murmur.sim.simulator import RoundClock, simulate
@@ -161,10 +162,20 @@ def _transport(
     published = algorithm.published(setup.initial)
     config = setup.config
     if not config.faults.active and schedule is None:
-        return InMemoryTransport(setup.graph, published)
+        return InMemoryTransport(setup.graph, published, compiled=_compiled(setup))
     links = schedule.links if schedule is not None else setup.graph
     stream = generator(config.run.seed, "faults")
     return LossyTransport(links, published, config.faults.drop, stream)
+
+
+def _compiled(setup: Setup) -> bool:
+    """Whether the run steps through the fused, compiled mixing (``run.compile``; the
+    cases ``true`` cannot have were refused when the run was prepared)."""
+    wanted = setup.config.run.compile
+    if wanted != "auto":
+        return bool(wanted)
+    work = setup.graph.agents * setup.initial.shape[1] * setup.config.run.iterations
+    return work >= COMPILE_WORTH and compiler_available()
 
 
 def _fault_counts(

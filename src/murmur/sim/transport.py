@@ -17,6 +17,7 @@ import torch
 
 from murmur.algorithms.estimates import EstimateUpdate
 from murmur.metrics.counters import MessageCounters
+from murmur.sim.fused import FusedMixing
 from murmur.topology import Graph
 
 
@@ -24,11 +25,17 @@ class InMemoryTransport:
     """Instant, lossless delivery between agents held in one process."""
 
     def __init__(
-        self, graph: Graph, initial: torch.Tensor, counters: MessageCounters | None = None
+        self,
+        graph: Graph,
+        initial: torch.Tensor,
+        counters: MessageCounters | None = None,
+        *,
+        compiled: bool = False,
     ) -> None:
         """``initial`` (agents, P): the values every agent is known to start from.
 
         ``counters``: add to these (e.g. shared by the layers of one run) instead of new ones.
+        ``compiled``: mix through one compiled pass over the state (:mod:`murmur.sim.fused`).
         """
         if initial.shape[0] != graph.agents:
             raise ValueError(
@@ -42,6 +49,9 @@ class InMemoryTransport:
         self._message_bytes = initial.shape[1] * initial.element_size()
         self.agents = list(range(graph.agents))
         """The agents this transport sends for: all of them."""
+        self.fused_mix = FusedMixing(lambda: self.published) if compiled else None
+        """The compiled mixing step :func:`~murmur.algorithms.mixing.mix_and_step` takes,
+        or None."""
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
         """Agents flagged in ``senders`` (bool, (agents,)) send their row of ``values``."""
@@ -58,6 +68,9 @@ class InMemoryTransport:
 
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
         """``out += scale * operator @ published``; a sparse operator costs O(edges * P)."""
+        if self.fused_mix is not None:
+            self.fused_mix(operator, out, scale, None, 0.0, True, False, False)
+            return
         out.addmm_(operator, self.published, alpha=scale)
 
     @property

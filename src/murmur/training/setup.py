@@ -10,6 +10,7 @@ the input is checked here, before a run folder is created or training starts.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 
 import torch
@@ -66,6 +67,21 @@ class Setup:
     sets them); None: it saves none."""
 
 
+def _check_compile(config: Config) -> None:
+    """UsageError when ``run.compile = true`` cannot be had."""
+    if config.run.compile is not True:
+        return
+    if config.faults.active or config.topology.varying != "none":
+        raise UsageError(
+            "run.compile = true needs a run without [faults] and with a fixed graph "
+            '(those step eagerly); set run.compile = "auto" or false'
+        )
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        raise UsageError(
+            "run.compile = true needs a C++ compiler (g++) for torch.compile; none found"
+        )
+
+
 def prepare(config: Config) -> Setup:
     """Build and check everything a run needs; raises UsageError on bad input."""
     torch.set_num_threads(config.run.threads)
@@ -79,6 +95,7 @@ def prepare(config: Config) -> Setup:
             f"topology.varying = {varying} does not give one in general; use "
             "algorithm.weights=metropolis (or laplacian)"
         )
+    _check_compile(config)
     memory = _check_sizes(config)
     dataset = load_dataset(config.data.dataset, root=config.data.root or None)
     if spec.kind == "layerwise" and dataset.task != "classification":

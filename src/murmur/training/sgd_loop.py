@@ -109,6 +109,7 @@ def train_sgd(
     state, samples, virtual_seconds = start.state, start.samples, start.virtual_seconds
     loss_sum, loss_steps = start.loss_sum, start.loss_steps
     train_seconds = start.train_seconds
+    batch = BatchRows(problem.x_train, problem.y_train)
     bar = tqdm(
         total=iterations,
         initial=start.done,
@@ -120,9 +121,7 @@ def train_sgd(
     for iteration in range(start.done, iterations):
         step_started = time.perf_counter()
         indices = draw()
-        losses, grads = problem.model.loss_and_grad(
-            algorithm.params(state), problem.x_train[indices], problem.y_train[indices]
-        )
+        losses, grads = problem.model.loss_and_grad(algorithm.params(state), *batch.take(indices))
         before = _sent_so_far(transport) if round_seconds is not None else None
         state = algorithm.step(state, grads, iteration, transport)
         train_seconds += time.perf_counter() - step_started
@@ -155,6 +154,25 @@ def train_sgd(
         bar.update(1)
     bar.close()
     return SgdTrained(algorithm.params(state), train_seconds, samples, virtual_seconds)
+
+
+class BatchRows:
+    """The rows of a mini-batch, gathered into buffers that every step reuses."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+        self._x = x.new_empty(0)
+        self._y = y.new_empty(0)
+
+    def take(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x[indices], y[indices]`` for (block, batch) ``indices``; valid until the next call."""
+        flat = indices.reshape(-1)
+        torch.index_select(self.x, 0, flat, out=self._x)
+        torch.index_select(self.y, 0, flat, out=self._y)
+        return (
+            self._x.view(*indices.shape, *self.x.shape[1:]),
+            self._y.view(*indices.shape, *self.y.shape[1:]),
+        )
 
 
 def _sent_so_far(transport: Transport) -> tuple[torch.Tensor, torch.Tensor]:

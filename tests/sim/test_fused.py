@@ -1,0 +1,145 @@
+"""The compiled one-pass mixing step equals the eager calls it replaces."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from murmur.algorithms.mixing import mix_and_step
+from murmur.config import apply_overrides, build_config, read_preset
+from murmur.errors import UsageError
+from murmur.experiment import run
+from murmur.sim import runners
+from murmur.sim.fused import NeighbourTable
+from murmur.sim.transport import InMemoryTransport
+from murmur.topology import as_sparse, erdos_renyi
+from murmur.training.setup import prepare
+
+
+def _irregular_graph():
+    """Ten agents with degrees from 1 to 5, so that neighbour lists need padding."""
+    return erdos_renyi(10, 0.35, seed=3)
+
+
+def _transports(graph, published):
+    return (
+        InMemoryTransport(graph, published),
+        InMemoryTransport(graph, published, compiled=True),
+    )
+
+
+def test_neighbour_table_rebuilds_the_operator_row_by_row():
+    graph = _irregular_graph()
+    laplacian = graph.laplacian()
+    table = NeighbourTable.of(as_sparse(laplacian), torch.float32)
+    assert len(set(graph.degrees().tolist())) > 1
+    rebuilt = torch.zeros_like(laplacian)
+    for row in range(graph.agents):
+        for column, weight in zip(table.index[row], table.weight[row, :, 0], strict=True):
+            rebuilt[row, column] += weight
+    torch.testing.assert_close(rebuilt.to(laplacian.dtype), laplacian)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"scale": -0.3},
+        {"scale": -0.3, "alpha": 0.1, "with_grads": True},
+        {"scale": 0.7, "alpha": 0.2, "with_grads": True, "keep": False},
+        {"scale": -0.3, "alpha": 0.1, "with_grads": True, "drift": True},
+        {"scale": -0.3, "alpha": 0.1, "with_grads": True, "drift": True, "keep_drift": True},
+    ],
+    ids=["mix", "mix-descend", "replace-descend", "drift-norms", "drift-kept"],
+)
+def test_one_fused_step_equals_the_eager_calls(options):
+    graph = _irregular_graph()
+    operator = as_sparse(graph.laplacian())
+    generator = torch.Generator().manual_seed(0)
+    published = torch.randn(graph.agents, 300, generator=generator)
+    start = torch.randn(graph.agents, 300, generator=generator)
+    grads = torch.randn(graph.agents, 300, generator=generator)
+    with_grads = options.pop("with_grads", False)
+    results = []
+    for transport in _transports(graph, published):
+        out, scratch = start.clone(), grads.clone()
+        norms = mix_and_step(
+            transport, operator, out, grads=scratch if with_grads else None, **options
+        )
+        results.append((out, scratch, norms))
+    (eager_out, eager_scratch, eager_norms), (fused_out, fused_scratch, fused_norms) = results
+    torch.testing.assert_close(fused_out, eager_out, rtol=1e-5, atol=1e-5)
+    if options.get("drift"):
+        torch.testing.assert_close(fused_norms, eager_norms, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            fused_norms, torch.linalg.vector_norm(eager_out - published, dim=1)
+        )
+    if options.get("keep_drift"):
+        torch.testing.assert_close(fused_scratch, eager_scratch, rtol=1e-5, atol=1e-5)
+
+
+def test_the_plain_mix_of_a_compiled_transport_equals_the_sparse_product():
+    graph = _irregular_graph()
+    mixing = as_sparse(torch.eye(graph.agents) - 0.2 * graph.laplacian())
+    published = torch.randn(graph.agents, 50)
+    outs = []
+    for transport in _transports(graph, published):
+        out = torch.ones(graph.agents, 50)
+        transport.mix(mixing, out=out, scale=0.5)
+        outs.append(out)
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(outs[0], 1 + 0.5 * mixing.to_dense() @ published)
+
+
+SYNCHRONOUS = [
+    ("dsgd", []),
+    ("dsgd", ["algorithm.order=atc"]),
+    ("detsgrad", []),
+    ("detsgrad", ["algorithm.trigger=layer"]),
+    ("detsgrad", ["algorithm.compress=topk", "algorithm.fraction=0.25"]),
+    ("detsgrad-gt", []),
+    ("choco-sgd", []),
+    ("sparq-sgd", []),
+    ("centralized", []),
+]
+
+
+def _small(preset: str, extra: list[str], compile_: bool):
+    _, raw = read_preset(preset)
+    raw.pop("description", None)
+    overrides = [
+        "data.dataset=blobs",
+        "model.hidden=[8]",
+        "topology.agents=6",
+        "data.batch_size=8",
+        "run.iterations=100",
+        "run.eval_every=100",
+        f"run.compile={'true' if compile_ else 'false'}",
+        *extra,
+    ]
+    return build_config(apply_overrides(raw, overrides))
+
+
+@pytest.mark.parametrize(
+    ("preset", "extra"), SYNCHRONOUS, ids=[" ".join([p, *e]) for p, e in SYNCHRONOUS]
+)
+def test_compiled_and_eager_runs_agree_over_100_steps(preset, extra):
+    eager = run(_small(preset, extra, compile_=False))
+    compiled = run(_small(preset, extra, compile_=True))
+    torch.testing.assert_close(compiled.parameters, eager.parameters, rtol=1e-4, atol=1e-4)
+    assert compiled.events == eager.events
+    assert compiled.messages == eager.messages
+    assert compiled.bytes == eager.bytes
+
+
+def test_auto_compiles_only_runs_long_enough_to_pay_for_it(monkeypatch):
+    config = _small("detsgrad", ["run.compile=auto"], compile_=False)
+    setup = prepare(config)
+    assert not runners._compiled(setup)
+    work = setup.graph.agents * setup.initial.shape[1] * config.run.iterations
+    monkeypatch.setattr(runners, "COMPILE_WORTH", work)
+    assert runners._compiled(setup) == runners.compiler_available()
+
+
+def test_compile_true_is_refused_where_the_step_stays_eager():
+    with pytest.raises(UsageError, match=r"run.compile = true needs a run without \[faults\]"):
+        prepare(_small("detsgrad", ["faults.drop=0.1"], compile_=True))
