@@ -1,29 +1,33 @@
 """Training throughput of murmur's simulator against one big model and a loop over models.
 
-For each number of agents N, four ways to train the 784-100-10 MLP on mnist5k
-with 32 samples per agent and step are timed in the same process, and their
-training samples per second compared:
+For each number of agents N, ways to train the 784-100-10 MLP on mnist5k with 32
+samples per agent and step are timed in the same process, and their training
+samples per second compared:
 
-- murmur:      the full DETSGRAD simulator step as ``murmur.sim.simulator.simulate``
-               runs it (batch sampling, ``StackedModel.loss_and_grad``,
-               ``Detsgrad.step`` on a ring through an ``InMemoryTransport``), timed
-               by the simulator's own ``train_seconds`` (evaluation excluded);
+- detsgrad, dsgd: the full simulator step of that preset on a ring as
+               ``murmur.sim.simulator.simulate`` runs it (batch sampling,
+               ``StackedModel.loss_and_grad``, the algorithm's step through an
+               ``InMemoryTransport``), timed by the simulator's own
+               ``train_seconds`` (evaluation excluded); "compiled" is the same
+               with ``run.compile`` on, one fused pass (``murmur.sim.fused``);
 - gradient:    ``StackedModel.loss_and_grad`` alone on one fixed batch, to show
-               where murmur's step spends its time;
+               where the simulator's step spends its time;
 - centralized: one ``nn.Module`` on N x 32 samples per step, plain autograd and an
                in-place SGD step: the bound for N agents' worth of arithmetic;
 - loop:        N separate ``nn.Module`` copies in a Python loop, each doing
                forward, backward and an SGD step on its own 32 samples.
 
-Every method runs ``--warmup`` untimed steps, then ``--repeats`` timed rounds,
-taken in turn (murmur, gradient, centralized, loop, murmur, ...) so that load
-from other processes hits all of them alike. Each method gets at least
-``--steps`` timed steps and ``--min-time`` seconds in all; its rate is that of
-its fastest round. ``noise`` is the largest spread between a method's rounds
-(fastest / slowest - 1): re-run when it is large.
+Every method runs ``--warmup`` untimed steps (compiling, for the compiled ones),
+then ``--repeats`` timed rounds, taken in turn so that load from other processes
+hits all of them alike. Each method gets at least ``--steps`` timed steps and
+``--min-time`` seconds in all; its rate is that of its fastest round. ``noise``
+is the largest spread between a method's rounds (fastest / slowest - 1): re-run
+when it is large. ``--memory N`` also runs ``murmur run detsgrad`` with N agents
+for 20 iterations in a child process and prints its peak resident memory.
 
     python benchmarks/simulator_throughput.py                 # N = 10, 64, 256
     python benchmarks/simulator_throughput.py --agents 64 --threads 2
+    python benchmarks/simulator_throughput.py --agents 64 256 --memory 1024
     python benchmarks/simulator_throughput.py --quick         # smoke run, seconds
 """
 
@@ -33,10 +37,13 @@ import argparse
 import copy
 import dataclasses
 import math
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -53,8 +60,6 @@ from murmur.training.setup import Setup, build_context, prepare
 
 PRESET = "detsgrad"
 """The preset every run starts from (mnist5k, MLP 784-100-10, ring, batch 32)."""
-
-METHODS = ("murmur", "gradient", "centralized", "loop")
 
 
 @dataclass
@@ -76,9 +81,9 @@ class Method:
         return max(self.round_rates) / min(self.round_rates) - 1.0
 
 
-def benchmark_config(agents: int, threads: int) -> Config:
-    """The DETSGRAD preset with ``agents`` agents on a ring."""
-    _, raw = read_preset(PRESET)
+def benchmark_config(agents: int, threads: int, algorithm: str = PRESET) -> Config:
+    """The ``algorithm`` preset (detsgrad or dsgd) with ``agents`` agents on a ring."""
+    _, raw = read_preset(algorithm)
     raw.pop("description", None)
     overrides = [
         f"topology.agents={agents}",
@@ -92,10 +97,14 @@ def benchmark_config(agents: int, threads: int) -> Config:
     return build_config(apply_overrides(raw, overrides))
 
 
-def murmur_method(config: Config, setup: Setup) -> tuple[Method, Callable[[], float]]:
-    """The simulator's DETSGRAD step; also returns the fraction of agents that sent."""
+def murmur_method(
+    config: Config, setup: Setup, compiled: bool = False
+) -> tuple[Method, Callable[[], float]]:
+    """The simulator's step of the config's algorithm, eager or compiled; also returns
+    the fraction of agents that sent."""
     spec = ALGORITHMS[config.algorithm.name]
     algorithm = spec.build(config.algorithm, setup.graph, build_context(setup))
+    name = config.algorithm.name + (" compiled" if compiled else "")
     # Evaluation is not part of train_seconds; a one-sample test set keeps it from costing
     # wall-clock time between rounds.
     problem = dataclasses.replace(
@@ -106,7 +115,7 @@ def murmur_method(config: Config, setup: Setup) -> tuple[Method, Callable[[], fl
 
     def run(steps: int) -> float:
         # Each round continues from the models the previous one ended with.
-        transport = InMemoryTransport(setup.graph, current["params"])
+        transport = InMemoryTransport(setup.graph, current["params"], compiled=compiled)
         trained = simulate(
             problem,
             algorithm,
@@ -124,7 +133,7 @@ def murmur_method(config: Config, setup: Setup) -> tuple[Method, Callable[[], fl
     def sent_fraction() -> float:
         return current["events"] / max(1, agents * current["steps"])
 
-    return Method("murmur", agents * config.data.batch_size, run), sent_fraction
+    return Method(name, agents * config.data.batch_size, run), sent_fraction
 
 
 def gradient_method(config: Config, setup: Setup) -> Method:
@@ -221,111 +230,120 @@ def measure(methods: list[Method], steps: int, min_time: float, repeats: int, wa
 @dataclass
 class Row:
     agents: int
-    rates: dict[str, float]
-    ms: dict[str, float]
-    sent: float
-    noise: float
+    methods: list[Method]
+    sent: dict[str, float]
+    """Fraction of agents that sent per step, per simulator method."""
 
 
 def bench_agents(agents: int, args: argparse.Namespace) -> Row:
+    torch.set_num_threads(args.threads)
+    methods: list[Method] = []
+    sent: dict[str, Callable[[], float]] = {}
+    setup = None
+    for algorithm in args.algorithms:
+        config = benchmark_config(agents, args.threads, algorithm)
+        setup = prepare(config)
+        for compiled in COMPILE_CHOICES[args.compile]:
+            method, fraction = murmur_method(config, setup, compiled)
+            methods.append(method)
+            sent[method.name] = fraction
     config = benchmark_config(agents, args.threads)
     setup = prepare(config)
-    torch.set_num_threads(args.threads)
     lr = float(getattr(config.algorithm, "a", 0.1))
-    murmur, sent_fraction = murmur_method(config, setup)
-    methods = [
-        murmur,
+    methods += [
         gradient_method(config, setup),
         centralized_method(config, setup, lr),
         loop_method(config, setup, lr),
     ]
     measure(methods, args.steps, args.min_time, args.repeats, args.warmup)
-    rates = {m.name: m.rate for m in methods}
-    ms = {m.name: 1e3 * m.samples_per_step / m.rate for m in methods}
-    return Row(agents, rates, ms, sent_fraction(), max(m.spread for m in methods))
+    return Row(agents, methods, {name: fraction() for name, fraction in sent.items()})
+
+
+COMPILE_CHOICES = {"both": (False, True), "on": (True,), "off": (False,)}
+
+COLUMNS = (
+    ("N", 5),
+    ("method", 20),
+    ("samples/s", 11),
+    ("ms/step", 9),
+    ("/centralized", 13),
+    ("/loop", 7),
+    ("rest ms", 9),
+    ("sent", 6),
+    ("noise", 7),
+)
+
+
+def _line(cells: list[str]) -> str:
+    return "".join(cell.rjust(width) for cell, (_, width) in zip(cells, COLUMNS, strict=True))
 
 
 def print_header(args: argparse.Namespace) -> None:
     threads = f"{args.threads} torch thread{'s' if args.threads != 1 else ''}"
     print(
-        "murmur simulator throughput: DETSGRAD on mnist5k, MLP 784-100-10, ring, "
-        f"batch 32 per agent, {threads}, torch {torch.__version__}"
+        "murmur simulator throughput: mnist5k, MLP 784-100-10, ring, batch 32 per agent, "
+        f"{threads}, torch {torch.__version__}"
     )
     print(
         f"samples/s, fastest of {args.repeats} rounds; each method >= {args.steps} steps "
-        f"and >= {args.min_time:g} s per N"
+        f"and >= {args.min_time:g} s per N; rest = ms/step - gradient's ms/step (batch "
+        "sampling and gather, the algorithm's step); sent = agents sending per step"
     )
     print()
+    print(_line([name for name, _ in COLUMNS]), flush=True)
 
 
-RATE_COLUMNS = (
-    ("N", 5),
-    ("murmur", 10),
-    ("gradient", 10),
-    ("centralized", 12),
-    ("loop", 10),
-    ("murmur/centralized", 19),
-    ("murmur/loop", 12),
-    ("gradient/centralized", 21),
-    ("noise", 7),
-)
-
-TIME_COLUMNS = (
-    ("N", 5),
-    ("murmur ms", 10),
-    ("gradient ms", 12),
-    ("rest ms", 10),
-    ("gradient share", 15),
-    ("sent/agent/step", 16),
-    ("centralized ms", 15),
-    ("loop ms", 10),
-)
-
-
-def _line(cells: list[str], columns: tuple[tuple[str, int], ...]) -> str:
-    return "".join(cell.rjust(width) for cell, (_, width) in zip(cells, columns, strict=True))
-
-
-def print_rates_header() -> None:
-    print(_line([name for name, _ in RATE_COLUMNS], RATE_COLUMNS), flush=True)
-
-
-def print_rates(row: Row) -> None:
-    r = row.rates
-    cells = [
-        str(row.agents),
-        f"{r['murmur']:,.0f}",
-        f"{r['gradient']:,.0f}",
-        f"{r['centralized']:,.0f}",
-        f"{r['loop']:,.0f}",
-        f"{r['murmur'] / r['centralized']:.2f}",
-        f"{r['murmur'] / r['loop']:.2f}",
-        f"{r['gradient'] / r['centralized']:.2f}",
-        f"{100 * row.noise:.0f}%",
-    ]
-    print(_line(cells, RATE_COLUMNS), flush=True)
-
-
-def print_times(rows: list[Row]) -> None:
-    print()
-    print(
-        "Where murmur's step goes (ms per step; rest = murmur - gradient: batch sampling "
-        "and gather, DETSGRAD step, simulator loop):"
-    )
-    print(_line([name for name, _ in TIME_COLUMNS], TIME_COLUMNS))
-    for row in rows:
-        ms = row.ms
+def print_row(row: Row) -> None:
+    by_name = {m.name: m for m in row.methods}
+    centralized, loop = by_name["centralized"].rate, by_name["loop"].rate
+    gradient_ms = 1e3 * by_name["gradient"].samples_per_step / by_name["gradient"].rate
+    for method in row.methods:
+        ms = 1e3 * method.samples_per_step / method.rate
+        simulated = method.name in row.sent
         cells = [
             str(row.agents),
-            f"{ms['murmur']:.2f}",
-            f"{ms['gradient']:.2f}",
-            f"{ms['murmur'] - ms['gradient']:.2f}",
-            f"{ms['gradient'] / ms['murmur']:.0%}",
-            f"{row.sent:.2f}",
-            f"{ms['centralized']:.2f}",
-            f"{ms['loop']:.2f}",
+            method.name,
+            f"{method.rate:,.0f}",
+            f"{ms:.2f}",
+            f"{method.rate / centralized:.2f}",
+            f"{method.rate / loop:.2f}",
+            f"{ms - gradient_ms:.2f}" if simulated else "",
+            f"{row.sent[method.name]:.2f}" if simulated else "",
+            f"{100 * method.spread:.0f}%",
         ]
-        print(_line(cells, TIME_COLUMNS))
+        print(_line(cells), flush=True)
+
+
+def peak_memory(agents: int, iterations: int, compile_: bool) -> tuple[float, float]:
+    """Peak resident memory (GiB) and wall seconds of ``murmur run detsgrad`` with
+    ``agents`` agents of the MLP, in a child process."""
+    overrides = [
+        f"topology.agents={agents}",
+        "topology.graph=ring",
+        "data.dataset=mnist5k",
+        "model.hidden=[100]",
+        f"run.iterations={iterations}",
+        f"run.eval_every={iterations}",
+        f"run.compile={'true' if compile_ else 'false'}",
+    ]
+    code = (
+        "import resource, sys, time; from murmur.cli import main; t = time.perf_counter(); "
+        "rc = main(sys.argv[1:]); "
+        "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+        "time.perf_counter() - t); sys.exit(rc)"
+    )
+    with tempfile.TemporaryDirectory() as out:
+        argv = ["run", PRESET, "--out", str(Path(out) / "run")]
+        for override in overrides:
+            argv += ["--set", override]
+        done = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, text=True, check=False
+        )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("PEAK")), None)
+    if done.returncode != 0 or line is None:
+        raise SystemExit(f"the {agents}-agent run failed: {done.stderr.strip()[-500:]}")
+    _, kib, seconds = line.split()
+    return int(kib) / 2**20, float(seconds)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -334,6 +352,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "Python loop over N models."
     )
     parser.add_argument("--agents", type=int, nargs="+", default=[10, 64, 256])
+    parser.add_argument(
+        "--algorithms", nargs="+", default=["detsgrad", "dsgd"], choices=["detsgrad", "dsgd"]
+    )
+    parser.add_argument(
+        "--compile",
+        choices=sorted(COMPILE_CHOICES),
+        default="both",
+        help="time the eager step, the compiled one (run.compile), or both",
+    )
     parser.add_argument("--steps", type=int, default=30, help="least timed steps per method")
     parser.add_argument(
         "--min-time", type=float, default=2.0, help="least timed seconds per method"
@@ -342,18 +369,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per method")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument(
+        "--memory",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="N",
+        help="also report the peak memory of a 20-iteration murmur run with N agents",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="smoke run: N = 4, 8, a few steps, one round"
     )
     args = parser.parse_args(argv)
     if args.quick:
         args.agents, args.steps, args.min_time, args.repeats, args.warmup = [4, 8], 2, 0.0, 1, 1
+        args.compile = "off"
     for name in ("steps", "repeats", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
     if args.warmup < 0 or args.min_time < 0:
         parser.error("--warmup and --min-time must be >= 0")
-    if any(n < 2 for n in args.agents):
-        parser.error("--agents must be at least 2 (a ring needs two agents)")
+    if any(n < 2 for n in args.agents + args.memory):
+        parser.error("--agents and --memory must be at least 2 (a ring needs two agents)")
     return args
 
 
@@ -361,12 +397,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     print_header(args)
-    print_rates_header()
-    rows = []
     for agents in args.agents:
-        rows.append(bench_agents(agents, args))
-        print_rates(rows[-1])
-    print_times(rows)
+        print_row(bench_agents(agents, args))
+    for agents in args.memory:
+        print()
+        for compiled in COMPILE_CHOICES[args.compile]:
+            gib, seconds = peak_memory(agents, 20, compiled)
+            state = agents * 79_510 * 4 / 2**30
+            print(
+                f"peak memory, murmur run detsgrad, N = {agents}"
+                f"{' compiled' if compiled else ''}, 20 iterations: {gib:.2f} GiB "
+                f"(one N x P tensor: {state:.2f} GiB), {seconds:.1f} s"
+            )
     return 0
 
 
