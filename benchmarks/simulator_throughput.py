@@ -8,7 +8,7 @@ samples per second compared:
                ``murmur.sim.simulator.simulate`` runs it (batch sampling,
                ``StackedModel.loss_and_grad``, the algorithm's step through an
                ``InMemoryTransport``), timed by the simulator's own
-               ``train_seconds`` (evaluation excluded); "compiled" is the same
+               ``train_seconds`` (evaluation excluded); "-compiled" is the same
                with ``run.compile`` on, one fused pass (``murmur.sim.fused``);
 - gradient:    ``StackedModel.loss_and_grad`` alone on one fixed batch, to show
                where the simulator's step spends its time;
@@ -104,7 +104,7 @@ def murmur_method(
     the fraction of agents that sent."""
     spec = ALGORITHMS[config.algorithm.name]
     algorithm = spec.build(config.algorithm, setup.graph, build_context(setup))
-    name = config.algorithm.name + (" compiled" if compiled else "")
+    name = config.algorithm.name + ("-compiled" if compiled else "")
     # Evaluation is not part of train_seconds; a one-sample test set keeps it from costing
     # wall-clock time between rounds.
     problem = dataclasses.replace(
@@ -268,7 +268,7 @@ COLUMNS = (
     ("ms/step", 9),
     ("/centralized", 13),
     ("/loop", 7),
-    ("rest ms", 9),
+    ("rest-ms", 9),
     ("sent", 6),
     ("noise", 7),
 )
@@ -286,7 +286,7 @@ def print_header(args: argparse.Namespace) -> None:
     )
     print(
         f"samples/s, fastest of {args.repeats} rounds; each method >= {args.steps} steps "
-        f"and >= {args.min_time:g} s per N; rest = ms/step - gradient's ms/step (batch "
+        f"and >= {args.min_time:g} s per N; rest-ms = ms/step - gradient's ms/step (batch "
         "sampling and gather, the algorithm's step); sent = agents sending per step"
     )
     print()

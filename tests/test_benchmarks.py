@@ -23,29 +23,34 @@ def _quick_run(script: str) -> list[str]:
 
 def test_simulator_throughput_quick_run_prints_the_ratio_table():
     lines = _quick_run("simulator_throughput.py")
-    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["N", "murmur"])
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["N", "method"])
     header = lines[start].split()
     assert header == [
         "N",
-        "murmur",
-        "gradient",
-        "centralized",
-        "loop",
-        "murmur/centralized",
-        "murmur/loop",
-        "gradient/centralized",
+        "method",
+        "samples/s",
+        "ms/step",
+        "/centralized",
+        "/loop",
+        "rest-ms",
+        "sent",
         "noise",
     ]
     rows = {}
     for line in lines[start + 1 :]:
         if not line.strip():
             break
-        rows[line.split()[0]] = line.split()
-    assert set(rows) == {"4", "8"}
-    for cells in rows.values():
-        assert len(cells) == len(header)
-        ratios = [float(cell) for cell in cells[5:8]]
+        cells = line.split()
+        rows[(cells[0], cells[1])] = cells
+    methods = ["detsgrad", "dsgd", "gradient", "centralized", "loop"]
+    assert set(rows) == {(n, m) for n in ("4", "8") for m in methods}
+    for (_, method), cells in rows.items():
+        simulated = method in ("detsgrad", "dsgd")
+        assert len(cells) == len(header) - (0 if simulated else 2)
+        ratios = [float(cell) for cell in cells[4:6]]
         assert all(ratio > 0 for ratio in ratios)
+        if method == "dsgd":
+            assert float(cells[7]) == 1.0  # DSGD sends every step
 
 
 def test_hogwild_scaling_quick_run_prints_both_settings_and_the_ratio():
