@@ -326,6 +326,24 @@ def check_checkpoints(name: str, run: RunConfig, runtime: Runtime) -> None:
         )
 
 
+def check_compile(name: str, run: RunConfig, runtime: Runtime) -> None:
+    """UsageError when ``run.compile = true`` asks for a fused step that ``runtime``
+    does not take for ``name``: only the simulator's synchronous SGD rounds compile."""
+    if run.compile is not True:
+        return
+    if runtime == "distributed":
+        raise UsageError(
+            "run.compile = true is for the simulator: the distributed runtime steps eagerly; "
+            'set run.compile = "auto" or false'
+        )
+    if ALGORITHMS[name].kind != "sgd":
+        compiled = ", ".join(other for other, spec in ALGORITHMS.items() if spec.kind == "sgd")
+        raise UsageError(
+            f"run.compile = true has no compiled step for {name}, only for {compiled}; "
+            'set run.compile = "auto" or false'
+        )
+
+
 _BEYOND_SGD: dict[str, tuple[str, ...]] = {
     "drop": ("ssfn", "dssfn-async"),
     "link_down": (),

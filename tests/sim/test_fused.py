@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from murmur.algorithms.mixing import mix_and_step
+from murmur.cli import main
 from murmur.config import apply_overrides, build_config, read_preset
 from murmur.errors import UsageError
 from murmur.experiment import run
+from murmur.registry import check_compile
 from murmur.sim import runners
 from murmur.sim.fused import NeighbourTable
 from murmur.sim.transport import InMemoryTransport
@@ -143,3 +145,28 @@ def test_auto_compiles_only_runs_long_enough_to_pay_for_it(monkeypatch):
 def test_compile_true_is_refused_where_the_step_stays_eager():
     with pytest.raises(UsageError, match=r"run.compile = true needs a run without \[faults\]"):
         prepare(_small("detsgrad", ["faults.drop=0.1"], compile_=True))
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["run", "ssfn-vowel"], "no compiled step for ssfn"),
+        (["run", "detsgrad", "--set", "faults.drop=0.1"], "needs a run without [faults]"),
+        (["run", "detsgrad", "--set", "topology.varying=matching"], "with a fixed graph"),
+    ],
+    ids=["layerwise", "faults", "varying"],
+)
+def test_compile_true_where_nothing_compiles_is_one_line_and_exit_2(argv, words, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main([*argv, "--set", "run.compile=true", "--out", str(out)])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert err.count("\n") == 1 and words in err, err
+    assert not out.exists()
+
+
+def test_the_distributed_runtime_refuses_compile_true():
+    config = _small("detsgrad", [], compile_=True)
+    with pytest.raises(UsageError, match="distributed runtime steps eagerly"):
+        check_compile(config.algorithm.name, config.run, "distributed")
+    check_compile(config.algorithm.name, config.run, "simulator")

@@ -22,6 +22,7 @@ from murmur.errors import UsageError
 from murmur.registry import (
     ALGORITHMS,
     check_checkpoints,
+    check_compile,
     check_faults,
     check_runtime,
     checkpointed_distributed,
@@ -76,6 +77,7 @@ def launch(
         check_runtime(config.algorithm.name, "distributed")
         check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
         check_checkpoints(config.algorithm.name, config.run, "distributed")
+        check_compile(config.algorithm.name, config.run, "distributed")
         check_world(config, nproc, what="--nproc")
         check_run(config)
         root = Path(out) if out else default_run_dir(experiment.name)

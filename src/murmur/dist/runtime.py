@@ -70,6 +70,7 @@ from murmur.metrics.records import Outcome, RunResult
 from murmur.registry import (
     ALGORITHMS,
     check_checkpoints,
+    check_compile,
     check_faults,
     check_runtime,
     checkpointed_distributed,
@@ -166,6 +167,7 @@ def run_distributed(
     spec = check_runtime(config.algorithm.name, "distributed")
     check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
     check_checkpoints(config.algorithm.name, config.run, "distributed")
+    check_compile(config.algorithm.name, config.run, "distributed")
     if resume and out_dir is None:
         raise ValueError("a resumed run needs its run folder")
     env = RankEnvironment.from_environ(environ)

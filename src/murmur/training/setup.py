@@ -27,7 +27,7 @@ from murmur.data.partition import check_agents
 from murmur.errors import UsageError
 from murmur.models import build_model
 from murmur.models.stacked import StackedModel
-from murmur.registry import ALGORITHMS, check_checkpoints, check_faults
+from murmur.registry import ALGORITHMS, check_checkpoints, check_compile, check_faults
 from murmur.sections import TopologyConfig
 from murmur.seeding import derive_seed
 from murmur.topology import Graph, build_graph, ring
@@ -88,6 +88,7 @@ def prepare(config: Config) -> Setup:
     spec = ALGORITHMS[config.algorithm.name]
     check_faults(config.algorithm.name, config.faults, "simulator", config.topology.varying)
     check_checkpoints(config.algorithm.name, config.run, "simulator")
+    check_compile(config.algorithm.name, config.run, "simulator")
     varying = config.topology.varying
     if varying != "none" and getattr(config.algorithm, "weights", None) == "uniform":
         raise UsageError(
