@@ -47,3 +47,21 @@ def test_initial_values_need_one_row_per_agent_and_given_counters_are_added_to()
     transport.broadcast(torch.tensor([False, True, False]), torch.ones(3, 4))
     assert transport.counters is shared
     assert shared.events_per_agent.tolist() == [1, 1, 0] and shared.bytes == 1 + 16
+
+
+def test_broadcast_all_overwriting_sends_every_row_without_a_copy():
+    graph = star(4)
+    transport = InMemoryTransport(graph, torch.zeros(4, 3))
+    values = torch.arange(12.0).view(4, 3)
+    sent_memory = values.untyped_storage().data_ptr()
+    transport.broadcast_all_overwriting(values)
+    torch.testing.assert_close(transport.last_sent, torch.arange(12.0).view(4, 3))
+    assert transport.last_sent.untyped_storage().data_ptr() == sent_memory
+    assert values.shape == (4, 3)
+    assert torch.equal(values, torch.zeros(4, 3))  # the transport's old memory
+    counters = transport.counters
+    assert counters.events_per_agent.tolist() == [1, 1, 1, 1]
+    assert counters.messages == 3 + 1 + 1 + 1
+    assert counters.bytes == counters.messages * 3 * 4
+    with pytest.raises(ValueError, match=r"values \(4, 2\)"):
+        transport.broadcast_all_overwriting(torch.zeros(4, 2))

@@ -23,7 +23,7 @@ from typing import Literal, NamedTuple
 
 import torch
 
-from murmur.algorithms.mixing import mix_and_step
+from murmur.algorithms.mixing import broadcast_all, mix_and_step
 from murmur.algorithms.protocols import Transport
 from murmur.algorithms.schedules import SgdConfig
 from murmur.errors import UsageError
@@ -81,14 +81,14 @@ class Dsgd:
         self, state: DsgdState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> DsgdState:
         alpha = self.gradient_step(iteration)
-        everyone = torch.ones(state.x.shape[0], dtype=torch.bool)
         x = state.x
         mixing = self.mixing(transport.graph)
+        # x is overwritten whole by the mixing, so its values may be handed over uncopied.
         if self.adapt_first:
             x.add_(grads, alpha=-alpha)
-            transport.broadcast(everyone, x)
+            broadcast_all(transport, x)
             mix_and_step(transport, mixing, x, keep=False)
             return state
-        transport.broadcast(everyone, x)
+        broadcast_all(transport, x)
         mix_and_step(transport, mixing, x, grads=grads, alpha=alpha, keep=False)
         return state

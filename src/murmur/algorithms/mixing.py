@@ -48,3 +48,14 @@ def mix_and_step(
         return None
     difference = torch.sub(out, transport.last_sent, out=grads)
     return torch.linalg.vector_norm(difference, dim=1)
+
+
+def broadcast_all(transport: Transport, values: torch.Tensor) -> None:
+    """Every agent sends its row of ``values``, which the caller then overwrites whole:
+    a transport that can (the simulator's) takes the values without copying them and
+    leaves other numbers in ``values``."""
+    overwriting = getattr(transport, "broadcast_all_overwriting", None)
+    if overwriting is not None:
+        overwriting(values)
+        return
+    transport.broadcast(torch.ones(values.shape[0], dtype=torch.bool), values)

@@ -58,6 +58,26 @@ class InMemoryTransport:
         copy_rows(self.published, values, senders)
         self.counters.record_events(senders.to(torch.int64), self._message_bytes, self._degrees)
 
+    def broadcast_all_overwriting(self, values: torch.Tensor) -> None:
+        """Every agent sends its row of ``values``, whose numbers the caller overwrites
+        next: instead of copying them, the transport takes ``values``' memory as what was
+        sent and gives its old memory to ``values``."""
+        published = self.published
+        if values.shape != published.shape or values.dtype != published.dtype:
+            raise ValueError(
+                f"values {tuple(values.shape)} {values.dtype} for a transport of "
+                f"{tuple(published.shape)} {published.dtype}"
+            )
+        if not (values.is_contiguous() and published.is_contiguous()):
+            self.broadcast(torch.ones(values.shape[0], dtype=torch.bool), values)
+            return
+        sent, old = values.untyped_storage(), published.untyped_storage()
+        sent_offset, old_offset = values.storage_offset(), published.storage_offset()
+        published.set_(sent, sent_offset, values.shape, values.stride())
+        values.set_(old, old_offset, published.shape, published.stride())
+        everyone = torch.ones(values.shape[0], dtype=torch.int64)
+        self.counters.record_events(everyone, self._message_bytes, self._degrees)
+
     def publish(self, update: EstimateUpdate) -> None:
         """Each agent sends its sent segments of ``update``: every holder of its public
         estimate (itself and its neighbours) adds its row of ``update.delta``."""
