@@ -81,15 +81,18 @@ class Method:
         return max(self.round_rates) / min(self.round_rates) - 1.0
 
 
-def benchmark_config(agents: int, threads: int, algorithm: str = PRESET) -> Config:
-    """The ``algorithm`` preset (detsgrad or dsgd) with ``agents`` agents on a ring."""
+def benchmark_config(
+    agents: int, threads: int, algorithm: str = PRESET, model: str = "mlp"
+) -> Config:
+    """The ``algorithm`` preset (detsgrad or dsgd) with ``agents`` agents on a ring,
+    training ``model`` (the 784-100-10 MLP or the CNN)."""
     _, raw = read_preset(algorithm)
     raw.pop("description", None)
     overrides = [
         f"topology.agents={agents}",
         "topology.graph=ring",
         f"run.threads={threads}",
-        "model.name=mlp",
+        f"model.name={model}",
         "model.hidden=[100]",
         "data.dataset=mnist5k",
         "data.batch_size=32",
@@ -241,13 +244,13 @@ def bench_agents(agents: int, args: argparse.Namespace) -> Row:
     sent: dict[str, Callable[[], float]] = {}
     setup = None
     for algorithm in args.algorithms:
-        config = benchmark_config(agents, args.threads, algorithm)
+        config = benchmark_config(agents, args.threads, algorithm, args.model)
         setup = prepare(config)
         for compiled in COMPILE_CHOICES[args.compile]:
             method, fraction = murmur_method(config, setup, compiled)
             methods.append(method)
             sent[method.name] = fraction
-    config = benchmark_config(agents, args.threads)
+    config = benchmark_config(agents, args.threads, model=args.model)
     setup = prepare(config)
     lr = float(getattr(config.algorithm, "a", 0.1))
     methods += [
@@ -258,6 +261,8 @@ def bench_agents(agents: int, args: argparse.Namespace) -> Row:
     measure(methods, args.steps, args.min_time, args.repeats, args.warmup)
     return Row(agents, methods, {name: fraction() for name, fraction in sent.items()})
 
+
+MODELS = {"mlp": "MLP 784-100-10", "cnn": "LeNet-5 CNN"}
 
 COMPILE_CHOICES = {"both": (False, True), "on": (True,), "off": (False,)}
 
@@ -281,7 +286,7 @@ def _line(cells: list[str]) -> str:
 def print_header(args: argparse.Namespace) -> None:
     threads = f"{args.threads} torch thread{'s' if args.threads != 1 else ''}"
     print(
-        "murmur simulator throughput: mnist5k, MLP 784-100-10, ring, batch 32 per agent, "
+        f"murmur simulator throughput: mnist5k, {MODELS[args.model]}, ring, batch 32 per agent, "
         f"{threads}, torch {torch.__version__}"
     )
     print(
@@ -354,6 +359,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--agents", type=int, nargs="+", default=[10, 64, 256])
     parser.add_argument(
         "--algorithms", nargs="+", default=["detsgrad", "dsgd"], choices=["detsgrad", "dsgd"]
+    )
+    parser.add_argument(
+        "--model",
+        choices=["mlp", "cnn"],
+        default="mlp",
+        help="the 784-100-10 MLP or the LeNet-5 CNN (model.name)",
     )
     parser.add_argument(
         "--compile",
