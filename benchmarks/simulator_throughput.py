@@ -258,9 +258,29 @@ def bench_agents(agents: int, args: argparse.Namespace) -> Row:
         centralized_method(config, setup, lr),
         loop_method(config, setup, lr),
     ]
+    methods.append(state_pass_method(agents, setup.initial.shape[1]))
     measure(methods, args.steps, args.min_time, args.repeats, args.warmup)
     return Row(agents, methods, {name: fraction() for name, fraction in sent.items()})
 
+
+def state_pass_method(agents: int, parameters: int) -> Method:
+    """One copy of an (agents, P) float32 tensor into another: a read and a write of the
+    whole stacked state, the unit of memory traffic the rest of a step is made of. Its
+    "samples" are the step's, so that its ms/step reads as the time of one pass."""
+    source = torch.randn(agents, parameters)
+    target = torch.empty_like(source)
+
+    def run(steps: int) -> float:
+        started = time.perf_counter()
+        for _ in range(steps):
+            target.copy_(source)
+        return time.perf_counter() - started
+
+    return Method(STATE_PASS, agents * 32, run)
+
+
+STATE_PASS = "state-pass"
+"""The name of the reference that copies the (N, P) state once."""
 
 MODELS = {"mlp": "MLP 784-100-10", "cnn": "LeNet-5 CNN"}
 
@@ -302,9 +322,13 @@ def print_row(row: Row) -> None:
     by_name = {m.name: m for m in row.methods}
     centralized, loop = by_name["centralized"].rate, by_name["loop"].rate
     gradient_ms = 1e3 * by_name["gradient"].samples_per_step / by_name["gradient"].rate
+    pass_ms = 1e3 * by_name[STATE_PASS].samples_per_step / by_name[STATE_PASS].rate
     for method in row.methods:
         ms = 1e3 * method.samples_per_step / method.rate
         simulated = method.name in row.sent
+        if method.name == STATE_PASS:
+            print(_line([str(row.agents), method.name, "", f"{ms:.2f}", "", "", "", "", ""]))
+            continue
         cells = [
             str(row.agents),
             method.name,
@@ -317,6 +341,12 @@ def print_row(row: Row) -> None:
             f"{100 * method.spread:.0f}%",
         ]
         print(_line(cells), flush=True)
+    rests = ", ".join(
+        f"{name} {(1e3 * m.samples_per_step / m.rate - gradient_ms) / pass_ms:.1f}"
+        for name, m in by_name.items()
+        if name in row.sent
+    )
+    print(f"{'':5}rest-ms in state passes (copies of the N x P state): {rests}", flush=True)
 
 
 def peak_memory(agents: int, iterations: int, compile_: bool) -> tuple[float, float]:
