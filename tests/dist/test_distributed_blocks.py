@@ -1,0 +1,113 @@
+"""Blocks of agents per rank (``--agents-per-rank K``): the same run as the simulator,
+as one agent per rank gives it, and bad block sizes refused in one line.
+
+The ranks of a test are forked by one driver process (see ranks.py), each
+running ``murmur run ... --runtime distributed --agents-per-rank K``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from ranks import drive, read_records
+from test_distributed import CHOCO, DETSGRAD, DSGD, LAYERS, TRACKING, one_line_error, write_config
+
+from murmur.cli import main
+from murmur.config import load_experiment
+from murmur.experiment import run
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "world", "block"),
+    [(DSGD, 2, 4), (DETSGRAD, 2, 4), (DETSGRAD, 4, 2), (TRACKING, 2, 4)],
+    ids=["dsgd-2x4", "detsgrad-2x4", "detsgrad-4x2", "detsgrad-gt-2x4"],
+)
+def test_blocks_of_agents_give_the_simulators_events_messages_and_parameters(
+    tmp_path, algorithm, world, block
+):
+    path = write_config(tmp_path, algorithm, iterations=50, agents=8)
+    out, params = tmp_path / "distributed", tmp_path / "params.pt"
+    argv = ["run", str(path), "--runtime", "distributed", "--out", str(out), "--quiet"]
+    argv += ["--timeout", "20", "--agents-per-rank", str(block)]
+    report, stderr = drive(tmp_path, argv, world=world, params=params)
+    assert report["codes"] == {str(rank): 0 for rank in range(world)}, stderr
+    assert all(text == "" for text in stderr.values()), stderr
+
+    ((_, config),) = load_experiment(str(path)).runs
+    simulated = run(config, tmp_path / "simulated")
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("events", "events_per_agent", "messages", "bytes", "samples", "iterations"):
+        assert summary[key] == getattr(simulated, key), key
+    assert (summary["agents"], summary["world_size"], summary["agents_per_rank"]) == (
+        8,
+        world,
+        block,
+    )
+    assert summary["rejected_per_agent"] == [0] * world
+    if algorithm != DSGD:
+        assert 0 < summary["events"] < 8 * 50, "some agents must stay silent some steps"
+
+    records, expected = read_records(out), read_records(tmp_path / "simulated")
+    assert [r["iteration"] for r in records] == [0, 25, 50]
+    for got, want in zip(records, expected, strict=True):
+        for key in ("iteration", "samples", "events", "messages", "bytes", "events_per_agent"):
+            assert got[key] == want[key], key
+        for key in ("test_loss", "test_accuracy", "consensus_distance"):
+            assert got[key] == pytest.approx(want[key], abs=1e-5), key
+        if want["train_loss"] is not None:
+            assert got["train_loss"] == pytest.approx(want["train_loss"], abs=1e-5)
+    torch.testing.assert_close(torch.load(params), simulated.parameters, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("nproc", "block", "words"),
+    [
+        ("4", "0", "--agents-per-rank must be at least 1, not 0"),
+        ("4", "-2", "--agents-per-rank must be at least 1, not -2"),
+        ("2", "3", "--agents-per-rank 3 does not divide topology.agents = 8"),
+        ("2", "2", "--nproc is 2 with --agents-per-rank 2, 4 agents, but topology.agents is 8"),
+    ],
+)
+def test_launch_refuses_a_block_size_that_does_not_fit(capsys, tmp_path, nproc, block, words):
+    path = write_config(tmp_path, DSGD, agents=8)
+    argv = ["launch", "--nproc", nproc, "--agents-per-rank", block, str(path)]
+    err = one_line_error(capsys, main(argv))
+    assert words in err, err
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "words"),
+    [
+        (CHOCO, "blocks of agents per rank run dsgd, detsgrad, detsgrad-gt only, not choco-sgd"),
+        (LAYERS, "blocks of agents per rank send whole models"),
+        ('name = "dssfn"', "not dssfn"),
+        ('name = "asysg-con"\nworkers = 3', "not asysg-con"),
+    ],
+    ids=["choco", "detsgrad-layers", "dssfn", "parameter-server"],
+)
+def test_kinds_that_send_no_whole_models_in_lockstep_refuse_blocks(
+    capsys, tmp_path, algorithm, words
+):
+    path = write_config(tmp_path, algorithm, agents=8)
+    err = one_line_error(
+        capsys, main(["launch", "--nproc", "4", "--agents-per-rank", "2", str(path)])
+    )
+    assert words in err, err
+
+
+def test_a_rank_refuses_a_world_size_that_does_not_hold_every_agent(capsys, monkeypatch, tmp_path):
+    environ = {"RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    path = write_config(tmp_path, DSGD, agents=8)
+    argv = ["run", str(path), "--runtime", "distributed", "--agents-per-rank", "2"]
+    err = one_line_error(capsys, main(argv))
+    assert "WORLD_SIZE is 3 with --agents-per-rank 2, 6 agents, but topology.agents is 8" in err
+
+
+def test_the_simulator_refuses_agents_per_rank(capsys, tmp_path):
+    path = write_config(tmp_path, DSGD, agents=8)
+    err = one_line_error(capsys, main(["run", str(path), "--agents-per-rank", "2"]))
+    assert "--agents-per-rank sets the agents of each rank of --runtime distributed" in err
