@@ -8,14 +8,17 @@ running ``murmur run ... --runtime distributed --agents-per-rank K``.
 from __future__ import annotations
 
 import json
+import signal
 
 import pytest
 import torch
-from ranks import drive, read_records
+from ranks import Fault, drive, read_records
 from test_distributed import CHOCO, DETSGRAD, DSGD, LAYERS, TRACKING, one_line_error, write_config
+from test_distributed_resume import comparable
 
 from murmur.cli import main
 from murmur.config import load_experiment
+from murmur.dist.checkpoints import FOLDER, saved_iterations
 from murmur.experiment import run
 
 
@@ -111,3 +114,32 @@ def test_the_simulator_refuses_agents_per_rank(capsys, tmp_path):
     path = write_config(tmp_path, DSGD, agents=8)
     err = one_line_error(capsys, main(["run", str(path), "--agents-per-rank", "2"]))
     assert "--agents-per-rank sets the agents of each rank of --runtime distributed" in err
+
+
+def test_a_killed_block_run_resumed_by_hand_gives_the_uninterrupted_run(capsys, tmp_path):
+    """Two ranks of four agents save every 20 iterations; rank 1 is killed during
+    iteration 56 (its four agents draw four batches an iteration); resumed with the same
+    blocks, the run ends as the uninterrupted one. Other blocks are refused in one line."""
+    path = write_config(tmp_path, DETSGRAD, iterations=100, agents=8)
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    argv = ["run", str(path), "--runtime", "distributed", "--set", "run.checkpoint_every=20"]
+    argv += ["--agents-per-rank", "4", "--quiet", "--timeout", "10"]
+
+    def ranks(folder: str, argv: list[str], **kwargs) -> tuple[dict, dict[int, str]]:
+        (tmp_path / folder).mkdir()
+        return drive(tmp_path / folder, argv, world=2, limit=60.0, **kwargs)
+
+    report, stderr = ranks("a", [*argv, "--out", str(whole)])
+    assert report["codes"] == {"0": 0, "1": 0}, stderr
+    kill = Fault(ranks=(1,), after=55 * 4, fail=signal.SIGKILL)
+    report, stderr = ranks("b", [*argv, "--out", str(stopped)], faults=(kill,))
+    assert report["codes"]["1"] == -signal.SIGKILL
+    assert [saved_iterations(stopped / FOLDER, rank) for rank in range(2)] == [[20, 40]] * 2
+
+    err = one_line_error(capsys, main(["launch", "--resume", str(stopped)]))
+    assert "was run with --agents-per-rank 4, not 1; resume it with --agents-per-rank 4" in err
+
+    resume = ["run", "--resume", str(stopped), "--runtime", "distributed"]
+    report, stderr = ranks("c", [*resume, "--agents-per-rank", "4", "--quiet", "--timeout", "10"])
+    assert report["codes"] == {"0": 0, "1": 0}, stderr
+    assert comparable(stopped) == comparable(whole)

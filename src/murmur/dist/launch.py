@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from murmur.config import Config, Experiment, load_experiment
-from murmur.dist.checkpoints import check_resumable_ranks
+from murmur.dist.checkpoints import check_agents_per_rank, check_resumable_ranks
 from murmur.dist.mailbox import (
     first_line,
 )
@@ -140,6 +140,7 @@ def check_resumable_launch(
     world = ALGORITHMS[config.algorithm.name].processes(config.algorithm, config.topology.agents)
     world //= agents_per_rank
     check_run(config)
+    check_agents_per_rank(run_dir, config, agents_per_rank)
     if ALGORITHMS[config.algorithm.name].kind == "server":
         world = 1  # only the server saves
     return config, check_resumable_ranks(run_dir, world, config)

@@ -57,6 +57,7 @@ from murmur.dist.checkpoints import (
     RankCheckpoints,
     Start,
     agreed_state,
+    check_agents_per_rank,
     kept_checkpoints,
     rank_file,
     readable_iterations,
@@ -298,6 +299,7 @@ def resume_distributed(
     rank = RankEnvironment.from_environ(environ).rank
     if ALGORITHMS[config.algorithm.name].kind == "server":
         rank = 0  # only the server saves
+    check_agents_per_rank(run_dir, config, agents_per_rank)
     folder = run_dir / FOLDER
     iterations = readable_iterations(folder, rank, config)
     if not iterations:
