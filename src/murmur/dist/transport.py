@@ -358,9 +358,8 @@ class DistributedTransport:
         else:
             rows = operator.to_dense()[first : first + self.block].to(torch.float64)
         present = rows.any(dim=0).nonzero().squeeze(1).tolist()
-        where = {agent: i for i, agent in enumerate(self.agents)}
-        for agents in self._heard:
-            where.update((agent, len(where)) for agent in agents)
+        known = [*self.agents, *(agent for agents in self._heard for agent in agents)]
+        where = {agent: i for i, agent in enumerate(known)}
         strangers = sorted(set(present) - set(where))
         if strangers:
             raise ValueError(
