@@ -140,8 +140,7 @@ def _add_agents_per_rank(parser: argparse.ArgumentParser) -> None:
         default=1,
         metavar="K",
         help="distributed runtime: each rank holds a block of K consecutive agents "
-        "(ranks x K = topology.agents; dsgd, detsgrad, detsgrad-gt sending whole models; "
-        "default 1)",
+        "(ranks x K = topology.agents; synchronous SGD algorithms only; default 1)",
     )
 
 

@@ -13,7 +13,16 @@ import signal
 import pytest
 import torch
 from ranks import Fault, drive, read_records
-from test_distributed import CHOCO, DETSGRAD, DSGD, LAYERS, TRACKING, one_line_error, write_config
+from test_distributed import (
+    CHOCO,
+    DETSGRAD,
+    DSGD,
+    LAYERS,
+    SPARQ,
+    TRACKING,
+    one_line_error,
+    write_config,
+)
 from test_distributed_resume import comparable
 
 from murmur.cli import main
@@ -24,8 +33,24 @@ from murmur.experiment import run
 
 @pytest.mark.parametrize(
     ("algorithm", "world", "block"),
-    [(DSGD, 2, 4), (DETSGRAD, 2, 4), (DETSGRAD, 4, 2), (TRACKING, 2, 4)],
-    ids=["dsgd-2x4", "detsgrad-2x4", "detsgrad-4x2", "detsgrad-gt-2x4"],
+    [
+        (DSGD, 2, 4),
+        (DETSGRAD, 2, 4),
+        (DETSGRAD, 4, 2),
+        (TRACKING, 2, 4),
+        (CHOCO, 4, 2),
+        (SPARQ, 2, 4),
+        (LAYERS, 4, 2),
+    ],
+    ids=[
+        "dsgd-2x4",
+        "detsgrad-2x4",
+        "detsgrad-4x2",
+        "detsgrad-gt-2x4",
+        "choco-4x2",
+        "sparq-2x4",
+        "detsgrad-layers-randk-4x2",
+    ],
 )
 def test_blocks_of_agents_give_the_simulators_events_messages_and_parameters(
     tmp_path, algorithm, world, block
@@ -49,8 +74,11 @@ def test_blocks_of_agents_give_the_simulators_events_messages_and_parameters(
         block,
     )
     assert summary["rejected_per_agent"] == [0] * world
-    if algorithm != DSGD:
+    if algorithm in (DETSGRAD, TRACKING):
         assert 0 < summary["events"] < 8 * 50, "some agents must stay silent some steps"
+    if algorithm in (CHOCO, SPARQ):  # compressed: far below dense float32
+        dense = summary["messages"] * simulated.parameters.shape[1] * 4
+        assert 0 < summary["bytes"] < dense / 4
 
     records, expected = read_records(out), read_records(tmp_path / "simulated")
     assert [r["iteration"] for r in records] == [0, 25, 50]
@@ -83,14 +111,13 @@ def test_launch_refuses_a_block_size_that_does_not_fit(capsys, tmp_path, nproc, 
 @pytest.mark.parametrize(
     ("algorithm", "words"),
     [
-        (CHOCO, "blocks of agents per rank run dsgd, detsgrad, detsgrad-gt only, not choco-sgd"),
-        (LAYERS, "blocks of agents per rank send whole models"),
-        ('name = "dssfn"', "not dssfn"),
-        ('name = "asysg-con"\nworkers = 3', "not asysg-con"),
+        ('name = "dssfn"', "not dssfn; drop --agents-per-rank"),
+        ('name = "asysg-con"\nworkers = 3', "not asysg-con; drop --agents-per-rank"),
+        ('name = "sync-ps"\nworkers = 3', "not sync-ps; drop --agents-per-rank"),
     ],
-    ids=["choco", "detsgrad-layers", "dssfn", "parameter-server"],
+    ids=["dssfn", "parameter-server", "sync-ps"],
 )
-def test_kinds_that_send_no_whole_models_in_lockstep_refuse_blocks(
+def test_kinds_other_than_synchronous_sgd_refuse_blocks_naming_those_that_run_them(
     capsys, tmp_path, algorithm, words
 ):
     path = write_config(tmp_path, algorithm, agents=8)
@@ -98,6 +125,10 @@ def test_kinds_that_send_no_whole_models_in_lockstep_refuse_blocks(
         capsys, main(["launch", "--nproc", "4", "--agents-per-rank", "2", str(path)])
     )
     assert words in err, err
+    assert (
+        "blocks of agents per rank run detsgrad, dsgd, detsgrad-gt, choco-sgd, sparq-sgd only"
+        in err
+    )
 
 
 def test_a_rank_refuses_a_world_size_that_does_not_hold_every_agent(capsys, monkeypatch, tmp_path):

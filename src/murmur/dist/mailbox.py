@@ -307,7 +307,7 @@ class Mailbox:
         try:
             if add is None:
                 raise ValueError("a DELTA where a VALUE was expected")
-            add(self.values[i], words)
+            add(self.values[i, : self.lengths[i]], words)
         except ValueError as error:
             why = f"{MALFORMED} ({error})"
             self.rejected += 1

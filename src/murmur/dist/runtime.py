@@ -157,34 +157,31 @@ def check_world(
     )
 
 
-BLOCK_ALGORITHMS = ("dsgd", "detsgrad", "detsgrad-gt")
-"""The algorithms whose ranks may hold a block of agents: synchronous SGD that sends
-whole models (without ``compress`` or DETSGRAD's layer trigger)."""
+def block_algorithms() -> list[str]:
+    """The algorithms whose ranks may hold a block of agents: synchronous SGD."""
+    return [
+        name
+        for name, spec in ALGORITHMS.items()
+        if spec.kind == "sgd" and "distributed" in spec.runtimes
+    ]
 
 
 def check_blocks(config: Config, agents_per_rank: int) -> None:
     """UsageError unless ranks of ``config`` can hold ``agents_per_rank`` agents each:
-    at least 1, dividing topology.agents, and more than 1 only for whole-model
-    synchronous SGD (:data:`BLOCK_ALGORITHMS`)."""
+    at least 1, dividing topology.agents, and more than 1 only for synchronous SGD
+    (:func:`block_algorithms`)."""
     if agents_per_rank < 1:
         raise UsageError(f"--agents-per-rank must be at least 1, not {agents_per_rank}")
     if agents_per_rank == 1:
         return
-    algorithm = config.algorithm
+    name = config.algorithm.name
     agents = config.topology.agents
-    supported = ", ".join(BLOCK_ALGORITHMS)
-    if algorithm.name not in BLOCK_ALGORITHMS:
+    supported = block_algorithms()
+    if name not in supported:
         raise UsageError(
-            f"--agents-per-rank {agents_per_rank}: blocks of agents per rank run {supported} "
-            f"only, not {algorithm.name}; drop --agents-per-rank to run one agent per rank"
-        )
-    if getattr(algorithm, "compress", "none") != "none" or (
-        getattr(algorithm, "trigger", "model") != "model"
-    ):
-        raise UsageError(
-            f"--agents-per-rank {agents_per_rank}: blocks of agents per rank send whole "
-            f'models ({supported} without compress or trigger = "layer"); drop '
-            "--agents-per-rank to run this one agent per rank"
+            f"--agents-per-rank {agents_per_rank}: blocks of agents per rank run "
+            f"{', '.join(supported)} only, not {name}; drop --agents-per-rank to run "
+            "one agent (or worker) per rank"
         )
     if agents % agents_per_rank != 0:
         raise UsageError(

@@ -63,12 +63,14 @@ class DistributedTransport:
     not wait for the peer's own sends, also when two neighbours send to each
     other at once.
 
-    ``publish`` (one agent per rank only) sends the rank's compressed difference
-    as a DELTA, the packed codes of :mod:`murmur.algorithms.estimates` (values,
-    int32 indices, packed bits), when the agent sends any segment, else NONE;
-    every neighbour adds the decoded difference to its copy of this agent's
-    estimate, as this agent does to its own, and counts the encoded sizes the
-    simulator counts.
+    ``publish`` sends the agents' compressed differences as a DELTA, the packed
+    codes of :mod:`murmur.algorithms.estimates` (values, int32 indices, packed
+    bits), to each neighbouring rank one of whose agents sends any segment, else
+    NONE; every neighbour adds the decoded difference to its copy of the agent's
+    estimate, as the agent does to its own, and counts the encoded sizes the
+    simulator counts. A block's DELTA carries the packed codes of each of its
+    sending rows the peer needs, one after the other, then int32 words: their
+    positions among those rows, their lengths in words, and how many there are.
 
     Values are float32, or float64 when ``initial`` is: a float64 row travels as
     twice as many float32 (the same bits), so it arrives exactly.
@@ -128,17 +130,11 @@ class DistributedTransport:
         heard = torch.zeros(len(self.neighbours), max(lengths, default=width))
         for i, agents in enumerate(self._heard):
             heard[i, : lengths[i]] = _wire(initial[agents].to(dtype).contiguous()).reshape(-1)
+        words = max_packed_words(self._sent.shape[1], self._sent.element_size())
+        if block > 1:  # a packed difference per row, then positions, lengths and a count
+            words = max(map(len, self._heard), default=1) * (words + 2) + 1
         self._mailbox = Mailbox(
-            group,
-            rank,
-            self.neighbours,
-            heard,
-            delta_words=(
-                max_packed_words(self._sent.shape[1], self._sent.element_size())
-                if block == 1
-                else 0
-            ),
-            lengths=lengths,
+            group, rank, self.neighbours, heard, delta_words=words, lengths=lengths
         )
         self._outbox = Outbox(group, rank, self.neighbours)
         self._step = 0
@@ -225,19 +221,17 @@ class DistributedTransport:
         return _wire(self._sent[rows]).reshape(-1)
 
     def publish(self, update: EstimateUpdate) -> None:
-        """Send this agent's sent segments of ``update`` (one row) as a DELTA, else NONE."""
-        if self.block != 1:
+        """Send the block's sent segments of ``update`` (block rows) as DELTAs, else NONE."""
+        if update.sent.shape[0] != self.block or update.delta.shape != self._sent.shape:
             raise ValueError(
-                "a rank holding a block of agents sends whole models (broadcast), "
-                "not compressed differences"
-            )
-        if update.sent.shape[0] != 1 or update.delta.shape != self._sent.shape:
-            raise ValueError(
-                f"one agent per rank: an update of one row of {self._sent.shape[1]} values, "
+                f"a block of {self.block}: an update of {tuple(self._sent.shape)} values, "
                 f"got {tuple(update.delta.shape)}"
             )
         self._step += 1
         self._codec = (update.compressor, update.segments)
+        if self.block > 1:
+            self._publish_block(update)
+            return
         segments = int(update.sent[0].sum())
         if segments == 0:
             self._send(Kind.NONE, self._step, self.neighbours)
@@ -251,12 +245,57 @@ class DistributedTransport:
         self.counters.messages_per_agent[0] += segments * degree
         self.counters.bytes_per_agent[0] += payload * degree
 
+    def _publish_block(self, update: EstimateUpdate) -> None:
+        """``publish`` for a block: each neighbouring rank gets the packed codes of the
+        sending rows it needs in one DELTA (see the class docstring)."""
+        segments = update.sent.to(torch.int64).sum(1)
+        flags = (segments > 0).tolist()
+        packed: dict[int, torch.Tensor] = {}
+        messages: dict[int, tuple[Kind, torch.Tensor | None]] = {}
+        for peer, rows in zip(self.neighbours, self._told, strict=True):
+            positions = [i for i, row in enumerate(rows) if flags[row]]
+            if not positions:
+                messages[peer] = (Kind.NONE, None)
+                self.control_messages += 1
+                continue
+            for i in positions:
+                if rows[i] not in packed:
+                    packed[rows[i]] = update.pack(rows[i])
+            parts = [packed[rows[i]] for i in positions]
+            counts = [*positions, *(part.numel() for part in parts), len(parts)]
+            trailer = torch.tensor(counts, dtype=torch.int32).view(torch.float32)
+            messages[peer] = (Kind.DELTA, torch.cat([*parts, trailer]))
+        self._send_each(messages)
+        for row in (i for i, sends in enumerate(flags) if sends):
+            self._sent[row].add_(update.delta[row])
+        payload = (update.sent.to(torch.int64) * update.segment_bytes()).sum(1)
+        self.counters.record_events(segments, payload, self._degrees)
+
     def _add_delta(self, row: torch.Tensor, words: torch.Tensor) -> None:
-        """Add a neighbour's DELTA to its row (wire float32) of the mailbox."""
+        """Add a neighbour's DELTA to its row (wire float32) of the mailbox: one agent's
+        packed difference, or, from a block, several (see the class docstring)."""
         if self._codec is None:
             raise ValueError("a DELTA before this agent published any")
         compressor, segments = self._codec
-        add_packed(row.view(self._sent.dtype), words, compressor, segments)
+        if self.block == 1:
+            add_packed(row.view(self._sent.dtype), words, compressor, segments)
+            return
+        heard = row.numel() // self._width
+        count = int(words[-1:].view(torch.int32))
+        if not 0 < count <= heard or 2 * count + 1 > words.numel():
+            raise ValueError(f"a DELTA of {count} rows from a block of {heard}")
+        numbers = words[-1 - 2 * count : -1].view(torch.int32).tolist()
+        positions, lengths = numbers[:count], numbers[count:]
+        if positions != sorted(set(positions)) or not 0 <= positions[0] <= positions[-1] < heard:
+            raise ValueError(f"rows {positions} of a block of {heard}")
+        if min(lengths) < 1 or sum(lengths) + 2 * count + 1 != words.numel():
+            raise ValueError(f"{words.numel()} words for differences of {lengths} words")
+        offset = 0
+        for position, length in zip(positions, lengths, strict=True):
+            start = position * self._width
+            target = row[start : start + self._width].view(self._sent.dtype)
+            add_packed(target, words[offset : offset + length], compressor, segments)
+            offset += length
 
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
         """``out += scale * operator[agents] @ V`` once every neighbouring rank's values of
