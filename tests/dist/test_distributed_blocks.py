@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 
 import pytest
 import torch
-from ranks import Fault, drive, read_records
+from ranks import Fault, drive, free_port, read_records
 from test_distributed import (
     CHOCO,
     DETSGRAD,
@@ -174,3 +176,17 @@ def test_a_killed_block_run_resumed_by_hand_gives_the_uninterrupted_run(capsys, 
     report, stderr = ranks("c", [*resume, "--agents-per-rank", "4", "--quiet", "--timeout", "10"])
     assert report["codes"] == {"0": 0, "1": 0}, stderr
     assert comparable(stopped) == comparable(whole)
+
+
+def test_launch_passes_the_block_to_every_rank_and_rank_0_writes_the_run_folder(tmp_path):
+    path = write_config(tmp_path, DETSGRAD, iterations=20, agents=8)
+    out = tmp_path / "run"
+    argv = ["launch", "--nproc", "2", "--agents-per-rank", "4", str(path), "--out", str(out)]
+    command = [sys.executable, "-m", "murmur", *argv, "--quiet", "--port", str(free_port())]
+    done = subprocess.run([*command, "--timeout", "20"], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["agents"], summary["world_size"], summary["agents_per_rank"]) == (8, 2, 4)
+    assert len(summary["events_per_agent"]) == 8
+    assert [r["iteration"] for r in read_records(out)] == [0, 20]
