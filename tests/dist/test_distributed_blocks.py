@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ from test_distributed import (
     one_line_error,
     write_config,
 )
-from test_distributed_resume import comparable
+from test_distributed_resume import comparable, digits_config, kill_rank
 
 from murmur.cli import main
 from murmur.config import load_experiment
@@ -190,3 +191,32 @@ def test_launch_passes_the_block_to_every_rank_and_rank_0_writes_the_run_folder(
     assert (summary["agents"], summary["world_size"], summary["agents_per_rank"]) == (8, 2, 4)
     assert len(summary["events_per_agent"]) == 8
     assert [r["iteration"] for r in read_records(out)] == [0, 20]
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds ranks through /proc")
+def test_a_block_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_uninterrupted(tmp_path):
+    """``murmur launch --max-restarts 1`` of 2 ranks of 4 agents: torchrun restarts both
+    ranks after rank 1 is killed, and they continue from their blocks' checkpoints."""
+    config = digits_config(tmp_path)
+    text = config.read_text().replace("agents = 4", "agents = 8").replace("1000", "300")
+    config.write_text(text)
+    whole, restarted = tmp_path / "whole", tmp_path / "restarted"
+
+    def launch(out: Path, *extra: str) -> subprocess.Popen:
+        command = [sys.executable, "-m", "murmur", "launch", "--nproc", "2", str(config)]
+        options = ["--out", str(out), "--quiet", "--port", str(free_port()), "--timeout", "10"]
+        blocks = ["--agents-per-rank", "4", "--set", "run.checkpoint_every=50"]
+        return subprocess.Popen(
+            [*command, *options, *blocks, *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    uninterrupted = launch(whole)
+    assert uninterrupted.wait(timeout=180) == 0, uninterrupted.communicate()[1]
+    killed = launch(restarted, "--max-restarts", "1")
+    folder = restarted / FOLDER
+    err = kill_rank(killed, 1, lambda: all(saved_iterations(folder, r) for r in range(2)))
+    assert killed.returncode == 0, err
+    assert comparable(restarted) == comparable(whole)
