@@ -4,9 +4,10 @@ Each rank is a process forked from the calling script (so torch is imported
 once), given ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1`` and a free
 ``MASTER_PORT``, and runs ``run_distributed`` on gloo over loopback; rank 0
 writes the run folder. A per-rank hook runs in each rank first (to patch a
-function in one chosen rank, say). The job has a deadline: once a rank fails or
-the deadline passes, every rank left is killed and the script stops with
-SystemExit naming the job.
+function in one chosen rank, say). Each rank may hold a block of agents
+(``agents_per_rank``), and rank 0 may save the run's final parameters. The job
+has a deadline: once a rank fails or the deadline passes, every rank left is
+killed and the script stops with SystemExit naming the job.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from murmur.config import Config
 from murmur.dist.runtime import run_distributed
@@ -51,6 +54,8 @@ def _rank_main(
     run_dir: Path,
     timeout: float,
     before: Callable[[int], None],
+    agents_per_rank: int,
+    params: Path | None,
 ) -> None:
     before(rank)
     environ = {
@@ -59,7 +64,15 @@ def _rank_main(
         "MASTER_ADDR": LOOPBACK,
         "MASTER_PORT": str(port),
     }
-    run_distributed(config, run_dir if rank == 0 else None, environ=environ, timeout=timeout)
+    result = run_distributed(
+        config,
+        run_dir if rank == 0 else None,
+        environ=environ,
+        timeout=timeout,
+        agents_per_rank=agents_per_rank,
+    )
+    if params is not None and result.parameters is not None:
+        torch.save(result.parameters, params)
 
 
 def _no_setup(rank: int) -> None:
@@ -75,16 +88,19 @@ def run_ranks(
     limit: float,
     label: str,
     before: Callable[[int], None] = _no_setup,
+    agents_per_rank: int = 1,
+    params: Path | None = None,
 ) -> FinishedJob:
-    """Fork ``world`` ranks of ``config``, each calling ``before(rank)`` first and waiting
-    at most ``timeout`` s for a peer; rank 0 writes ``run_dir``. Rank 0's summary, or
+    """Fork ``world`` ranks of ``config``, each calling ``before(rank)`` first, holding
+    ``agents_per_rank`` agents and waiting at most ``timeout`` s for a peer; rank 0 writes
+    ``run_dir`` (and the final parameters to ``params``, if given). Rank 0's summary, or
     SystemExit (``label: why``) once a rank fails or ``limit`` seconds pass. Every rank is
     gone when this returns."""
     port = free_port()
     ranks = [
         FORK.Process(
             target=_rank_main,
-            args=(rank, world, port, config, run_dir, timeout, before),
+            args=(rank, world, port, config, run_dir, timeout, before, agents_per_rank, params),
             daemon=True,
         )
         for rank in range(world)

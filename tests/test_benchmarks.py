@@ -186,6 +186,33 @@ def test_distributed_server_quick_run_prints_six_rows_and_the_ratios():
     assert all(float(line.split(":")[-1]) > 0 for line in ratios)
 
 
+def test_distributed_blocks_quick_run_equals_the_simulator_in_every_row():
+    lines = _quick_run("distributed_blocks.py")
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["algorithm", "layout"])
+    assert lines[start].split() == [
+        "algorithm",
+        "layout",
+        "ms/iter",
+        "x",
+        "sim",
+        "noise",
+        "job_s",
+        "same",
+        "max",
+        "|dx|",
+    ]
+    rows = [line.split() for line in lines[start + 1 : start + 5]]
+    assert [(row[0], row[1]) for row in rows] == [
+        ("dsgd", "sim"),
+        ("dsgd", "2x4"),
+        ("detsgrad", "sim"),
+        ("detsgrad", "2x4"),
+    ]
+    for row in rows:
+        assert float(row[2]) > 0 and float(row[3]) > 0
+        assert (row[6], row[7]) == ("yes", "0")
+
+
 def test_arock_update_quick_run_prints_both_shards_with_the_same_solution():
     """The range-only update keeps each shard's rank (its samples) and reaches the
     full-basis update's x."""

@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulator: all agents in this process; distributed: this process is one rank "
         "of a torchrun job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)",
     )
+    _add_agents_per_rank(run)
     _add_timeout(run)
 
     launch = commands.add_parser(
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="restart every rank up to N times after one fails; they continue from the "
         "newest checkpoint all ranks saved, or start over (default 0)",
     )
+    _add_agents_per_rank(launch)
     _add_timeout(launch)
 
     commands.add_parser("presets", help="list the presets shipped with murmur")
@@ -131,6 +133,17 @@ def _add_overrides(parser: argparse.ArgumentParser, help: str) -> None:
     )
 
 
+def _add_agents_per_rank(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--agents-per-rank",
+        type=int,
+        default=1,
+        metavar="K",
+        help="distributed runtime: each rank holds a block of K consecutive agents "
+        "(ranks x K = topology.agents; synchronous SGD algorithms only; default 1)",
+    )
+
+
 def _add_timeout(parser: argparse.ArgumentParser) -> None:
     def seconds(text: str) -> float:
         try:
@@ -158,12 +171,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "run":
+            if args.runtime != "distributed" and args.agents_per_rank != 1:
+                raise UsageError(
+                    "--agents-per-rank sets the agents of each rank of --runtime distributed; "
+                    "the simulator holds every agent in one process: drop it"
+                )
             if args.resume is not None:
                 return _resume(args)
             args.preset = args.preset or "default"
             if args.runtime == "distributed":
                 return _run_distributed(
-                    args.preset, args.overrides, args.out, not args.quiet, args.timeout
+                    args.preset,
+                    args.overrides,
+                    args.out,
+                    not args.quiet,
+                    args.timeout,
+                    args.agents_per_rank,
                 )
             return _run(
                 args.preset, args.overrides, args.out, progress=not args.quiet, check=args.check
@@ -186,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress=not args.quiet,
                 max_restarts=args.max_restarts,
                 resume=args.resume,
+                agents_per_rank=args.agents_per_rank,
             )
         if args.command == "presets":
             return _presets()
@@ -285,7 +309,10 @@ def _resume(args: argparse.Namespace) -> int:
         from murmur.dist.runtime import resume_distributed
 
         result = resume_distributed(
-            Path(args.resume), progress=not args.quiet, timeout=args.timeout
+            Path(args.resume),
+            progress=not args.quiet,
+            timeout=args.timeout,
+            agents_per_rank=args.agents_per_rank,
         )
         if result.run_dir is not None:
             print(format_table([result.to_dict()]))
@@ -324,7 +351,12 @@ def _warn_caps(label: str, summary: dict[str, Any], config: Config) -> None:
 
 
 def _run_distributed(
-    source: str, overrides: list[str], out: str | None, progress: bool, timeout: float
+    source: str,
+    overrides: list[str],
+    out: str | None,
+    progress: bool,
+    timeout: float,
+    agents_per_rank: int = 1,
 ) -> int:
     """One rank of a torchrun job; rank 0 writes the run folder and prints the table."""
     from murmur.config import load_experiment
@@ -336,7 +368,13 @@ def _run_distributed(
     label, config = single_run(experiment)
     root = Path(out) if out else default_run_dir(experiment.name)
     result = run_distributed(
-        config, root, name=label, preset=experiment.name, progress=progress, timeout=timeout
+        config,
+        root,
+        name=label,
+        preset=experiment.name,
+        progress=progress,
+        timeout=timeout,
+        agents_per_rank=agents_per_rank,
     )
     if result.run_dir is not None:
         print(format_table([result.to_dict()]))

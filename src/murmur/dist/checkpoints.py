@@ -6,7 +6,9 @@ as ``rank{R}-{iteration}.pt``, written atomically in the simulator's format
 (:mod:`murmur.training.checkpoint`): its algorithm state row, its transport's
 state (own last broadcast, broadcast number, each neighbour's value as of that
 number, counters), the batch streams, the loop's sums and its evaluation rows so
-far. Synchronous dSSFN saves the same way every k layers, at a layer's end
+far. A rank holding a block of agents (``--agents-per-rank``) saves the block's rows,
+and a run resumes only with the number of agents per rank it was saved with.
+Synchronous dSSFN saves the same way every k layers, at a layer's end
 (:func:`murmur.dist.layerwise.restore_layers`): the rank's output matrices of every
 layer so far, its rows and records, its counters. The parameter server saves on
 rank 0 alone, every k updates (:mod:`murmur.dist.server`). All ranks of ``murmur launch``
@@ -155,6 +157,24 @@ def agreed_state(
     if done is None or saves.path is None:
         return None
     return done, read_checkpoint(rank_file(saves.path, rank, done), config)["state"]
+
+
+def check_agents_per_rank(run_dir: Path, config: Config, agents_per_rank: int) -> None:
+    """UsageError when rank 0's newest readable checkpoint in ``run_dir`` was saved by a
+    run of another number of agents per rank (older checkpoints: one)."""
+    folder = run_dir / FOLDER
+    for done in reversed(saved_iterations(folder, 0)):
+        try:
+            saved = read_checkpoint(rank_file(folder, 0, done), config, run_dir)
+        except UsageError:
+            continue
+        held = saved["state"].get("agents_per_rank", 1)
+        if held != agents_per_rank:
+            raise UsageError(
+                f"{run_dir} was run with --agents-per-rank {held}, not {agents_per_rank}; "
+                f"resume it with --agents-per-rank {held}"
+            )
+        return
 
 
 def check_resumable_ranks(run_dir: Path, world: int, config: Config) -> int:

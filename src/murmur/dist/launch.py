@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from murmur.config import Config, Experiment, load_experiment
-from murmur.dist.checkpoints import check_resumable_ranks
+from murmur.dist.checkpoints import check_agents_per_rank, check_resumable_ranks
 from murmur.dist.mailbox import (
     first_line,
 )
@@ -45,6 +45,7 @@ def launch(
     progress: bool = True,
     max_restarts: int = 0,
     resume: str | None = None,
+    agents_per_rank: int = 1,
 ) -> int:
     """Start ``nproc`` ranks of ``source`` on this machine with torchrun, bound to loopback.
 
@@ -54,9 +55,12 @@ def launch(
     continue from their checkpoints (:mod:`murmur.dist.checkpoints`).
     ``resume``: the folder of a stopped run to continue, with its own config
     (``source``, ``overrides`` and ``out`` are then None or empty).
+    ``agents_per_rank``: each rank holds a block of that many agents.
     """
     if nproc is not None and nproc < 1:
         raise UsageError(f"--nproc must be at least 1, not {nproc}")
+    if agents_per_rank < 1:
+        raise UsageError(f"--agents-per-rank must be at least 1, not {agents_per_rank}")
     if timeout <= 0:
         raise UsageError(f"--timeout must be positive, not {timeout:g}")
     if not 0 < port < 65536:
@@ -64,7 +68,7 @@ def launch(
     if max_restarts < 0:
         raise UsageError(f"--max-restarts must be 0 or more, not {max_restarts}")
     if resume is not None:
-        config, done = check_resumable_launch(Path(resume), nproc)
+        config, done = check_resumable_launch(Path(resume), nproc, agents_per_rank)
         if progress:
             unit = _STEP.get(ALGORITHMS[config.algorithm.name].kind, "iteration")
             print(f"resuming {resume} from {unit} {done}", file=sys.stderr)
@@ -78,7 +82,7 @@ def launch(
         check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
         check_checkpoints(config.algorithm.name, config.run, "distributed")
         check_compile(config.algorithm.name, config.run, "distributed")
-        check_world(config, nproc, what="--nproc")
+        check_world(config, nproc, what="--nproc", agents_per_rank=agents_per_rank)
         check_run(config)
         root = Path(out) if out else default_run_dir(experiment.name)
         check_run_dir(root)
@@ -86,6 +90,7 @@ def launch(
     check_restarts(config, max_restarts)
     check_port_free(LOOPBACK, port)
     world = ALGORITHMS[config.algorithm.name].processes(config.algorithm, config.topology.agents)
+    world //= agents_per_rank
     torchrun_argv = [
         "--nnodes=1",
         f"--nproc-per-node={world}",
@@ -97,6 +102,7 @@ def launch(
         "run",
         *rank_argv,
         "--runtime=distributed",
+        f"--agents-per-rank={agents_per_rank}",
         f"--timeout={timeout:g}",
         *(() if progress else ("--quiet",)),
     ]
@@ -111,7 +117,9 @@ _STEP = {"layerwise": "layer", "server": "update"}
 """What a checkpoint's number counts, by the kind of algorithm (iterations otherwise)."""
 
 
-def check_resumable_launch(run_dir: Path, nproc: int | None) -> tuple[Config, int]:
+def check_resumable_launch(
+    run_dir: Path, nproc: int | None, agents_per_rank: int = 1
+) -> tuple[Config, int]:
     """The config of the stopped distributed run in ``run_dir`` and the iteration it
     resumes from, every rank's checkpoints read and checked; UsageError, in one line,
     otherwise. Nothing is written."""
@@ -124,10 +132,17 @@ def check_resumable_launch(run_dir: Path, nproc: int | None) -> tuple[Config, in
     check_runtime(config.algorithm.name, "distributed")
     check_checkpoints(config.algorithm.name, config.run, "distributed")
     check_same_run(run_dir, config)
+    if nproc is not None or agents_per_rank > 1:
+        check_world(
+            config,
+            config.topology.agents // agents_per_rank if nproc is None else nproc,
+            what="--nproc",
+            agents_per_rank=agents_per_rank,
+        )
     world = ALGORITHMS[config.algorithm.name].processes(config.algorithm, config.topology.agents)
-    if nproc is not None:
-        check_world(config, nproc, what="--nproc")
+    world //= agents_per_rank
     check_run(config)
+    check_agents_per_rank(run_dir, config, agents_per_rank)
     if ALGORITHMS[config.algorithm.name].kind == "server":
         world = 1  # only the server saves
     return config, check_resumable_ranks(run_dir, world, config)

@@ -186,7 +186,10 @@ class Mailbox:
     ``initial`` (neighbours, P): the values each neighbour is known to start
     from. ``group`` is a torch.distributed process group (or gloo backend)
     whose ``recv`` only these threads call. ``delta_words``: the most float32
-    words a DELTA may carry (0: DELTA is refused).
+    words a DELTA may carry (0: DELTA is refused). ``lengths``: how many of the
+    P float32 of its row each neighbour's VALUE carries, when they differ (a rank
+    holding a block of agents sends each neighbour the rows it needs); the rest of
+    a shorter row stays as it started.
     """
 
     def __init__(
@@ -196,6 +199,7 @@ class Mailbox:
         neighbours: Sequence[int],
         initial: torch.Tensor,
         delta_words: int = 0,
+        lengths: Sequence[int] | None = None,
     ) -> None:
         if initial.shape[0] != len(neighbours) or initial.dtype != torch.float32:
             raise ValueError(
@@ -205,6 +209,15 @@ class Mailbox:
         self.rank = rank
         self.neighbours = list(neighbours)
         self.length = initial.shape[1]
+        self.lengths = list(lengths) if lengths is not None else [self.length] * len(neighbours)
+        """The float32 a VALUE of each neighbour carries."""
+        if len(self.lengths) != len(self.neighbours) or not all(
+            0 < n <= self.length for n in self.lengths
+        ):
+            raise ValueError(
+                f"lengths must give each of the {len(neighbours)} neighbours 1 to "
+                f"{self.length} values, got {self.lengths}"
+            )
         self.delta_words = delta_words
         self.values = initial.clone()
         """Row ``i``: neighbour ``i``'s value as of the step last asked for in ``values_at``."""
@@ -278,7 +291,7 @@ class Mailbox:
                 while arrivals and arrivals[0][0] <= step:
                     _, kind, payload = arrivals.popleft()
                     if kind == Kind.VALUE:
-                        self.values[i].copy_(payload)
+                        self.values[i, : payload.numel()].copy_(payload)
                     else:
                         self._apply(i, payload, add)
         return self.values
@@ -294,7 +307,7 @@ class Mailbox:
         try:
             if add is None:
                 raise ValueError("a DELTA where a VALUE was expected")
-            add(self.values[i], words)
+            add(self.values[i, : self.lengths[i]], words)
         except ValueError as error:
             why = f"{MALFORMED} ({error})"
             self.rejected += 1
@@ -366,7 +379,7 @@ class Mailbox:
         receive_loop(
             self._group,
             neighbour,
-            {Kind.VALUE: self.length, Kind.DELTA: range(1, self.delta_words + 1), **control},
+            {Kind.VALUE: self.lengths[i], Kind.DELTA: range(1, self.delta_words + 1), **control},
             lambda kind, step, payload: self._deliver(i, neighbour, kind, step, payload),
             lambda why: self._end(i, why),
             check=lambda kind, step: self._check(i, kind, step),
@@ -455,9 +468,23 @@ class Outbox:
         Raises :class:`PeerFailure` naming the targets whose connection failed,
         or that did not take the message within ``timeout`` seconds.
         """
-        header = encode_header(kind, self.rank, step, 0 if payload is None else payload.numel())
+        self.send_each(step, dict.fromkeys(targets, (kind, payload)), timeout)
+
+    def send_each(
+        self,
+        step: int,
+        messages: Mapping[int, tuple[Kind, torch.Tensor | None]],
+        timeout: float,
+    ) -> None:
+        """Send each target its own message, ``target -> (kind, payload)``, all numbered
+        ``step``, and wait until they all took theirs; raises as :meth:`send`."""
+        targets = list(messages)
+        kinds = {kind for kind, _ in messages.values()}
+        what = kinds.pop().name if len(kinds) == 1 else "message"
         failed: dict[int, str] = {}
-        for target in targets:
+        for target, (kind, payload) in messages.items():
+            length = 0 if payload is None else payload.numel()
+            header = encode_header(kind, self.rank, step, length)
             try:
                 works = [self._group.send([header], target, HEADER_TAG)]
                 if payload is not None:
@@ -485,7 +512,7 @@ class Outbox:
             reasons = "; ".join(f"rank {rank}: {failed[rank]}" for rank in ranks)
             raise PeerFailure(
                 ranks,
-                f"could not send its step-{step} {kind.name} to {rank_list(ranks)} ({reasons})",
+                f"could not send its step-{step} {what} to {rank_list(ranks)} ({reasons})",
             )
 
     def _complete(self, target: int) -> None:

@@ -1,13 +1,16 @@
-"""The distributed runtime: one process per agent on torch.distributed (gloo).
+"""The distributed runtime: one process per agent, or per block of agents, on
+torch.distributed (gloo).
 
 Every rank builds the same run as the simulator (``experiment.prepare``: data,
-partition, graph, model and algorithm all come from the seed), keeps its own
-agent's row of the parameters and its own batch stream, and steps the same
-algorithm object on that one row. Only the transport differs:
-:class:`~murmur.dist.transport.DistributedTransport` sends a
-rank's broadcasts to its neighbours and mixes with what its
-:class:`~murmur.dist.mailbox.Mailbox` received, in lockstep without
-barriers, so a run gives the simulator's events, messages and parameters.
+partition, graph, model and algorithm all come from the seed), keeps its
+agents' rows of the parameters (one agent, or a block of ``agents_per_rank``
+consecutive agents stacked on the agent axis) and each agent's own batch
+stream, and steps the same algorithm object on those rows. Only the transport
+differs: :class:`~murmur.dist.transport.DistributedTransport` sends a rank's
+broadcasts to the ranks holding its agents' neighbours and mixes with what its
+:class:`~murmur.dist.mailbox.Mailbox` received (and, within a block, with its
+own rows), in lockstep without barriers, so a run gives the simulator's events,
+messages and parameters.
 
 At the end each rank sends STOP to its neighbours, waits for theirs, and the
 per-rank records, counters and parameters are gathered (fixed-size tensors,
@@ -54,6 +57,7 @@ from murmur.dist.checkpoints import (
     RankCheckpoints,
     Start,
     agreed_state,
+    check_agents_per_rank,
     kept_checkpoints,
     rank_file,
     readable_iterations,
@@ -121,12 +125,25 @@ class RankEnvironment:
         return cls(rank, world, environ["MASTER_ADDR"], port, agent_store, attempt)
 
 
-def check_world(config: Config, world: int, what: str = "WORLD_SIZE") -> None:
+def check_world(
+    config: Config, world: int, what: str = "WORLD_SIZE", agents_per_rank: int = 1
+) -> None:
     """UsageError unless ``world`` processes (``what``: how the user set that number)
-    are the ranks the algorithm needs (``AlgorithmSpec.processes``)."""
+    are the ranks the algorithm needs (``AlgorithmSpec.processes``), each holding
+    ``agents_per_rank`` agents."""
     algorithm = config.algorithm
     spec = ALGORITHMS[algorithm.name]
-    needed = spec.processes(algorithm, config.topology.agents)
+    check_blocks(config, agents_per_rank)
+    agents = config.topology.agents
+    if agents_per_rank > 1:
+        if world * agents_per_rank != agents:
+            raise UsageError(
+                f"{what} is {world} with --agents-per-rank {agents_per_rank}, "
+                f"{world * agents_per_rank} agents, but topology.agents is {agents} "
+                f"(--nproc {agents // agents_per_rank} for {agents_per_rank} agents per rank)"
+            )
+        return
+    needed = spec.processes(algorithm, agents)
     if world == needed:
         return
     if spec.kind == "server":
@@ -136,8 +153,41 @@ def check_world(config: Config, world: int, what: str = "WORLD_SIZE") -> None:
         )
     raise UsageError(
         f"{what} is {world} but topology.agents is {needed}; the distributed runtime runs "
-        f"one agent per process (--nproc {needed} or --set topology.agents={world})"
+        f"one agent per process (--nproc {needed} or --set topology.agents={world}) "
+        "unless --agents-per-rank says more"
     )
+
+
+def block_algorithms() -> list[str]:
+    """The algorithms whose ranks may hold a block of agents: synchronous SGD."""
+    return [
+        name
+        for name, spec in ALGORITHMS.items()
+        if spec.kind == "sgd" and "distributed" in spec.runtimes
+    ]
+
+
+def check_blocks(config: Config, agents_per_rank: int) -> None:
+    """UsageError unless ranks of ``config`` can hold ``agents_per_rank`` agents each:
+    at least 1, dividing topology.agents, and more than 1 only for synchronous SGD
+    (:func:`block_algorithms`)."""
+    if agents_per_rank < 1:
+        raise UsageError(f"--agents-per-rank must be at least 1, not {agents_per_rank}")
+    if agents_per_rank == 1:
+        return
+    name = config.algorithm.name
+    agents = config.topology.agents
+    supported = block_algorithms()
+    if name not in supported:
+        raise UsageError(
+            f"--agents-per-rank {agents_per_rank}: blocks of agents per rank run "
+            f"{', '.join(supported)} only, not {name}; drop --agents-per-rank to run "
+            "one agent (or worker) per rank"
+        )
+    if agents % agents_per_rank != 0:
+        raise UsageError(
+            f"--agents-per-rank {agents_per_rank} does not divide topology.agents = {agents}"
+        )
 
 
 def run_distributed(
@@ -150,6 +200,7 @@ def run_distributed(
     timeout: float = DEFAULT_TIMEOUT,
     environ: Mapping[str, str] = os.environ,
     resume: bool = False,
+    agents_per_rank: int = 1,
 ) -> RunResult:
     """Run this process's rank of ``config``; rank 0 writes ``out_dir``.
 
@@ -161,6 +212,9 @@ def run_distributed(
     every rank saved (:mod:`murmur.dist.checkpoints`). A rank that torchrun
     restarted after a failure (TORCHELASTIC_RESTART_COUNT > 0) continues the
     same way, or starts over when the ranks saved no iteration in common.
+
+    ``agents_per_rank``: the block of consecutive agents each rank holds
+    (WORLD_SIZE x agents_per_rank = topology.agents).
     """
     if timeout <= 0:
         raise UsageError(f"the timeout must be positive, not {timeout:g}")
@@ -180,7 +234,7 @@ def run_distributed(
             "takes real time and ignores it",
             file=sys.stderr,
         )
-    check_world(config, env.world)
+    check_world(config, env.world, agents_per_rank=agents_per_rank)
     setup = prepare(config)
     saves = RankCheckpoints(
         every=config.run.checkpoint_every,
@@ -195,6 +249,8 @@ def run_distributed(
         ),
     )
     runner = _RANK_RUNNERS[spec.kind](config, env.rank, timeout, saves, start)
+    if agents_per_rank > 1:  # check_world let only synchronous SGD through
+        runner = partial(runner, block=agents_per_rank)
     run_dir = Path(out_dir) if out_dir is not None and env.rank == 0 else None
     folder_kept = None
     if run_dir is not None and start != "new" and (run_dir / "config.toml").is_file():
@@ -229,10 +285,12 @@ def resume_distributed(
     progress: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     environ: Mapping[str, str] = os.environ,
+    agents_per_rank: int = 1,
 ) -> RunResult:
     """Continue this process's rank of the stopped run in ``run_dir`` (``murmur run
     --resume DIR --runtime distributed``): its config.toml is the config, and every rank
-    restores the newest iteration all ranks saved."""
+    restores the newest iteration all ranks saved. ``agents_per_rank``: as the stopped
+    run had it."""
     config_file = run_dir / "config.toml"
     if not config_file.is_file():
         raise UsageError(f"{run_dir} has no config.toml: it is not a run folder")
@@ -240,6 +298,7 @@ def resume_distributed(
     rank = RankEnvironment.from_environ(environ).rank
     if ALGORITHMS[config.algorithm.name].kind == "server":
         rank = 0  # only the server saves
+    check_agents_per_rank(run_dir, config, agents_per_rank)
     folder = run_dir / FOLDER
     iterations = readable_iterations(folder, rank, config)
     if not iterations:
@@ -257,6 +316,7 @@ def resume_distributed(
         timeout=timeout,
         environ=environ,
         resume=True,
+        agents_per_rank=agents_per_rank,
     )
 
 
@@ -296,22 +356,29 @@ def _train_rank(
     timeout: float,
     saves: RankCheckpoints,
     start: Start,
+    block: int = 1,
 ) -> Outcome:
-    """Train agent ``rank``; gather every rank's records; hand them to ``on_record``.
+    """Train rank ``rank``'s ``block`` of agents; gather every rank's records; hand them
+    to ``on_record``.
 
     ``saves``: where and how often this rank saves its part. ``start``: "resume" and
     "restart" continue from the newest iteration every rank saved; a restart starts
     over when there is none.
     """
     transport = DistributedTransport(
-        dist.group.WORLD, setup.graph, rank, algorithm.published(setup.initial), timeout
+        dist.group.WORLD,
+        setup.graph,
+        rank,
+        algorithm.published(setup.initial),
+        timeout,
+        block=block,
     )
     resumed, log = None, _RankLog(rows=[], snapshots=[])
     if start != "new":
         resumed, log = _restore(setup, algorithm, transport, saves, rank, start)
     transport.start()
     try:
-        _train(setup, algorithm, transport, rank, progress, log, resumed, saves)
+        _train(setup, algorithm, transport, progress, log, resumed, saves)
         transport.finish()
     except PeerFailure as failure:
         transport.abort(failure.ranks)
@@ -327,10 +394,10 @@ def _train_rank(
 
 @dataclass
 class _RankLog:
-    rows: list[list[float]]
-    """One row of ``_COLUMNS`` per evaluation."""
+    rows: list[list[list[float]]]
+    """Per evaluation, one row of ``_COLUMNS`` per agent of the block."""
     snapshots: list[torch.Tensor]
-    """This agent's parameters at each evaluation, for the consensus distance."""
+    """The block's parameters at each evaluation, (block, P), for the consensus distance."""
     trained: SgdTrained | None = None
 
 
@@ -350,10 +417,18 @@ def _restore(
     if agreed is None:
         return None, _RankLog(rows=[], snapshots=[])
     done, saved = agreed
+    block = len(transport.agents)
+    if saved.get("agents_per_rank", 1) != block:
+        raise UsageError(
+            f"rank {rank}: its checkpoint holds {saved.get('agents_per_rank', 1)} agents "
+            f"per rank, this run {block}; resume with --agents-per-rank "
+            f"{saved.get('agents_per_rank', 1)}"
+        )
     try:
         transport.load_state_dict(saved["transport"])
         setup.problem.sampler.load_state_dict(saved["sampler"])
-        state = restore_tuple(algorithm.init(setup.initial[rank : rank + 1]), saved["algorithm"])
+        initial = setup.initial[transport.agents[0] : transport.agents[-1] + 1]
+        state = restore_tuple(algorithm.init(initial), saved["algorithm"])
         loop = saved["loop"]
         start = SgdProgress(
             done,
@@ -364,7 +439,13 @@ def _restore(
             loop["loss_steps"],
             loop["train_seconds"],
         )
-        log = _RankLog(rows=saved["rows"], snapshots=list(saved["snapshots"].unbind()))
+        rows = saved["rows"]
+        if rows and not isinstance(rows[0][0], list):  # one agent per rank, before blocks
+            rows = [[row] for row in rows]
+        snapshots = saved["snapshots"]
+        if snapshots.dim() == 2:
+            snapshots = snapshots.unsqueeze(1)
+        log = _RankLog(rows=rows, snapshots=list(snapshots.unbind()))
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
         raise UsageError(f"rank {rank}: its checkpoint does not fit this run: {error}") from None
     return start, log
@@ -374,33 +455,39 @@ def _train(
     setup: Setup,
     algorithm: Algorithm,
     transport: DistributedTransport,
-    rank: int,
     progress: bool,
     log: _RankLog,
     start: SgdProgress | None,
     saves: RankCheckpoints,
 ) -> None:
-    """Agent ``rank``'s block of the shared SGD loop (from ``start``, if given); its
+    """The rank's block of agents (``transport.agents``) through the shared SGD loop (from
+    ``start``, if given), each agent drawing from its own batch stream; the block's
     measurements at each evaluation go to ``log``, its part of the run to ``saves``."""
     config, problem = setup.config, setup.problem
+    agents = transport.agents
+    block = len(agents)
 
     def evaluate(at: Evaluation) -> None:
         accuracy, loss = problem.model.evaluate(at.params, problem.x_test, problem.y_test)
         counters = transport.counters
+        train_loss = at.train_loss if at.train_loss is not None else float("nan")
         log.rows.append(
             [
-                at.iteration,
-                at.samples,
-                at.wall_seconds,
-                float(accuracy[0]) if accuracy is not None else float("nan"),
-                float(loss[0]),
-                at.train_loss if at.train_loss is not None else float("nan"),
-                counters.events,
-                counters.messages,
-                counters.bytes,
+                [
+                    at.iteration,
+                    at.samples // block,  # every agent draws one batch an iteration
+                    at.wall_seconds,
+                    float(accuracy[i]) if accuracy is not None else float("nan"),
+                    float(loss[i]),
+                    train_loss,  # the block's mean: the mean over every block is the run's
+                    int(counters.events_per_agent[i]),
+                    int(counters.messages_per_agent[i]),
+                    int(counters.bytes_per_agent[i]),
+                ]
+                for i in range(block)
             ]
         )
-        log.snapshots.append(at.params[0].clone())
+        log.snapshots.append(at.params.clone())
 
     def snapshot(at: SgdProgress) -> dict[str, Any]:
         return {
@@ -408,16 +495,17 @@ def _train(
             "algorithm": to_plain(at.state),
             "transport": transport.state_dict(),
             "sampler": problem.sampler.state_dict(),
-            "rows": [list(row) for row in log.rows],
+            "rows": [[list(row) for row in rows] for rows in log.rows],
             "snapshots": torch.stack(log.snapshots),
+            "agents_per_rank": block,
         }
 
     log.trained = train_sgd(
         problem,
         algorithm,
         transport,
-        setup.initial[rank : rank + 1],
-        lambda: problem.sampler.next_for(rank)[None],
+        setup.initial[agents[0] : agents[-1] + 1],
+        lambda: torch.stack([problem.sampler.next_for(agent) for agent in agents]),
         config.run.iterations,
         config.run.eval_every,
         evaluate,
@@ -437,26 +525,36 @@ def _gather(
     """Every rank's records and counters to every rank, parameters to rank 0."""
     world, rank = dist.get_world_size(), dist.get_rank()
     trained = log.trained
-    rows = all_gather(torch.tensor(log.rows, dtype=torch.float64))  # (world, evals, columns)
+    block = len(transport.agents)
+    # (world, evals, block, columns) -> (evals, agents, columns), agents in order
+    rows = all_gather(torch.tensor(log.rows, dtype=torch.float64))
+    rows = rows.transpose(0, 1).reshape(rows.shape[1], world * block, len(_COLUMNS))
     counters = transport.counters
-    own_totals = [
-        counters.events,
-        counters.messages,
-        counters.bytes,
+    own_totals = torch.stack(
+        [
+            counters.events_per_agent.to(torch.float64),
+            counters.messages_per_agent.to(torch.float64),
+            counters.bytes_per_agent.to(torch.float64),
+        ],
+        dim=1,
+    )
+    agent_totals = all_gather(own_totals).reshape(world * block, 3)  # (agents, 3)
+    rank_totals = [
         transport.control_messages,
         transport.rejected,
         trained.train_seconds,
         trained.samples,
     ]
-    totals = all_gather(torch.tensor(own_totals, dtype=torch.float64))  # (world, totals)
-    consensus = _consensus_distances(torch.stack(log.snapshots), world)
-    params = trained.params[0].contiguous()
+    totals = all_gather(torch.tensor(rank_totals, dtype=torch.float64))  # (world, totals)
+    consensus = _consensus_distances(torch.stack(log.snapshots), world * block)
+    params = trained.params.contiguous()
     gathered = [torch.empty_like(params) for _ in range(world)] if rank == 0 else None
     dist.gather(params, gathered, dst=0)
-    records = [_record(rows[:, e], consensus[e]) for e in range(rows.shape[1])]
+    records = [_record(rows[e], consensus[e]) for e in range(rows.shape[0])]
     for record in records:
         on_record(record)
-    total = {name: totals[:, i] for i, name in enumerate(_TOTALS)}
+    total = {name: totals[:, i] for i, name in enumerate(_TOTALS[3:])}
+    total.update({name: agent_totals[:, i] for i, name in enumerate(_TOTALS[:3])})
     per_agent = {name: values.to(torch.int64).tolist() for name, values in total.items()}
     iterations = setup.config.run.iterations
     return run_outcome(
@@ -466,12 +564,14 @@ def _gather(
         iterations=iterations,
         train_seconds=float(total["train_seconds"].max()),
         samples=sum(per_agent["samples"]),
-        parameters=torch.stack(gathered) if gathered is not None else None,
+        parameters=torch.cat(gathered) if gathered is not None else None,
         extra={
             "runtime": "distributed",
             "world_size": world,
+            "agents_per_rank": block,
             "messages_per_agent": per_agent["messages"],
             "bytes_per_agent": per_agent["bytes"],
+            # per rank: a block's control headers go to ranks, not to agents
             "control_messages_per_agent": per_agent["control"],
             "rejected_per_agent": per_agent["rejected"],
         },
@@ -479,19 +579,19 @@ def _gather(
     )
 
 
-def _consensus_distances(snapshots: torch.Tensor, world: int) -> list[float]:
+def _consensus_distances(snapshots: torch.Tensor, agents: int) -> list[float]:
     """(1/N) sum_i ||x_i - x_bar||^2 at each evaluation; ``snapshots``: this rank's
-    parameters at each evaluation, (evals, P)."""
-    mean = snapshots.clone()
+    block's parameters at each evaluation, (evals, block, P)."""
+    mean = snapshots.sum(dim=1)
     dist.all_reduce(mean)
-    mean /= world
-    spread = (snapshots - mean).pow(2).sum(dim=1, dtype=torch.float64)
+    mean /= agents
+    spread = (snapshots - mean[:, None]).pow(2).sum(dim=(1, 2), dtype=torch.float64)
     dist.all_reduce(spread)
-    return (spread / world).tolist()
+    return (spread / agents).tolist()
 
 
 def _record(at: torch.Tensor, consensus: float) -> dict[str, Any]:
-    """One evaluation's record from every rank's row of ``_COLUMNS``, (world, columns)."""
+    """One evaluation's record from every agent's row of ``_COLUMNS``, (agents, columns)."""
     column = {name: at[:, i] for i, name in enumerate(_COLUMNS)}
     accuracy = column["accuracy"]
     rows = AgentRows(

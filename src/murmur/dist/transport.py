@@ -1,5 +1,6 @@
-"""The transport of the distributed runtime: one agent per rank, messages through
-its :class:`~murmur.dist.mailbox.Mailbox` and :class:`~murmur.dist.mailbox.Outbox`.
+"""The transport of the distributed runtime: a block of agents per rank (one by default),
+messages through its :class:`~murmur.dist.mailbox.Mailbox` and
+:class:`~murmur.dist.mailbox.Outbox`.
 
 Synchronous algorithms stay in lockstep without barriers: before mixing, a
 rank waits (with a deadline) for each neighbour's message of the same
@@ -11,6 +12,12 @@ for ``timeout`` seconds is named then. The rank tells its other neighbours
 neighbours are silent asks them (PING) whether they are still there and, if
 they are, waits one more timeout for their report. Every rank stops within
 twice the timeout.
+
+A rank holding a block of agents talks to the ranks that hold its agents'
+neighbours: one message per neighbouring rank and broadcast, carrying the rows
+of the block that rank's agents need. Agents of one block hear each other in
+memory. Every agent's messages are counted as the simulator counts them, one
+per neighbour, in the block or not.
 """
 
 from __future__ import annotations
@@ -39,25 +46,31 @@ DEFAULT_TIMEOUT = 60.0
 
 
 class DistributedTransport:
-    """The :class:`~murmur.sim.transport.Transport` of one agent per rank.
+    """The :class:`~murmur.sim.transport.Transport` of a block of agents per rank.
 
-    State is one row, (1, P). ``broadcast`` sends a VALUE to every neighbour
-    when the agent sends, else a NONE header (control traffic, counted in
+    Rank ``r`` holds agents ``r * block`` to ``r * block + block - 1``
+    (``agents``); its state is their rows, (block, P). ``neighbours`` are the
+    ranks holding a neighbour of one of them. ``broadcast`` sends each
+    neighbouring rank a VALUE, the rows of the block it needs, when one of those
+    agents sends, else a NONE header (control traffic, counted in
     ``control_messages``, not in ``counters``). ``mix(operator, out, scale)``
-    uses row ``rank`` of the operator: ``out += scale * sum_j operator[rank, j]
-    * v_j``, with ``v_rank`` the agent's own last broadcast and ``v_j`` what
-    neighbour ``j`` had broadcast by the same broadcast number.
+    uses the block's rows of the operator: ``out += scale * operator[agents] @
+    V``, with ``V_j`` the last broadcast of agent ``j``: from memory for an agent
+    of the block, else what its rank had sent by the same broadcast number.
 
-    ``broadcast`` returns once every neighbour has taken the message: each
-    peer's mailbox always has a receive from this rank posted, so that does not
-    wait for the peer's own sends, also when two neighbours send to each other
-    at once.
+    ``broadcast`` returns once every neighbouring rank has taken the message:
+    each peer's mailbox always has a receive from this rank posted, so that does
+    not wait for the peer's own sends, also when two neighbours send to each
+    other at once.
 
-    ``publish`` sends the rank's compressed difference as a DELTA, the packed
+    ``publish`` sends the agents' compressed differences as a DELTA, the packed
     codes of :mod:`murmur.algorithms.estimates` (values, int32 indices, packed
-    bits), when the agent sends any segment, else NONE; every neighbour adds
-    the decoded difference to its copy of this agent's estimate, as this agent
-    does to its own, and counts the encoded sizes the simulator counts.
+    bits), to each neighbouring rank one of whose agents sends any segment, else
+    NONE; every neighbour adds the decoded difference to its copy of the agent's
+    estimate, as the agent does to its own, and counts the encoded sizes the
+    simulator counts. A block's DELTA carries the packed codes of each of its
+    sending rows the peer needs, one after the other, then int32 words: their
+    positions among those rows, their lengths in words, and how many there are.
 
     Values are float32, or float64 when ``initial`` is: a float64 row travels as
     twice as many float32 (the same bits), so it arrives exactly.
@@ -71,35 +84,61 @@ class DistributedTransport:
         initial: torch.Tensor,
         timeout: float,
         counters: MessageCounters | None = None,
+        block: int = 1,
     ) -> None:
         """``initial`` (agents, P): every agent's starting values, known to all ranks.
 
-        ``counters``: add to these (one agent's, e.g. shared by the layers of one run).
+        ``counters``: add to these (the block's, e.g. shared by the layers of one run).
+        ``block``: the agents each rank holds.
         """
         if initial.shape[0] != graph.agents:
             raise ValueError(f"initial has {initial.shape[0]} rows for {graph.agents} agents")
+        if block < 1 or graph.agents % block != 0 or rank * block >= graph.agents:
+            raise ValueError(f"rank {rank} cannot hold a block of {block} of {graph.agents} agents")
         self.rank = rank
-        self.agents = [rank]
+        self.block = block
+        first = rank * block
+        self.agents = list(range(first, first + block))
         """The agents this transport sends for: the rank's own."""
-        self.neighbours = graph.neighbors(rank)
+        adjacency = [graph.neighbors(agent) for agent in self.agents]
+        needed: dict[int, set[int]] = {}  # a neighbouring rank -> its agents the block hears
+        wanted: dict[int, set[int]] = {}  # a neighbouring rank -> the block's rows it hears
+        for row, neighbours in enumerate(adjacency):
+            for agent in neighbours:
+                owner = agent // block
+                if owner != rank:
+                    needed.setdefault(owner, set()).add(agent)
+                    wanted.setdefault(owner, set()).add(row)
+        self.neighbours = sorted(needed)
+        """The ranks this one talks to: those holding a neighbour of one of its agents."""
+        self._heard = [sorted(needed[peer]) for peer in self.neighbours]
+        """Per neighbouring rank: the agents whose rows its messages carry, in order."""
+        self._told = [sorted(wanted[peer]) for peer in self.neighbours]
+        """Per neighbouring rank: the block's rows (0 .. block-1) its messages carry."""
         self.graph = graph
         """The graph the agents talk over: always the one given."""
         self.timeout = timeout
-        self.counters = counters if counters is not None else MessageCounters(1)
+        self.counters = counters if counters is not None else MessageCounters(block)
         self.control_messages = 0
+        self._degrees = torch.tensor([len(n) for n in adjacency], dtype=torch.int64)
         dtype = torch.float64 if initial.dtype == torch.float64 else torch.float32
-        self._sent = initial[rank : rank + 1].to(dtype, copy=True)
-        self._message_bytes = self._sent.numel() * self._sent.element_size()
+        self._sent = initial[first : first + block].to(dtype, copy=True)
+        self._message_bytes = self._sent.shape[1] * self._sent.element_size()
+        self._width = width = _wire(self._sent[:1]).shape[1]
+        """Float32 per row on the wire."""
+        lengths = [len(agents) * width for agents in self._heard]
+        heard = torch.zeros(len(self.neighbours), max(lengths, default=width))
+        for i, agents in enumerate(self._heard):
+            heard[i, : lengths[i]] = _wire(initial[agents].to(dtype).contiguous()).reshape(-1)
+        words = max_packed_words(self._sent.shape[1], self._sent.element_size())
+        if block > 1:  # a packed difference per row, then positions, lengths and a count
+            words = max(map(len, self._heard), default=1) * (words + 2) + 1
         self._mailbox = Mailbox(
-            group,
-            rank,
-            self.neighbours,
-            _wire(initial[self.neighbours].to(dtype).contiguous()),
-            delta_words=max_packed_words(self._sent.shape[1], self._sent.element_size()),
+            group, rank, self.neighbours, heard, delta_words=words, lengths=lengths
         )
         self._outbox = Outbox(group, rank, self.neighbours)
         self._step = 0
-        self._rows: dict[int, tuple[torch.Tensor, list[int], torch.Tensor]] = {}
+        self._rows: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self._codec: tuple[Compressor, Segments] | None = None
         """How the neighbours' DELTAs are decoded: as this rank's own last ``publish``."""
 
@@ -110,7 +149,7 @@ class DistributedTransport:
 
     @property
     def last_sent(self) -> torch.Tensor:
-        """This agent's own last broadcast, (1, P)."""
+        """The block's own last broadcasts, (block, P)."""
         return self._sent
 
     def start(self) -> None:
@@ -118,10 +157,10 @@ class DistributedTransport:
         self._outbox.start()
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this agent's traffic stands after its last broadcast: its own last value,
-        the broadcast number, each neighbour's value as of that number (waited for, as
-        ``mix`` would: an algorithm that mixes before it broadcasts has not read them
-        yet), the counts."""
+        """Where the block's traffic stands after its last broadcast: its own last values,
+        the broadcast number, each neighbouring rank's values as of that number (waited
+        for, as ``mix`` would: an algorithm that mixes before it broadcasts has not read
+        them yet), the counts."""
         received = self._patiently(
             partial(self._mailbox.values_at, self._step, add=self._add_delta)
         )
@@ -149,30 +188,50 @@ class DistributedTransport:
         self.control_messages = int(state["control_messages"])
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
-        """Send ``values`` (1, P) to every neighbour if ``senders[0]``, else say so (NONE)."""
-        if senders.shape != (1,) or values.shape != self._sent.shape:
+        """The agents flagged in ``senders`` (block,) send their rows of ``values``
+        (block, P): each neighbouring rank gets the rows it needs if one of them
+        sends, else a NONE."""
+        if senders.shape != (self.block,) or values.shape != self._sent.shape:
             raise ValueError(
-                f"one agent per rank: senders (1,) and values {tuple(self._sent.shape)}, "
-                f"got {tuple(senders.shape)} and {tuple(values.shape)}"
+                f"a block of {self.block}: senders ({self.block},) and values "
+                f"{tuple(self._sent.shape)}, got {tuple(senders.shape)} and "
+                f"{tuple(values.shape)}"
             )
         self._step += 1
-        if bool(senders[0]):
+        flags = senders.tolist()
+        if all(flags):
             self._sent.copy_(values)
-            self._send(Kind.VALUE, self._step, self.neighbours, payload=_wire(self._sent)[0])
-            self.counters.record_event(0, len(self.neighbours), self._message_bytes)
         else:
-            self._send(Kind.NONE, self._step, self.neighbours)
-            self.control_messages += len(self.neighbours)
+            for row in (i for i, sends in enumerate(flags) if sends):
+                self._sent[row].copy_(values[row])
+        messages: dict[int, tuple[Kind, torch.Tensor | None]] = {}
+        for peer, rows in zip(self.neighbours, self._told, strict=True):
+            if any(flags[row] for row in rows):
+                messages[peer] = (Kind.VALUE, self._payload(rows))
+            else:
+                messages[peer] = (Kind.NONE, None)
+                self.control_messages += 1
+        self._send_each(messages)
+        self.counters.record_events(senders.to(torch.int64), self._message_bytes, self._degrees)
+
+    def _payload(self, rows: list[int]) -> torch.Tensor:
+        """The block's ``rows`` (in order) of its last broadcasts, as float32 on the wire."""
+        if len(rows) == self.block:
+            return _wire(self._sent).reshape(-1)
+        return _wire(self._sent[rows]).reshape(-1)
 
     def publish(self, update: EstimateUpdate) -> None:
-        """Send this agent's sent segments of ``update`` (one row) as a DELTA, else NONE."""
-        if update.sent.shape[0] != 1 or update.delta.shape != self._sent.shape:
+        """Send the block's sent segments of ``update`` (block rows) as DELTAs, else NONE."""
+        if update.sent.shape[0] != self.block or update.delta.shape != self._sent.shape:
             raise ValueError(
-                f"one agent per rank: an update of one row of {self._sent.shape[1]} values, "
+                f"a block of {self.block}: an update of {tuple(self._sent.shape)} values, "
                 f"got {tuple(update.delta.shape)}"
             )
         self._step += 1
         self._codec = (update.compressor, update.segments)
+        if self.block > 1:
+            self._publish_block(update)
+            return
         segments = int(update.sent[0].sum())
         if segments == 0:
             self._send(Kind.NONE, self._step, self.neighbours)
@@ -186,31 +245,89 @@ class DistributedTransport:
         self.counters.messages_per_agent[0] += segments * degree
         self.counters.bytes_per_agent[0] += payload * degree
 
+    def _publish_block(self, update: EstimateUpdate) -> None:
+        """``publish`` for a block: each neighbouring rank gets the packed codes of the
+        sending rows it needs in one DELTA (see the class docstring)."""
+        segments = update.sent.to(torch.int64).sum(1)
+        flags = (segments > 0).tolist()
+        packed: dict[int, torch.Tensor] = {}
+        messages: dict[int, tuple[Kind, torch.Tensor | None]] = {}
+        for peer, rows in zip(self.neighbours, self._told, strict=True):
+            positions = [i for i, row in enumerate(rows) if flags[row]]
+            if not positions:
+                messages[peer] = (Kind.NONE, None)
+                self.control_messages += 1
+                continue
+            for i in positions:
+                if rows[i] not in packed:
+                    packed[rows[i]] = update.pack(rows[i])
+            parts = [packed[rows[i]] for i in positions]
+            counts = [*positions, *(part.numel() for part in parts), len(parts)]
+            trailer = torch.tensor(counts, dtype=torch.int32).view(torch.float32)
+            messages[peer] = (Kind.DELTA, torch.cat([*parts, trailer]))
+        self._send_each(messages)
+        for row in (i for i, sends in enumerate(flags) if sends):
+            self._sent[row].add_(update.delta[row])
+        payload = (update.sent.to(torch.int64) * update.segment_bytes()).sum(1)
+        self.counters.record_events(segments, payload, self._degrees)
+
     def _add_delta(self, row: torch.Tensor, words: torch.Tensor) -> None:
-        """Add a neighbour's DELTA to its row (wire float32) of the mailbox."""
+        """Add a neighbour's DELTA to its row (wire float32) of the mailbox: one agent's
+        packed difference, or, from a block, several (see the class docstring)."""
         if self._codec is None:
             raise ValueError("a DELTA before this agent published any")
         compressor, segments = self._codec
-        add_packed(row.view(self._sent.dtype), words, compressor, segments)
+        if self.block == 1:
+            add_packed(row.view(self._sent.dtype), words, compressor, segments)
+            return
+        heard = row.numel() // self._width
+        count = int(words[-1:].view(torch.int32))
+        if not 0 < count <= heard or 2 * count + 1 > words.numel():
+            raise ValueError(f"a DELTA of {count} rows from a block of {heard}")
+        numbers = words[-1 - 2 * count : -1].view(torch.int32).tolist()
+        positions, lengths = numbers[:count], numbers[count:]
+        if positions != sorted(set(positions)) or not 0 <= positions[0] <= positions[-1] < heard:
+            raise ValueError(f"rows {positions} of a block of {heard}")
+        if min(lengths) < 1 or sum(lengths) + 2 * count + 1 != words.numel():
+            raise ValueError(f"{words.numel()} words for differences of {lengths} words")
+        offset = 0
+        for position, length in zip(positions, lengths, strict=True):
+            start = position * self._width
+            target = row[start : start + self._width].view(self._sent.dtype)
+            add_packed(target, words[offset : offset + length], compressor, segments)
+            offset += length
 
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
-        """``out += scale * operator[rank] @ V`` once every neighbour's value of this step is in.
+        """``out += scale * operator[agents] @ V`` once every neighbouring rank's values of
+        this step are in.
 
-        The row is applied as the simulator applies the whole operator, one sparse
-        row over the same values in the same order, so both round alike.
+        The block's rows are applied as the simulator applies the whole operator, sparse
+        rows over the same values in the same order, so both round alike.
         """
-        sources, row = self._operator_row(operator)
+        sources, rows = self._operator_rows(operator)
         received = self._patiently(
             partial(self._mailbox.values_at, self._step, add=self._add_delta)
         )
-        received = received.view(self._sent.dtype)
-        if not sources:
+        if sources.numel() == 0:
             return
-        values = torch.stack([self._sent[0] if j < 0 else received[j] for j in sources])
-        out.addmm_(row, values, alpha=scale)
+        out.addmm_(rows, self._known(received).index_select(0, sources), alpha=scale)
+
+    def _known(self, received: torch.Tensor) -> torch.Tensor:
+        """Every value the block knows, (block + heard, P): its own rows, then each
+        neighbouring rank's rows in the order of ``_heard``."""
+        if self.block == 1 and all(len(agents) == 1 for agents in self._heard):
+            heard = [received.view(self._sent.dtype)]
+        else:
+            heard = [
+                row[: len(agents) * self._width]
+                .view(self._sent.dtype)
+                .view(len(agents), self._sent.shape[1])
+                for row, agents in zip(received, self._heard, strict=True)
+            ]
+        return torch.cat([self._sent, *heard])
 
     def finish(self) -> None:
-        """Tell the neighbours this agent is done, and wait until they are too."""
+        """Tell the neighbours this rank is done, and wait until they are too."""
         self._send(Kind.STOP, self._step, self.neighbours)
         self.control_messages += len(self.neighbours)
         self._patiently(self._mailbox.wait_stopped)
@@ -255,31 +372,43 @@ class DistributedTransport:
             self._mailbox.raise_if_aborted()  # the root cause, if a neighbour reported one
             raise
 
-    def _operator_row(self, operator: torch.Tensor) -> tuple[list[int], torch.Tensor]:
-        """Row ``rank`` of ``operator`` as a sparse (1, k) row over its k non-zero columns,
-        and where each column's value is: -1 for this agent's own, else the
-        neighbour's row in the mailbox."""
+    def _send_each(self, messages: Mapping[int, tuple[Kind, torch.Tensor | None]]) -> None:
+        try:
+            self._outbox.send_each(self._step, messages, self.timeout)
+        except PeerFailure:
+            self._mailbox.raise_if_aborted()
+            raise
+
+    def _operator_rows(self, operator: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block's rows of ``operator`` as a sparse (block, k) matrix over the k
+        columns non-zero in any of them (in the operator's order), and where each
+        column's value is in :meth:`_known`."""
         cached = self._rows.get(id(operator))
         if cached is not None and cached[0] is operator:
             return cached[1], cached[2]
+        first = self.agents[0]
         if operator.layout == torch.sparse_csr:
-            rows, columns = operator.crow_indices(), operator.col_indices()
-            start, end = int(rows[self.rank]), int(rows[self.rank + 1])
-            present = columns[start:end].tolist()
-            coefficients = operator.values()[start:end]
+            crow, columns = operator.crow_indices(), operator.col_indices()
+            start, end = int(crow[first]), int(crow[first + self.block])
+            rows = torch.zeros(self.block, operator.shape[1], dtype=torch.float64)
+            counts = crow[first + 1 : first + self.block + 1] - crow[first : first + self.block]
+            row_of = torch.repeat_interleave(torch.arange(self.block), counts)
+            rows[row_of, columns[start:end]] = operator.values()[start:end].to(torch.float64)
         else:
-            dense = operator.to_dense()[self.rank]
-            present = dense.nonzero().squeeze(1).tolist()
-            coefficients = dense[present]
-        strangers = sorted(set(present) - {self.rank, *self.neighbours})
+            rows = operator.to_dense()[first : first + self.block].to(torch.float64)
+        present = rows.any(dim=0).nonzero().squeeze(1).tolist()
+        known = [*self.agents, *(agent for agents in self._heard for agent in agents)]
+        where = {agent: i for i, agent in enumerate(known)}
+        strangers = sorted(set(present) - set(where))
         if strangers:
             raise ValueError(
-                f"operator row {self.rank} is non-zero outside the agent and its neighbours"
+                f"operator rows {first}..{first + self.block - 1} are non-zero outside "
+                "the block's agents and their neighbours"
             )
-        sources = [-1 if j == self.rank else self.neighbours.index(j) for j in present]
-        row = as_sparse(coefficients.unsqueeze(0).to(torch.float64), dtype=self._sent.dtype)
-        self._rows[id(operator)] = (operator, sources, row)
-        return sources, row
+        sources = torch.tensor([where[j] for j in present], dtype=torch.int64)
+        matrix = as_sparse(rows[:, present], dtype=self._sent.dtype)
+        self._rows[id(operator)] = (operator, sources, matrix)
+        return sources, matrix
 
 
 def _wire(values: torch.Tensor) -> torch.Tensor:

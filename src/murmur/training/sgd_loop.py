@@ -1,9 +1,10 @@
 """One loop of synchronous mini-batch training, for a block of agents.
 
-The block is every agent in the simulator and one agent per rank in the
-distributed runtime: each iteration the block draws its mini-batches, takes the
-gradients of all its model copies in one batched call, and the algorithm steps
-the block, talking through the transport it is given. Every ``eval_every``
+The block is every agent in the simulator and a rank's agents (one, or
+``--agents-per-rank``) in the distributed runtime: each iteration the block
+draws its mini-batches, takes the gradients of all its model copies in one
+batched call, and the algorithm steps the block, talking through the
+transport it is given. Every ``eval_every``
 iterations and at the end (and once before the first step) the runtime's
 ``evaluate`` measures the block.
 """
