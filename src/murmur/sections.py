@@ -33,6 +33,10 @@ class RunConfig:
     """Save the run's whole state to ``checkpoint.pt`` in its folder every this many
     iterations (layers for SSFN), so that ``murmur run --resume`` can continue it;
     0 saves none."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Where the simulator computes the agents' gradients and evaluations: ``cuda`` puts
+    the model and the data on the GPU (the stacked parameters and the algorithm's state
+    stay in CPU memory and cross once per step); simulator SGD and server runs only."""
 
     def __post_init__(self) -> None:
         require(self.seed >= 0, f"run.seed must be >= 0, not {self.seed}")
@@ -75,10 +79,14 @@ class DataConfig:
 class ModelConfig:
     """The network every agent trains a copy of."""
 
-    name: Literal["mlp", "linear"] = "mlp"
-    """``mlp`` (ReLU hidden layers) or ``linear`` (one affine layer)."""
+    name: Literal["mlp", "linear", "cnn", "custom"] = "mlp"
+    """``mlp`` (ReLU hidden layers), ``linear`` (one affine layer), ``cnn`` (a LeNet-5:
+    two convolutions with max-pooling, then 120 -> 84 -> classes; for the 28x28 images
+    of mnist5k, mnist, fashion-mnist and, with 3x3 kernels, the 8x8 ones of digits), or
+    ``custom``: the ``torch.nn.Module`` given to ``murmur.run(config, model=...)`` from
+    Python, which a config alone cannot rebuild."""
     hidden: tuple[int, ...] = (100,)
-    """Hidden layer widths of the MLP."""
+    """Hidden layer widths of the MLP (the other models ignore it)."""
 
     def __post_init__(self) -> None:
         require(all(width >= 1 for width in self.hidden), "model.hidden widths must be >= 1")

@@ -28,6 +28,7 @@ from murmur.registry import (
     distributed_checkpointed_names,
 )
 from murmur.training.runs import check_run, check_run_dir
+from murmur.training.setup import check_device
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 29500
@@ -76,6 +77,7 @@ def launch(
         check_runtime(config.algorithm.name, "distributed")
         check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
         check_checkpoints(config.algorithm.name, config.run, "distributed")
+        check_device(config, "distributed")
         check_world(config, nproc, what="--nproc")
         check_run(config)
         root = Path(out) if out else default_run_dir(experiment.name)

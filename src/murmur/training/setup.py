@@ -10,9 +10,11 @@ the input is checked here, before a run folder is created or training starts.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from murmur.algorithms.asysg import WorkersConfig
 from murmur.algorithms.estimates import Segments
@@ -25,7 +27,7 @@ from murmur.data.datasets import Dataset
 from murmur.data.partition import check_agents
 from murmur.errors import UsageError
 from murmur.models import build_model
-from murmur.models.stacked import StackedModel
+from murmur.models.stacked import StackedModel, check_buffers
 from murmur.registry import ALGORITHMS, check_checkpoints, check_faults
 from murmur.sections import TopologyConfig
 from murmur.seeding import derive_seed
@@ -66,12 +68,25 @@ class Setup:
     sets them); None: it saves none."""
 
 
-def prepare(config: Config) -> Setup:
-    """Build and check everything a run needs; raises UsageError on bad input."""
+def prepare(config: Config, module: nn.Module | None = None) -> Setup:
+    """Build and check everything a run needs; raises UsageError on bad input.
+
+    ``module``: the network every agent trains a copy of, instead of the one
+    ``config.model`` names (a copy is trained; the module is left as it was).
+    """
     torch.set_num_threads(config.run.threads)
     spec = ALGORITHMS[config.algorithm.name]
     check_faults(config.algorithm.name, config.faults, "simulator", config.topology.varying)
     check_checkpoints(config.algorithm.name, config.run, "simulator")
+    device = check_device(config, "simulator")
+    if module is not None:
+        if spec.kind == "layerwise":
+            raise UsageError(
+                f"{config.algorithm.name} builds its own layers and takes no model; "
+                "give a model to the mini-batch algorithms only"
+            )
+        check_buffers(module)
+        module = copy.deepcopy(module)
     varying = config.topology.varying
     if varying != "none" and getattr(config.algorithm, "weights", None) == "uniform":
         raise UsageError(
@@ -79,7 +94,7 @@ def prepare(config: Config) -> Setup:
             f"topology.varying = {varying} does not give one in general; use "
             "algorithm.weights=metropolis (or laplacian)"
         )
-    memory = _check_sizes(config)
+    memory = _check_sizes(config, module)
     dataset = load_dataset(config.data.dataset, root=config.data.root or None)
     if spec.kind == "layerwise" and dataset.task != "classification":
         raise UsageError(
@@ -96,31 +111,86 @@ def prepare(config: Config) -> Setup:
         config.faults.check_agents(graph.agents)
     if spec.kind == "layerwise":
         return Setup(config, dataset, graph, shards, None, None, memory)
-    module = build_model(
-        config.model, dataset.features, dataset.outputs, seed=derive_seed(config.run.seed, "model")
-    )
-    model = StackedModel(module, dataset.task)
+    if module is None:
+        module = _build(config, dataset.features, dataset.outputs)
+    else:
+        _check_module(module, dataset)
+    model = StackedModel(module, dataset.task, device=device)
+    move = (lambda tensor: tensor.to(device)) if device is not None else (lambda tensor: tensor)
     problem = Problem(
         model=model,
-        x_train=dataset.x_train,
-        y_train=dataset.y_train,
-        x_test=dataset.x_test,
-        y_test=dataset.y_test,
+        x_train=move(dataset.x_train),
+        y_train=move(dataset.y_train),
+        x_test=move(dataset.x_test),
+        y_test=move(dataset.y_test),
         sampler=BatchSampler(shards, batch_size, seed=config.run.seed),
     )
     # One model per agent; the workers of a server or shared-memory run share one.
-    initial = model.initial().expand(graph.agents, -1).contiguous()
+    initial = model.initial().cpu().expand(graph.agents, -1).contiguous()
     return Setup(config, dataset, graph, shards, problem, initial, memory)
 
 
-def _check_sizes(config: Config) -> int:
+def check_device(config: Config, runtime: str) -> torch.device | None:
+    """The device ``run.device`` asks for (None: the CPU); UsageError, in one line, when
+    this machine or this kind of run cannot use it."""
+    if config.run.device == "cpu":
+        return None
+    name = config.algorithm.name
+    kind = ALGORITHMS[name].kind
+    if runtime != "simulator" or kind not in ("sgd", "server"):
+        where = f"{name} ({kind} training)" if runtime == "simulator" else "the distributed runtime"
+        raise UsageError(
+            f"run.device = {config.run.device} is for the simulator's mini-batch and "
+            f"server algorithms; {where} computes on the CPU: use run.device = cpu"
+        )
+    if not torch.cuda.is_available():
+        raise UsageError(
+            "run.device = cuda but torch finds no CUDA GPU on this machine "
+            f"(torch {torch.__version__}); use run.device = cpu"
+        )
+    return torch.device(config.run.device)
+
+
+def _build(config: Config, features: int, outputs: int) -> nn.Module:
+    """The network ``config.model`` names, initialized from the run's seed."""
+    return build_model(config.model, features, outputs, seed=derive_seed(config.run.seed, "model"))
+
+
+def _check_module(module: nn.Module, dataset: Dataset) -> None:
+    """UsageError when ``module`` does not map the dataset's rows to its outputs."""
+    rows = dataset.x_train[:2]
+    try:
+        with torch.no_grad():
+            outputs = module(rows)
+    except Exception as error:
+        raise UsageError(
+            f"the model cannot read {config_rows(dataset)}: {type(error).__name__}: {error}"
+        ) from None
+    expected = (rows.shape[0], dataset.outputs)
+    if not isinstance(outputs, torch.Tensor) or tuple(outputs.shape) != expected:
+        shape = tuple(outputs.shape) if isinstance(outputs, torch.Tensor) else type(outputs)
+        raise UsageError(
+            f"the model maps {config_rows(dataset)} to {shape}; it must give "
+            f"(rows, {dataset.outputs}) outputs"
+        )
+
+
+def config_rows(dataset: Dataset) -> str:
+    """How the data reaches a model: ``rows of 784 features``."""
+    return f"rows of {dataset.features} features (shape (rows, {dataset.features}))"
+
+
+def _check_sizes(config: Config, module: nn.Module | None) -> int:
     """Sizes against the dataset and this machine's memory, before anything is built."""
     info = DATASETS.get(config.data.dataset)
     if info is None:
         return 0  # load_dataset names the valid datasets
     if ALGORITHMS[config.algorithm.name].decentralized:
         check_agents(config.topology.agents, info.train)
-    return check_memory(config, info).total
+    if module is None and ALGORITHMS[config.algorithm.name].kind != "layerwise":
+        if config.model.name in ("cnn", "custom"):  # refused here, before the data loads
+            module = _build(config, info.features, max(info.classes, 1))
+    return check_memory(config, info, module).total
 
 
 def build_context(setup: Setup) -> BuildContext:
