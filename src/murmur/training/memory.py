@@ -28,7 +28,7 @@ from murmur.config import Config
 from murmur.data import DatasetInfo
 from murmur.errors import UsageError
 from murmur.metrics.report import human_bytes
-from murmur.models.networks import layer_outputs
+from murmur.models.networks import build_model, layer_outputs
 from murmur.registry import ALGORITHMS
 
 FLOAT32 = 4
@@ -110,6 +110,9 @@ def estimate_memory(
 def parameter_count(config: Config, info: DatasetInfo) -> int:
     """Parameters of one model of ``config.model`` on ``info``'s inputs and outputs."""
     outputs = max(info.classes, 1)
+    if config.model.name == "cnn":
+        module = build_model(config.model, info.features, outputs, seed=0)
+        return sum(parameter.numel() for parameter in module.parameters())
     widths = [info.features, *(config.model.hidden if config.model.name == "mlp" else ()), outputs]
     return sum((fan_in + 1) * fan_out for fan_in, fan_out in zip(widths, widths[1:], strict=False))
 

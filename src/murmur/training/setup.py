@@ -25,7 +25,7 @@ from murmur.data import DATASETS, load_dataset, partition
 from murmur.data.batches import BatchSampler
 from murmur.data.datasets import Dataset
 from murmur.data.partition import check_agents
-from murmur.errors import UsageError
+from murmur.errors import UsageError, one_line
 from murmur.models import build_model
 from murmur.models.stacked import StackedModel, check_buffers
 from murmur.registry import ALGORITHMS, check_checkpoints, check_faults
@@ -114,7 +114,7 @@ def prepare(config: Config, module: nn.Module | None = None) -> Setup:
     if module is None:
         module = _build(config, dataset.features, dataset.outputs)
     else:
-        _check_module(module, dataset)
+        _check_module(module, dataset.features, dataset.outputs)
     model = StackedModel(module, dataset.task, device=device)
     move = (lambda tensor: tensor.to(device)) if device is not None else (lambda tensor: tensor)
     problem = Problem(
@@ -156,28 +156,22 @@ def _build(config: Config, features: int, outputs: int) -> nn.Module:
     return build_model(config.model, features, outputs, seed=derive_seed(config.run.seed, "model"))
 
 
-def _check_module(module: nn.Module, dataset: Dataset) -> None:
-    """UsageError when ``module`` does not map the dataset's rows to its outputs."""
-    rows = dataset.x_train[:2]
+def _check_module(module: nn.Module, features: int, outputs: int | None) -> None:
+    """UsageError when ``module`` does not map rows of ``features`` to ``outputs`` values
+    (any width when None)."""
+    rows = f"rows of {features} features (shape (rows, {features}))"
     try:
         with torch.no_grad():
-            outputs = module(rows)
+            got = module(torch.zeros(2, features))
     except Exception as error:
         raise UsageError(
-            f"the model cannot read {config_rows(dataset)}: {type(error).__name__}: {error}"
+            f"the model cannot read {rows}: {type(error).__name__}: {one_line(str(error))}"
         ) from None
-    expected = (rows.shape[0], dataset.outputs)
-    if not isinstance(outputs, torch.Tensor) or tuple(outputs.shape) != expected:
-        shape = tuple(outputs.shape) if isinstance(outputs, torch.Tensor) else type(outputs)
+    shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+    if shape != (2, outputs if outputs is not None else shape[-1]):
         raise UsageError(
-            f"the model maps {config_rows(dataset)} to {shape}; it must give "
-            f"(rows, {dataset.outputs}) outputs"
+            f"the model maps {rows} to {shape}; it must give (rows, {outputs or 'outputs'}) outputs"
         )
-
-
-def config_rows(dataset: Dataset) -> str:
-    """How the data reaches a model: ``rows of 784 features``."""
-    return f"rows of {dataset.features} features (shape (rows, {dataset.features}))"
 
 
 def _check_sizes(config: Config, module: nn.Module | None) -> int:
@@ -187,7 +181,9 @@ def _check_sizes(config: Config, module: nn.Module | None) -> int:
         return 0  # load_dataset names the valid datasets
     if ALGORITHMS[config.algorithm.name].decentralized:
         check_agents(config.topology.agents, info.train)
-    if module is None and ALGORITHMS[config.algorithm.name].kind != "layerwise":
+    if module is not None:
+        _check_module(module, info.features, info.classes or None)
+    elif ALGORITHMS[config.algorithm.name].kind != "layerwise":
         if config.model.name in ("cnn", "custom"):  # refused here, before the data loads
             module = _build(config, info.features, max(info.classes, 1))
     return check_memory(config, info, module).total
