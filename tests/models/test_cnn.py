@@ -121,3 +121,20 @@ def test_models_with_buffers_are_refused_in_one_line():
     assert "running statistics" in str(error.value) and "\n" not in str(error.value)
     plain = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3, track_running_stats=False))
     assert StackedModel(plain, "classification").layout.total == 4 * 3 + 3 + 3 + 3
+
+
+def test_a_model_on_a_device_takes_rows_from_anywhere_and_gives_them_back_there():
+    module = build_model(CNN, 64, 10, seed=1)
+    generator = torch.Generator().manual_seed(4)
+    flat = StackedModel(module, "classification").initial().expand(3, -1).contiguous()
+    x = torch.randn(3, 5, 64, generator=generator)
+    y = torch.randint(0, 10, (3, 5), generator=generator)
+    here = StackedModel(module, "classification")
+    there = StackedModel(module, "classification", device="cpu")
+    assert there.device == torch.device("cpu")
+    pairs = [
+        (there.loss_and_grad(flat, x, y), here.loss_and_grad(flat, x, y)),
+        (there.evaluate(flat, x[0], y[0]), here.evaluate(flat, x[0], y[0])),
+    ]
+    for got, want in pairs:
+        torch.testing.assert_close(got, want)
