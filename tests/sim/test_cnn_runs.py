@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from murmur.cli import main
 from murmur.config import load_experiment
 from murmur.experiment import run
 from murmur.registry import ALGORITHMS
@@ -51,3 +52,17 @@ def test_every_mini_batch_algorithm_trains_the_cnn(algorithm):
     assert result.parameters.shape[1] == 19754
     assert math.isfinite(result.test_loss)
     assert all(0 <= a <= 1 for a in result.accuracy["per_agent"])
+
+
+@pytest.mark.parametrize("dataset", ["vowel", "satimage", "blobs"])
+def test_the_cli_refuses_the_cnn_on_rows_that_are_not_images_in_one_line(capsys, dataset):
+    code = main(["run", "dsgd", "--set=model.name=cnn", f"--set=data.dataset={dataset}"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "cnn supports mnist5k, mnist, fashion-mnist (28x28) and digits (8x8)" in err
+
+
+def test_the_cli_says_a_custom_model_comes_from_python(capsys):
+    assert main(["run", "dsgd", "--set=model.name=custom"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "murmur.run(config, model=module)" in err
