@@ -123,6 +123,7 @@ def check_resumable_launch(run_dir: Path, nproc: int | None) -> tuple[Config, in
     config = load_experiment(str(config_file)).runs[0][1]
     check_runtime(config.algorithm.name, "distributed")
     check_checkpoints(config.algorithm.name, config.run, "distributed")
+    check_device(config, "distributed")
     check_same_run(run_dir, config)
     world = ALGORITHMS[config.algorithm.name].processes(config.algorithm, config.topology.agents)
     if nproc is not None:

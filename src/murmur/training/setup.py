@@ -86,7 +86,7 @@ def prepare(config: Config, module: nn.Module | None = None) -> Setup:
                 "give a model to the mini-batch algorithms only"
             )
         check_buffers(module)
-        module = copy.deepcopy(module)
+        module = copy.deepcopy(module).cpu()  # checked and measured on the CPU first
     varying = config.topology.varying
     if varying != "none" and getattr(config.algorithm, "weights", None) == "uniform":
         raise UsageError(
