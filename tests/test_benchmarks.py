@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -223,3 +226,15 @@ def test_arock_update_quick_run_prints_both_shards_with_the_same_solution():
     assert (rows["vowel"][1], rows["satimage"][1]) == ("26", "222")
     for cells in rows.values():
         assert float(cells[5]) > 0 and float(cells[6]) <= 1e-9
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_gpu_throughput_says_in_one_line_that_it_needs_a_gpu():
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu_throughput.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.count("\n") == 1 and "finds no CUDA GPU" in completed.stderr

@@ -52,6 +52,7 @@ def test_section_defaults():
         "eval_every": 100,
         "threads": 1,
         "checkpoint_every": 0,
+        "device": "cpu",
     }
     assert dataclasses.asdict(DataConfig()) == {
         "dataset": "mnist5k",
@@ -325,7 +326,7 @@ def test_an_int_is_accepted_for_a_float_field():
         ("topology.agents=-9223372036854775809", "topology.agents must be an integer from -2**63"),
         ("model.hidden=[8, 99999999999999999999]", "model.hidden[1] must be an integer from"),
         ("data.partition=random", "data.partition must be one of 'iid', 'labels', 'dirichlet'"),
-        ("model.name=cnn", "model.name must be one of 'mlp', 'linear'"),
+        ("model.name=resnet", "model.name must be one of 'mlp', 'linear', 'cnn', 'custom'"),
     ],
 )
 def test_wrongly_typed_overrides_are_refused(item, message):

@@ -39,6 +39,10 @@ class RunConfig:
     false, or "auto", which compiles when agents x parameters x iterations reaches 2e10
     and a C++ compiler is at hand. Runs with ``[faults]`` or a varying graph, and the
     distributed runtime, step eagerly."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Where the simulator computes the agents' gradients and evaluations: ``cuda`` puts
+    the model and the data on the GPU (the stacked parameters and the algorithm's state
+    stay in CPU memory and cross once per step); simulator SGD and server runs only."""
 
     def __post_init__(self) -> None:
         require(self.seed >= 0, f"run.seed must be >= 0, not {self.seed}")
@@ -81,10 +85,14 @@ class DataConfig:
 class ModelConfig:
     """The network every agent trains a copy of."""
 
-    name: Literal["mlp", "linear"] = "mlp"
-    """``mlp`` (ReLU hidden layers) or ``linear`` (one affine layer)."""
+    name: Literal["mlp", "linear", "cnn", "custom"] = "mlp"
+    """``mlp`` (ReLU hidden layers), ``linear`` (one affine layer), ``cnn`` (a LeNet-5:
+    two convolutions with max-pooling, then 120 -> 84 -> classes; for the 28x28 images
+    of mnist5k, mnist, fashion-mnist and, with 3x3 kernels, the 8x8 ones of digits), or
+    ``custom``: the ``torch.nn.Module`` given to ``murmur.run(config, model=...)`` from
+    Python, which a config alone cannot rebuild."""
     hidden: tuple[int, ...] = (100,)
-    """Hidden layer widths of the MLP."""
+    """Hidden layer widths of the MLP (the other models ignore it)."""
 
     def __post_init__(self) -> None:
         require(all(width >= 1 for width in self.hidden), "model.hidden widths must be >= 1")

@@ -28,6 +28,8 @@ def config(**sections):
         ("mnist5k", {"name": "mlp", "hidden": [30, 20, 10]}),
         ("blobs", {"name": "linear"}),
         ("synthetic", {"name": "mlp", "hidden": [7]}),
+        ("mnist5k", {"name": "cnn"}),
+        ("digits", {"name": "cnn"}),
     ],
 )
 def test_parameter_count_is_that_of_the_built_model(dataset, model):
@@ -83,3 +85,14 @@ def test_a_run_that_fits_is_accepted_and_one_that_cannot_is_refused():
     assert message.startswith("this run needs about ")
     assert f"but this machine has {human_bytes(machine_memory())}" in message
     assert "a smaller model.hidden" in message
+
+
+def test_the_cnn_is_counted_by_its_parameters_and_layer_outputs():
+    info = DATASETS["mnist5k"]
+    run = config(model={"name": "cnn"})
+    module = build_model(run.model, info.features, 10, seed=0)
+    estimate = estimate_memory(run, info, module)
+    mlp = estimate_memory(config(), info)
+    assert estimate.parts["the models"] == 10 * 12 * 61706 * 4
+    # Over 15,000 layer outputs a sample against the MLP's 894 units.
+    assert estimate.parts["the batches"] > 15 * mlp.parts["the batches"]

@@ -29,6 +29,7 @@ from murmur.registry import (
     distributed_checkpointed_names,
 )
 from murmur.training.runs import check_run, check_run_dir
+from murmur.training.setup import check_device
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 29500
@@ -82,6 +83,7 @@ def launch(
         check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
         check_checkpoints(config.algorithm.name, config.run, "distributed")
         check_compile(config.algorithm.name, config.run, "distributed")
+        check_device(config, "distributed")
         check_world(config, nproc, what="--nproc", agents_per_rank=agents_per_rank)
         check_run(config)
         root = Path(out) if out else default_run_dir(experiment.name)
@@ -131,6 +133,7 @@ def check_resumable_launch(
     config = load_experiment(str(config_file)).runs[0][1]
     check_runtime(config.algorithm.name, "distributed")
     check_checkpoints(config.algorithm.name, config.run, "distributed")
+    check_device(config, "distributed")
     check_same_run(run_dir, config)
     if nproc is not None or agents_per_rank > 1:
         check_world(

@@ -82,7 +82,7 @@ from murmur.registry import (
 from murmur.training.checkpoint import header, read_checkpoint, restore_tuple, to_plain
 from murmur.training.reducer import AgentRows, AgentTotals, run_outcome, sgd_record
 from murmur.training.runs import Runner, check_run_dir, finished, train_run
-from murmur.training.setup import Setup, prepare
+from murmur.training.setup import Setup, check_device, prepare
 from murmur.training.sgd_loop import Evaluation, SgdProgress, SgdTrained, train_sgd
 
 
@@ -222,6 +222,7 @@ def run_distributed(
     check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
     check_checkpoints(config.algorithm.name, config.run, "distributed")
     check_compile(config.algorithm.name, config.run, "distributed")
+    check_device(config, "distributed")
     if resume and out_dir is None:
         raise ValueError("a resumed run needs its run folder")
     env = RankEnvironment.from_environ(environ)

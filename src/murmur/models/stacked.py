@@ -4,6 +4,10 @@ The copies' parameters are the rows of a flat (agents, P) tensor. Gradients use
 ``vmap(grad_and_value(loss))`` over ``functional_call``, so any ``nn.Module``
 without buffers works and no Python loop runs over agents; plain Linear/ReLU
 stacks take the faster hand-derived path of :mod:`murmur.models.sequential`.
+
+A model on a ``device`` (a GPU) keeps its module there; the data should be there
+too, and the parameter rows may live anywhere: they cross to the device for
+each call and the results come back to the rows' device.
 """
 
 from __future__ import annotations
@@ -15,21 +19,44 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional
 
+from murmur.errors import UsageError
 from murmur.models.flat import ParamLayout
+from murmur.models.networks import layer_outputs
 from murmur.models.sequential import SequentialGradient
 
 Task = Literal["classification", "regression"]
+
+EVAL_FLOATS = 2**24
+"""Most activation values one evaluation call computes at a time (64 MB of float32):
+``evaluate`` takes as many agents and test samples per call as fit in it."""
+EVAL_AGENTS = 32
+"""Most agents ``evaluate`` takes per call."""
+
+
+def check_buffers(module: nn.Module) -> None:
+    """UsageError (one line) when ``module`` has buffers: every agent would need running
+    statistics of its own, which the stacked parameters do not carry."""
+    names = [name for name, _ in module.named_buffers()]
+    if names:
+        raise UsageError(
+            f"the model has buffers ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
+            "per-agent running statistics (batch norm) are not supported; use "
+            "track_running_stats=False, or GroupNorm or LayerNorm"
+        )
 
 
 class StackedModel:
     """One network architecture, evaluated for many parameter rows at once."""
 
-    def __init__(self, module: nn.Module, task: Task) -> None:
-        if any(True for _ in module.buffers()):
-            raise ValueError("models with buffers (e.g. batch norm) are not supported")
-        self.module = module
+    def __init__(
+        self, module: nn.Module, task: Task, device: torch.device | str | None = None
+    ) -> None:
+        check_buffers(module)
+        self.device = torch.device(device) if device is not None else None
+        self.module = module if self.device is None else module.to(self.device)
         self.layout = ParamLayout.of(module)
         self.task = task
+        self._units: int | None = None
         self._loss_fn = (
             functional.cross_entropy if task == "classification" else functional.mse_loss
         )
@@ -57,29 +84,73 @@ class StackedModel:
         Linear/ReLU stacks take a hand-derived path whose gradient tensor is
         reused by the next call (callers may overwrite it; copy it to keep it).
         """
+        home = flat.device
+        flat, x, y = self._to_device(flat), self._to_device(x), self._to_device(y)
         if self._fast is not None:
             result = self._fast(flat, x, y)
             if result is not None:
-                return result
+                return result[0].to(home), result[1].to(home)
         grads, losses = self._grad(self.layout.unflatten(flat), x, y)
-        return losses, self.layout.stack(grads)
+        return losses.to(home), self.layout.stack(grads).to(home)
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor if self.device is None else tensor.to(self.device, non_blocking=True)
+
+    def _activations(self, x: torch.Tensor) -> int:
+        """Values the module's layers output for one sample of ``x`` (once, then kept)."""
+        if self._units is None:
+            self._units = layer_outputs(self.module, x[0].numel())
+        return self._units
 
     @torch.no_grad()
     def evaluate(
-        self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int = 32
+        self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int | None = None
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """Per-row accuracy (None for regression) and mean loss on one shared data set."""
+        """Per-row accuracy (None for regression) and mean loss on one shared data set.
+
+        ``chunk`` agents per call (default: as many as keep one call's activations
+        under :data:`EVAL_FLOATS`, at most :data:`EVAL_AGENTS`); a model too large for
+        one agent on the whole set at once takes the samples in slices too.
+        """
+        home = flat.device
+        x, y = self._to_device(x), self._to_device(y)
+        pairs = max(1, EVAL_FLOATS // self._activations(x))
+        samples = x.shape[0]
+        if chunk is None:
+            chunk = max(1, min(EVAL_AGENTS, pairs // max(samples, 1)))
+        step = samples if chunk * samples <= pairs else max(1, pairs // chunk)
         accuracies, losses = [], []
         for start in range(0, flat.shape[0], chunk):
-            outputs = self._outputs(self.layout.unflatten(flat[start : start + chunk]), x)
-            if self.task == "classification":
-                accuracies.append((outputs.argmax(dim=-1) == y).to(torch.float64).mean(dim=1))
-                flat_outputs = outputs.reshape(-1, outputs.shape[-1])
-                loss = functional.cross_entropy(
-                    flat_outputs, y.repeat(outputs.shape[0]), reduction="none"
-                )
-                losses.append(loss.view(outputs.shape[0], -1).mean(dim=1))
-            else:
-                losses.append(((outputs - y) ** 2).flatten(1).mean(dim=1))
-        accuracy = torch.cat(accuracies) if accuracies else None
-        return accuracy, torch.cat(losses)
+            params = self.layout.unflatten(self._to_device(flat[start : start + chunk]))
+            if step >= samples:
+                accuracy, loss = self._measure(params, x, y)
+            else:  # sums over slices of the samples, then the means
+                parts = [
+                    self._measure(params, x[at : at + step], y[at : at + step], total=True)
+                    for at in range(0, samples, step)
+                ]
+                loss = torch.stack([part[1] for part in parts]).sum(dim=0) / samples
+                accuracy = None
+                if self.task == "classification":
+                    accuracy = torch.stack([part[0] for part in parts]).sum(dim=0) / samples
+            if accuracy is not None:
+                accuracies.append(accuracy)
+            losses.append(loss)
+        accuracy = torch.cat(accuracies).to(home) if accuracies else None
+        return accuracy, torch.cat(losses).to(home)
+
+    def _measure(
+        self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, total=False
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Per-row accuracy and mean loss on (x, y); with ``total`` their sums instead."""
+        outputs = self._outputs(params, x)
+        reduce = (lambda t: t.sum(dim=1)) if total else (lambda t: t.mean(dim=1))
+        if self.task == "regression":
+            squares = (outputs - y) ** 2
+            if total:
+                return None, squares.flatten(2).mean(dim=2).sum(dim=1)
+            return None, squares.flatten(1).mean(dim=1)
+        correct = reduce((outputs.argmax(dim=-1) == y).to(torch.float64))
+        flat_outputs = outputs.reshape(-1, outputs.shape[-1])
+        loss = functional.cross_entropy(flat_outputs, y.repeat(outputs.shape[0]), reduction="none")
+        return correct, reduce(loss.view(outputs.shape[0], -1))

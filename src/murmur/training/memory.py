@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from torch import nn
+
 from murmur.algorithms.asysg import WorkersConfig
 from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.ssfn import LayerwiseConfig
@@ -26,6 +28,7 @@ from murmur.config import Config
 from murmur.data import DatasetInfo
 from murmur.errors import UsageError
 from murmur.metrics.report import human_bytes
+from murmur.models.networks import build_model, layer_outputs
 from murmur.registry import ALGORITHMS
 
 FLOAT32 = 4
@@ -58,8 +61,12 @@ class MemoryEstimate:
         return max(self.parts, key=lambda name: self.parts[name])
 
 
-def estimate_memory(config: Config, info: DatasetInfo) -> MemoryEstimate:
-    """The memory ``config`` needs on a dataset of ``info``'s sizes."""
+def estimate_memory(
+    config: Config, info: DatasetInfo, module: nn.Module | None = None
+) -> MemoryEstimate:
+    """The memory ``config`` needs on a dataset of ``info``'s sizes; ``module``: the
+    network the run trains when it is not an MLP (its parameters and layer outputs are
+    counted)."""
     spec = ALGORITHMS[config.algorithm.name]
     samples = info.train + info.test
     parts = {
@@ -76,6 +83,9 @@ def estimate_memory(config: Config, info: DatasetInfo) -> MemoryEstimate:
     parameters = parameter_count(config, info)
     outputs = max(info.classes, 1)
     units = info.features + sum(config.model.hidden if config.model.name == "mlp" else ()) + outputs
+    if module is not None:
+        parameters = sum(parameter.numel() for parameter in module.parameters())
+        units = info.features + layer_outputs(module, info.features)
     batch = config.data.batch_size
     algorithm = config.algorithm
     if isinstance(algorithm, HogwildConfig):
@@ -100,6 +110,9 @@ def estimate_memory(config: Config, info: DatasetInfo) -> MemoryEstimate:
 def parameter_count(config: Config, info: DatasetInfo) -> int:
     """Parameters of one model of ``config.model`` on ``info``'s inputs and outputs."""
     outputs = max(info.classes, 1)
+    if config.model.name == "cnn":
+        module = build_model(config.model, info.features, outputs, seed=0)
+        return sum(parameter.numel() for parameter in module.parameters())
     widths = [info.features, *(config.model.hidden if config.model.name == "mlp" else ()), outputs]
     return sum((fan_in + 1) * fan_out for fan_in, fan_out in zip(widths, widths[1:], strict=False))
 
@@ -143,9 +156,11 @@ def machine_memory() -> int:
     return min(total, int(limit)) if limit.isdigit() else total
 
 
-def check_memory(config: Config, info: DatasetInfo) -> MemoryEstimate:
+def check_memory(
+    config: Config, info: DatasetInfo, module: nn.Module | None = None
+) -> MemoryEstimate:
     """The run's estimate; a UsageError when it exceeds this machine's memory."""
-    estimate = estimate_memory(config, info)
+    estimate = estimate_memory(config, info, module)
     available = machine_memory()
     if estimate.total > available:
         largest = estimate.largest

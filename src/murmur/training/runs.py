@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from murmur.config import Config, load_experiment, save_config
 from murmur.errors import RunFailed, UsageError, one_line
 from murmur.metrics.evaluation import accuracy_summary
@@ -159,13 +161,14 @@ def failure_reason(error: BaseException) -> str:
     return one_line(f"{type(error).__name__}: {error}")
 
 
-def check_run(config: Config) -> Setup:
+def check_run(config: Config, module: nn.Module | None = None) -> Setup:
     """Build and check everything a run needs, algorithm included; start nothing.
 
     What this accepts can still fail only while training (a diverging step);
     the algorithm built to check it is dropped, ``train_run`` builds its own.
+    ``module``: the network to train instead of the one ``config.model`` names.
     """
-    setup = prepare(config)
+    setup = prepare(config, module)
     spec = ALGORITHMS[config.algorithm.name]
     spec.build(config.algorithm, setup.graph, build_context(setup))
     return setup

@@ -10,10 +10,12 @@ the input is checked here, before a run folder is created or training starts.
 
 from __future__ import annotations
 
+import copy
 import shutil
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from murmur.algorithms.asysg import WorkersConfig
 from murmur.algorithms.estimates import Segments
@@ -24,9 +26,9 @@ from murmur.data import DATASETS, load_dataset, partition
 from murmur.data.batches import BatchSampler
 from murmur.data.datasets import Dataset
 from murmur.data.partition import check_agents
-from murmur.errors import UsageError
+from murmur.errors import UsageError, one_line
 from murmur.models import build_model
-from murmur.models.stacked import StackedModel
+from murmur.models.stacked import StackedModel, check_buffers
 from murmur.registry import ALGORITHMS, check_checkpoints, check_compile, check_faults
 from murmur.sections import TopologyConfig
 from murmur.seeding import derive_seed
@@ -82,13 +84,26 @@ def _check_compile(config: Config) -> None:
         )
 
 
-def prepare(config: Config) -> Setup:
-    """Build and check everything a run needs; raises UsageError on bad input."""
+def prepare(config: Config, module: nn.Module | None = None) -> Setup:
+    """Build and check everything a run needs; raises UsageError on bad input.
+
+    ``module``: the network every agent trains a copy of, instead of the one
+    ``config.model`` names (a copy is trained; the module is left as it was).
+    """
     torch.set_num_threads(config.run.threads)
     spec = ALGORITHMS[config.algorithm.name]
     check_faults(config.algorithm.name, config.faults, "simulator", config.topology.varying)
     check_checkpoints(config.algorithm.name, config.run, "simulator")
     check_compile(config.algorithm.name, config.run, "simulator")
+    device = check_device(config, "simulator")
+    if module is not None:
+        if spec.kind == "layerwise":
+            raise UsageError(
+                f"{config.algorithm.name} builds its own layers and takes no model; "
+                "give a model to the mini-batch algorithms only"
+            )
+        check_buffers(module)
+        module = copy.deepcopy(module).cpu()  # checked and measured on the CPU first
     varying = config.topology.varying
     if varying != "none" and getattr(config.algorithm, "weights", None) == "uniform":
         raise UsageError(
@@ -97,7 +112,7 @@ def prepare(config: Config) -> Setup:
             "algorithm.weights=metropolis (or laplacian)"
         )
     _check_compile(config)
-    memory = _check_sizes(config)
+    memory = _check_sizes(config, module)
     dataset = load_dataset(config.data.dataset, root=config.data.root or None)
     if spec.kind == "layerwise" and dataset.task != "classification":
         raise UsageError(
@@ -114,31 +129,82 @@ def prepare(config: Config) -> Setup:
         config.faults.check_agents(graph.agents)
     if spec.kind == "layerwise":
         return Setup(config, dataset, graph, shards, None, None, memory)
-    module = build_model(
-        config.model, dataset.features, dataset.outputs, seed=derive_seed(config.run.seed, "model")
-    )
-    model = StackedModel(module, dataset.task)
+    if module is None:
+        module = _build(config, dataset.features, dataset.outputs)
+    else:
+        _check_module(module, dataset.features, dataset.outputs)
+    model = StackedModel(module, dataset.task, device=device)
+    move = (lambda tensor: tensor.to(device)) if device is not None else (lambda tensor: tensor)
     problem = Problem(
         model=model,
-        x_train=dataset.x_train,
-        y_train=dataset.y_train,
-        x_test=dataset.x_test,
-        y_test=dataset.y_test,
+        x_train=move(dataset.x_train),
+        y_train=move(dataset.y_train),
+        x_test=move(dataset.x_test),
+        y_test=move(dataset.y_test),
         sampler=BatchSampler(shards, batch_size, seed=config.run.seed),
     )
     # One model per agent; the workers of a server or shared-memory run share one.
-    initial = model.initial().expand(graph.agents, -1).contiguous()
+    initial = model.initial().cpu().expand(graph.agents, -1).contiguous()
     return Setup(config, dataset, graph, shards, problem, initial, memory)
 
 
-def _check_sizes(config: Config) -> int:
+def check_device(config: Config, runtime: str) -> torch.device | None:
+    """The device ``run.device`` asks for (None: the CPU); UsageError, in one line, when
+    this machine or this kind of run cannot use it."""
+    if config.run.device == "cpu":
+        return None
+    name = config.algorithm.name
+    kind = ALGORITHMS[name].kind
+    if runtime != "simulator" or kind not in ("sgd", "server"):
+        where = f"{name} ({kind} training)" if runtime == "simulator" else "the distributed runtime"
+        raise UsageError(
+            f"run.device = {config.run.device} is for the simulator's mini-batch and "
+            f"server algorithms; {where} computes on the CPU: use run.device = cpu"
+        )
+    if not torch.cuda.is_available():
+        raise UsageError(
+            "run.device = cuda but torch finds no CUDA GPU on this machine "
+            f"(torch {torch.__version__}); use run.device = cpu"
+        )
+    return torch.device(config.run.device)
+
+
+def _build(config: Config, features: int, outputs: int) -> nn.Module:
+    """The network ``config.model`` names, initialized from the run's seed."""
+    return build_model(config.model, features, outputs, seed=derive_seed(config.run.seed, "model"))
+
+
+def _check_module(module: nn.Module, features: int, outputs: int | None) -> None:
+    """UsageError when ``module`` does not map rows of ``features`` to ``outputs`` values
+    (any width when None)."""
+    rows = f"rows of {features} features (shape (rows, {features}))"
+    try:
+        with torch.no_grad():
+            got = module(torch.zeros(2, features))
+    except Exception as error:
+        raise UsageError(
+            f"the model cannot read {rows}: {type(error).__name__}: {one_line(str(error))}"
+        ) from None
+    shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+    if shape != (2, outputs if outputs is not None else shape[-1]):
+        raise UsageError(
+            f"the model maps {rows} to {shape}; it must give (rows, {outputs or 'outputs'}) outputs"
+        )
+
+
+def _check_sizes(config: Config, module: nn.Module | None) -> int:
     """Sizes against the dataset and this machine's memory, before anything is built."""
     info = DATASETS.get(config.data.dataset)
     if info is None:
         return 0  # load_dataset names the valid datasets
     if ALGORITHMS[config.algorithm.name].decentralized:
         check_agents(config.topology.agents, info.train)
-    return check_memory(config, info).total
+    if module is not None:
+        _check_module(module, info.features, info.classes or None)
+    elif ALGORITHMS[config.algorithm.name].kind != "layerwise":
+        if config.model.name in ("cnn", "custom"):  # refused here, before the data loads
+            module = _build(config, info.features, max(info.classes, 1))
+    return check_memory(config, info, module).total
 
 
 def build_context(setup: Setup) -> BuildContext:

@@ -167,7 +167,7 @@ class BatchRows:
 
     def take(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x[indices], y[indices]`` for (block, batch) ``indices``; valid until the next call."""
-        flat = indices.reshape(-1)
+        flat = indices.reshape(-1).to(self.x.device)
         torch.index_select(self.x, 0, flat, out=self._x)
         torch.index_select(self.y, 0, flat, out=self._y)
         return (
