@@ -52,6 +52,7 @@ def test_section_defaults():
         "eval_every": 100,
         "threads": 1,
         "checkpoint_every": 0,
+        "compile": "auto",
         "device": "cpu",
     }
     assert dataclasses.asdict(DataConfig()) == {
