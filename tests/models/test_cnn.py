@@ -67,10 +67,13 @@ def _separate(module: nn.Module, stacked: StackedModel, flat, x, y):
     return torch.stack(losses), torch.stack(grads)
 
 
+@pytest.mark.parametrize("per_agent", [True, False], ids=["agent-by-agent", "vmap"])
 @pytest.mark.parametrize(("features", "agents", "batch"), [(64, 4, 6), (784, 2, 3)])
-def test_stacked_cnn_gradients_equal_separate_modules(features, agents, batch):
+def test_stacked_cnn_gradients_equal_separate_modules(features, agents, batch, per_agent):
     module = build_model(CNN, features, 10, seed=1)
     stacked = StackedModel(module, "classification")
+    assert stacked.per_agent  # convolutions on the CPU go agent by agent unless told
+    stacked.per_agent = per_agent
     generator = torch.Generator().manual_seed(2)
     flat = stacked.initial() + 0.05 * torch.randn(agents, stacked.layout.total, generator=generator)
     x = torch.randn(agents, batch, features, generator=generator)

@@ -29,11 +29,11 @@ def _config(preset: str, settings: list[str]):
 @pytest.mark.parametrize("algorithm", ["dsgd", "detsgrad"])
 def test_the_cnn_learns_the_digits(algorithm):
     config = _config(
-        algorithm, [*DIGITS, "run.iterations=200", "run.eval_every=200", "algorithm.a=0.5"]
+        algorithm, [*DIGITS, "run.iterations=400", "run.eval_every=400", "algorithm.a=0.5"]
     )
     result = run(config)
-    # Chance is 10 %; after 200 steps DSGD's agents reach about 75 % and DETSGRAD's 45 %.
-    assert result.accuracy["min"] > 0.3, result.accuracy
+    # Chance is 10 %; after 400 steps DSGD's agents reach about 87 % and DETSGRAD's 54 %.
+    assert result.accuracy["min"] > 0.35, result.accuracy
     assert result.parameters.shape == (4, 19754)
 
 
