@@ -69,7 +69,7 @@ def _summary(folder: Path) -> dict:
         ("detsgrad", SGD),
         ("dsgd", [*SGD, "faults.drop=0.3"]),
         ("asysg-con", SERVER),
-        ("dssfn-vowel", LAYERWISE),
+        pytest.param("dssfn-vowel", LAYERWISE, marks=pytest.mark.slow),
         ("dssfn-async-vowel", LAYERWISE),
     ],
 )

@@ -39,10 +39,10 @@ from murmur.experiment import run
     [
         (DSGD, 2, 4),
         (DETSGRAD, 2, 4),
-        (DETSGRAD, 4, 2),
-        (TRACKING, 2, 4),
+        pytest.param(DETSGRAD, 4, 2, marks=pytest.mark.slow),
+        pytest.param(TRACKING, 2, 4, marks=pytest.mark.slow),
         (CHOCO, 4, 2),
-        (SPARQ, 2, 4),
+        pytest.param(SPARQ, 2, 4, marks=pytest.mark.slow),
         (LAYERS, 4, 2),
     ],
     ids=[

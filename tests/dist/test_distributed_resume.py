@@ -66,7 +66,11 @@ def contents(folder: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize(
     "algorithm",
-    [DETSGRAD, SPARQ, TRACKING],
+    [
+        DETSGRAD,
+        pytest.param(SPARQ, marks=pytest.mark.slow),
+        pytest.param(TRACKING, marks=pytest.mark.slow),
+    ],
     ids=["detsgrad", "sparq", "detsgrad-gt"],
 )
 def test_a_killed_run_resumed_by_hand_gives_the_uninterrupted_run(tmp_path, algorithm):
@@ -252,6 +256,7 @@ def kill_rank(launched: subprocess.Popen, rank: int, when: Callable[[], bool]) -
         launched.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds ranks through /proc")
 def test_a_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_uninterrupted(tmp_path):
     config = digits_config(tmp_path)
@@ -278,6 +283,7 @@ def test_a_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_uninterrupted
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds ranks through /proc")
 def test_a_run_without_checkpoints_restarts_from_the_start_in_the_same_folder(tmp_path):
     config = write_config(tmp_path, DSGD, iterations=1000)
