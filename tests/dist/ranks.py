@@ -18,6 +18,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import pytest
+
 DRIVER = r"""
 import json, multiprocessing, os, signal, sys, time
 spec = json.loads(sys.argv[1])
@@ -189,6 +191,20 @@ def drive(
 def read_records(folder: Path) -> list[dict]:
     """The records of a run folder's metrics.jsonl."""
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_records_match(records: list[dict], expected: list[dict]) -> None:
+    """A distributed run's records carry the simulator's counts exactly and its
+    measurements to float tolerance (the simulator's virtual time aside)."""
+    assert len(records) == len(expected)
+    for got, want in zip(records, expected, strict=True):
+        assert set(want) - set(got) <= {"virtual_seconds"}
+        for key in ("iteration", "samples", "events", "messages", "bytes", "events_per_agent"):
+            assert got[key] == want[key], key
+        for key in ("test_loss", "test_accuracy", "consensus_distance"):
+            assert got[key] == pytest.approx(want[key], abs=1e-5), key
+        if want["train_loss"] is not None:
+            assert got["train_loss"] == pytest.approx(want["train_loss"], abs=1e-5)
 
 
 def assert_others_stop_naming(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from ranks import Fault, drive, free_port, read_records
+from ranks import Fault, assert_records_match, drive, free_port, read_records
 from test_distributed import (
     CHOCO,
     DETSGRAD,
@@ -85,13 +85,7 @@ def test_blocks_of_agents_give_the_simulators_events_messages_and_parameters(
 
     records, expected = read_records(out), read_records(tmp_path / "simulated")
     assert [r["iteration"] for r in records] == [0, 25, 50]
-    for got, want in zip(records, expected, strict=True):
-        for key in ("iteration", "samples", "events", "messages", "bytes", "events_per_agent"):
-            assert got[key] == want[key], key
-        for key in ("test_loss", "test_accuracy", "consensus_distance"):
-            assert got[key] == pytest.approx(want[key], abs=1e-5), key
-        if want["train_loss"] is not None:
-            assert got["train_loss"] == pytest.approx(want["train_loss"], abs=1e-5)
+    assert_records_match(records, expected)
     torch.testing.assert_close(torch.load(params), simulated.parameters, atol=1e-5, rtol=1e-5)
 
 
