@@ -36,7 +36,7 @@ class RunConfig:
     compile: bool | Literal["auto"] = "auto"
     """Step the simulator's synchronous SGD algorithms through one compiled pass over
     the stacked state (``torch.compile``; inductor builds C++ kernels with g++): true,
-    false, or "auto", which compiles when agents x parameters x iterations reaches 2e10
+    false, or "auto", which compiles when agents x parameters x iterations reaches 1e10
     and a C++ compiler is at hand. Runs with ``[faults]`` or a varying graph, and the
     distributed runtime, step eagerly."""
     device: Literal["cpu", "cuda"] = "cpu"

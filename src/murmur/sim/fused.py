@@ -24,12 +24,14 @@ from typing import NamedTuple
 
 import torch
 
-COMPILE_WORTH = 2e10
+COMPILE_WORTH = 1e10
 """Agents x parameters x iterations from which ``run.compile = "auto"`` compiles.
 
-Compiling takes 15 to 25 s on two cores; a fused step saves about 2 ns per
-parameter of every agent and iteration (measured on the 784-100-10 MLP, 64
-agents), so compiling pays from about 1e10 and is worth it, with margin, from 2e10.
+Compiling takes about 8 s the first time on one core (2 to 3 s once inductor's
+on-disk cache holds the kernels). The fused step saves about 2 ns per parameter
+of every agent and iteration for DETSGRAD and 0.4 ns for DSGD (784-100-10 MLP,
+64 agents, one thread), so compiling pays from about 4e9 for the one and 1e10
+(with a warm cache) for the other.
 """
 
 
