@@ -15,15 +15,22 @@ once) on loopback gloo:
   step") that keep the ranks in lockstep. The table gives the fastest round:
   ms per iteration, messages and headers per iteration, and the time per
   message (round time / messages, and / messages + headers).
-- point to point: two ranks play ping-pong with one P-float32 tensor (P: the
-  MLP's parameter count) ``--repeats`` times per round, three ways, taken in
-  turn each round: ``bare`` (``dist.send`` / ``dist.recv`` of the tensor),
-  ``bare+header`` (the same with the 5-int64 header sent first, the wire
-  traffic of one message) and ``transport`` (``Outbox.send`` of a VALUE,
-  header and payload, and ``Mailbox.values_at`` on the other side: the
-  receiving thread, the checks, the delivery and the copy into the mailbox's
-  values). One-way time = round-trip time / 2, fastest round. The ratio
-  ``transport/bare`` is the mailbox's overhead on one send.
+- point to point: for each size in ``--floats`` (default: the MLP's 79,510
+  parameters, 1,000,000 and 10,000,000 float32, i.e. 318 kB, 4 MB and 40 MB),
+  two ranks play ping-pong with one message of that many float32, three ways
+  taken in turn each round: ``bare`` (``dist.send`` / ``dist.recv`` of the
+  tensor), ``bare+header`` (the same with a 5-int64 header sent first as a
+  message of its own: the wire traffic of a header-then-payload format) and
+  ``transport`` (what a ``DistributedTransport`` does for each broadcast and
+  mix: ``Outbox.wait`` for the previous send, ``Outbox.post_each`` of a VALUE
+  in an ``Envelope``, and ``Mailbox.values_at`` on the other side, which hands
+  over the receive buffer the receiving thread checked). The payload is
+  written into its buffer once, before timing, for every method: the
+  transport keeps a rank's last broadcast in the envelope that carries it,
+  as ``bare`` keeps its tensor. ``--repeats`` round trips per round for the
+  MLP's size, fewer for larger ones (the same bytes); one-way time = round
+  trip / 2, fastest round, and MB/s = payload bytes / one-way time. The
+  ratio ``transport/bare`` is the transport's overhead on one send.
 
 ``noise`` is the largest spread between rounds (slowest / fastest - 1): re-run
 when it is large. With more ranks than cores the processes take turns on the
@@ -32,7 +39,7 @@ cores, and the iteration times say so.
 Every rank and the whole job have deadlines (``--timeout`` per wait, ``--limit``
 per job); a job that fails or overruns is killed, and the script exits non-zero.
 
-    python benchmarks/distributed_transport.py             # about 15 s on 2 cores
+    python benchmarks/distributed_transport.py             # about 40 s on 2 cores
     python benchmarks/distributed_transport.py --agents 2 4 --iterations 200
     python benchmarks/distributed_transport.py --quick     # smoke run, seconds
 """
@@ -54,7 +61,7 @@ import torch
 import torch.distributed as dist
 
 from murmur.config import Config, apply_overrides, build_config, read_preset
-from murmur.dist.mailbox import HEADER_FIELDS, MAGIC, Kind, Mailbox, Outbox
+from murmur.dist.mailbox import HEADER_FIELDS, MAGIC, Envelope, Kind, Mailbox, Outbox
 from murmur.dist.runtime import loopback_interface
 from murmur.dist.transport import DistributedTransport
 from murmur.registry import ALGORITHMS
@@ -66,6 +73,8 @@ BARE_TAG = 11
 """The bare sends' tag: not the mailbox's header (0) or payload (1) tag."""
 BARE_HEADER_TAG = 12
 P2P_METHODS = ("bare", "bare+header", "transport")
+MLP_FLOATS = 79_510
+LARGE_FLOATS = (1_000_000, 10_000_000)
 
 
 def benchmark_config(agents: int) -> Config:
@@ -152,24 +161,33 @@ def iteration_rank(
         transport.finish()
         gathered = gather_rows(rows)
         if rank == 0:
-            results.put({"rows": gathered.tolist(), "floats": setup.initial.shape[1]})
+            results.put({"rows": gathered.tolist()})
     finally:
         dist.destroy_process_group()
 
 
+def repeats_for(floats: int, repeats: int) -> int:
+    """Round trips per round for messages of ``floats``: ``repeats`` for the MLP's
+    size, fewer for larger ones (as many bytes in all), at least 5."""
+    return max(5, repeats * MLP_FLOATS // max(floats, MLP_FLOATS))
+
+
 def p2p_rank(rank: int, world: int, port: int, args: argparse.Namespace, results: Any) -> None:
-    """Rank 0 sends a P-float tensor to rank 1, which sends it back; three ways."""
+    """Rank 0 sends a P-float message to rank 1, which sends it back; three ways."""
     torch.set_num_threads(1)
     join_group(rank, world, port, args.timeout)
     try:
         peer = 1 - rank
-        floats = args.floats
+        floats = args.size
+        repeats = repeats_for(floats, args.repeats)
         payload = torch.randn(floats, generator=torch.Generator().manual_seed(rank))
         buffer = torch.empty(floats)
         header = torch.tensor([MAGIC, int(Kind.VALUE), rank, 0, floats], dtype=torch.int64)
         header_buffer = torch.empty(HEADER_FIELDS, dtype=torch.int64)
         mailbox = Mailbox(dist.group.WORLD, rank, [peer], torch.zeros(1, floats))
         outbox = Outbox(dist.group.WORLD, rank, [peer])
+        envelope = Envelope(floats)
+        envelope.payload.copy_(payload)
         mailbox.start()
         outbox.start()
         step = 0
@@ -200,16 +218,20 @@ def p2p_rank(rank: int, world: int, port: int, args: argparse.Namespace, results
                     receive()
                     send()
 
+        def send() -> None:
+            outbox.wait(args.timeout)  # the envelope is free once the last send is taken
+            outbox.post_each(step, {peer: (Kind.VALUE, envelope)})
+
         def through_transport(repeats: int) -> None:
             nonlocal step
             for _ in range(repeats):
                 step += 1
                 if rank == 0:
-                    outbox.send(Kind.VALUE, step, [peer], args.timeout, payload)
+                    send()
                     mailbox.values_at(step, args.timeout)
                 else:
                     mailbox.values_at(step, args.timeout)
-                    outbox.send(Kind.VALUE, step, [peer], args.timeout, payload)
+                    send()
 
         methods: dict[str, Callable[[int], None]] = {
             "bare": bare,
@@ -217,14 +239,14 @@ def p2p_rank(rank: int, world: int, port: int, args: argparse.Namespace, results
             "transport": through_transport,
         }
         for method in methods.values():
-            method(max(1, args.repeats // 3))  # warm-up
+            method(max(1, repeats // 3))  # warm-up
         rows = []
         for _ in range(args.rounds):
             row = []
             for method in methods.values():
                 started = time.perf_counter()
-                method(args.repeats)
-                row.append((time.perf_counter() - started) / (2 * args.repeats))
+                method(repeats)
+                row.append((time.perf_counter() - started) / (2 * repeats))
             rows.append(row)
         outbox.send(Kind.STOP, step, [peer], args.timeout)
         mailbox.wait_stopped(args.timeout)
@@ -306,17 +328,22 @@ def print_iteration_table(rows: dict[int, list], iterations: int) -> None:
         )
 
 
-def print_p2p_table(floats: int, rows: list[list[float]]) -> None:
-    print(f"{'method':<12} {'floats':>7} {'us one-way':>11} {'x bare':>7} {'noise':>7}")
-    columns = list(zip(*rows, strict=True))
-    bare = min(columns[0])
-    for name, times in zip(P2P_METHODS, columns, strict=True):
-        best = min(times)
-        print(
-            f"{name:<12} {floats:>7} {1e6 * best:>11.1f} {best / bare:>7.2f} "
-            f"{spread(list(times)):>7.1%}"
-        )
-    print(f"mailbox overhead (transport/bare): {min(columns[2]) / bare:.2f}")
+def print_p2p_table(results: dict[int, list[list[float]]]) -> None:
+    print(
+        f"{'method':<12} {'floats':>10} {'us one-way':>11} {'MB/s':>8} {'x bare':>7} {'noise':>7}"
+    )
+    overheads = []
+    for floats, rows in results.items():
+        columns = list(zip(*rows, strict=True))
+        bare = min(columns[0])
+        for name, times in zip(P2P_METHODS, columns, strict=True):
+            best = min(times)
+            print(
+                f"{name:<12} {floats:>10} {1e6 * best:>11.1f} {4 * floats / best / 1e6:>8.0f} "
+                f"{best / bare:>7.2f} {spread(list(times)):>7.1%}"
+            )
+        overheads.append(f"{min(columns[2]) / bare:.2f} at {floats}")
+    print(f"transport overhead (transport/bare): {', '.join(overheads)} floats")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -326,7 +353,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iterations", type=int, default=80, help="timed iterations per round")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds of each measurement")
     parser.add_argument("--repeats", type=int, default=300, help="ping-pongs per round")
-    parser.add_argument("--floats", type=int, default=0, help="P (default: the MLP's size)")
+    parser.add_argument(
+        "--floats",
+        type=int,
+        nargs="+",
+        default=None,
+        help="message sizes in float32 (default: the MLP's size, 1e6, 1e7)",
+    )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per wait in a rank")
     parser.add_argument("--limit", type=float, default=300.0, help="seconds per job")
     parser.add_argument("--quick", action="store_true", help="smoke run: N = 2, 4; seconds")
@@ -334,8 +367,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.agents, args.warmup, args.iterations = [2, 4], 3, 10
         args.rounds, args.repeats, args.limit = 2, 20, 60.0
+        args.floats = args.floats or [MLP_FLOATS, LARGE_FLOATS[0]]
     if min(args.agents) < 2 or min(args.iterations, args.rounds, args.repeats) < 1:
         parser.error("--agents must be at least 2; --iterations, --rounds, --repeats positive")
+    if args.floats is not None and min(args.floats) < 1:
+        parser.error("--floats must be positive")
     return args
 
 
@@ -351,22 +387,23 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     iteration_rows = {}
-    floats = args.floats
     for agents in args.agents:
         result = run_job(iteration_rank, agents, args)
         iteration_rows[agents] = result["rows"]
-        floats = floats or result["floats"]
     print()
     print_iteration_table(iteration_rows, args.iterations)
-    args.floats = floats
+    sizes = args.floats or [MLP_FLOATS, *LARGE_FLOATS]
     print()
     print(
-        f"one send of {args.floats} float32 between 2 ranks (ping-pong, {args.rounds} x "
-        f"{args.repeats} round trips per method)",
+        f"one send between 2 ranks (ping-pong, {args.rounds} rounds of {args.repeats} round "
+        f"trips per method for {MLP_FLOATS} floats, as many bytes for larger ones)",
         flush=True,
     )
-    result = run_job(p2p_rank, 2, args)
-    print_p2p_table(args.floats, result["rows"])
+    p2p = {}
+    for floats in sizes:
+        args.size = floats
+        p2p[floats] = run_job(p2p_rank, 2, args)["rows"]
+    print_p2p_table(p2p)
     return 0
 
 

@@ -18,15 +18,17 @@ from gloo import gloo_groups
 
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.dist.mailbox import (
-    HEADER_TAG,
+    HEADER_WORDS,
     MAGIC,
     MALFORMED,
-    PAYLOAD_TAG,
+    MESSAGE_TAG,
+    Envelope,
     Kind,
     Mailbox,
+    Outbox,
     PeerFailure,
     PeerTimeout,
-    encode_header,
+    encode,
     receive_loop,
 )
 from murmur.dist.transport import DistributedTransport
@@ -37,18 +39,21 @@ P = 6
 WAIT = timedelta(seconds=5)
 
 
-def send(group, to: int, header: torch.Tensor, payload: torch.Tensor | None = None) -> None:
-    group.send([header], to, HEADER_TAG).wait(WAIT)
-    if payload is not None:
-        group.send([payload], to, PAYLOAD_TAG).wait(WAIT)
+def send(group, to: int, words: torch.Tensor) -> None:
+    """One message, as the words of :func:`encode` (or words made to be malformed)."""
+    group.send([words], to, MESSAGE_TAG).wait(WAIT)
 
 
 def value(group, to: int, sender: int, step: int, fill: float) -> None:
-    send(group, to, encode_header(Kind.VALUE, sender, step, P), torch.full((P,), fill))
+    send(group, to, encode(Kind.VALUE, sender, step, torch.full((P,), fill)))
 
 
 def control(group, to: int, kind: Kind, sender: int, step: int) -> None:
-    send(group, to, encode_header(kind, sender, step, 0))
+    send(group, to, encode(kind, sender, step))
+
+
+def firsts(rows: list[torch.Tensor]) -> list[float]:
+    return [row[0].item() for row in rows]
 
 
 @pytest.fixture
@@ -66,12 +71,10 @@ def test_values_at_waits_for_every_neighbour_and_keeps_the_last_value_sent(three
     control(groups[2], 0, Kind.NONE, sender=2, step=1)
     value(groups[1], 0, sender=1, step=2, fill=11.0)
     # Rank 2's step-2 message is not in yet: step 1 is, and rank 2 kept its initial value.
-    step1 = mailbox.values_at(1, timeout=5.0)
-    assert step1[:, 0].tolist() == [1.0, -2.0]
+    assert firsts(mailbox.values_at(1, timeout=5.0)) == [1.0, -2.0]
     value(groups[2], 0, sender=2, step=2, fill=22.0)
-    assert mailbox.values_at(2, timeout=5.0)[:, 0].tolist() == [11.0, 22.0]
-    step, latest = mailbox.latest(1)
-    assert (step, latest[0].item()) == (2, 11.0)
+    assert firsts(mailbox.values_at(2, timeout=5.0)) == [11.0, 22.0]
+    assert mailbox.matrix().tolist() == [[11.0] * P, [22.0] * P]
     control(groups[1], 0, Kind.STOP, sender=1, step=2)
     control(groups[2], 0, Kind.STOP, sender=2, step=2)
     mailbox.wait_stopped(timeout=5.0)
@@ -91,19 +94,31 @@ def test_a_silent_neighbour_is_named_at_the_deadline(three):
     mailbox.wait_stopped(timeout=5.0)
 
 
+def bad_magic() -> torch.Tensor:
+    words = encode(Kind.VALUE, 2, 1, torch.ones(P))
+    words[:HEADER_WORDS].view(torch.int64)[0] = MAGIC + 1
+    return words
+
+
 @pytest.mark.parametrize(
-    ("header", "reason"),
+    ("words", "reason"),
     [
-        (torch.tensor([MAGIC + 1, Kind.VALUE, 2, 1, P]), "bad magic"),
-        (encode_header(Kind.VALUE, 2, 1, 10**12), "VALUE of 1000000000000 floats"),
-        (encode_header(Kind.VALUE, 1, 1, P), "claims sender 1"),
-        (encode_header(Kind.NONE, 2, 5, 0), "step 5 after step 0"),
-        (encode_header(Kind.PUSH, 2, 1, 0), "unexpected message kind 3"),
+        (bad_magic(), "bad magic"),
+        (encode(Kind.VALUE, 2, 1, length=10**12), "VALUE of 1000000000000 floats"),
+        (encode(Kind.VALUE, 1, 1, torch.ones(P)), "claims sender 1"),
+        (encode(Kind.NONE, 2, 5), "step 5 after step 0"),
+        (encode(Kind.PUSH, 2, 1), "unexpected message kind 3"),
+        (encode(Kind.VALUE, 2, 1, torch.ones(P))[:-1], "shorter than the 6 floats announced"),
+        # the rest of a cut header is what the receive buffer held: zeros
+        (encode(Kind.NONE, 2, 1)[:4], "claims sender 0"),
     ],
+    ids=["magic", "huge", "sender", "step", "kind", "no-check-word", "cut-header"],
 )
-def test_a_malformed_header_is_rejected_counted_and_its_sender_named_at_once(three, header, reason):
+def test_a_malformed_message_is_rejected_counted_and_its_sender_named_at_once(
+    three, words, reason
+):
     mailbox, groups = three
-    send(groups[2], 0, header)  # no payload: the mailbox must not wait for one
+    send(groups[2], 0, words)
     value(groups[1], 0, sender=1, step=1, fill=1.0)
     started = time.monotonic()
     with pytest.raises(PeerFailure, match=f"rank 2: .*{reason}") as caught:
@@ -120,7 +135,7 @@ def test_a_malformed_header_is_rejected_counted_and_its_sender_named_at_once(thr
 
 def test_a_payload_shorter_than_its_header_says_is_rejected(three):
     mailbox, groups = three
-    send(groups[2], 0, encode_header(Kind.VALUE, 2, 1, P), torch.ones(P - 1))
+    send(groups[2], 0, encode(Kind.VALUE, 2, 1, torch.ones(P - 1), length=P))
     value(groups[1], 0, sender=1, step=1, fill=1.0)
     with pytest.raises(PeerFailure, match="shorter than the 6 floats announced"):
         mailbox.values_at(1, timeout=30.0)
@@ -192,13 +207,13 @@ def test_a_value_header_with_another_length_is_rejected_and_counted(length):
     groups = gloo_groups(3)
     mailbox = Mailbox(groups[0], 0, [1, 2], torch.tensor([[-1.0] * P, [-2.0] * P]))
     mailbox.start()
-    send(groups[2], 0, encode_header(Kind.VALUE, 2, 1, length))  # no payload follows
-    send(groups[1], 0, encode_header(Kind.VALUE, 1, 1, P), torch.ones(P))
+    send(groups[2], 0, encode(Kind.VALUE, 2, 1, length=length))  # no payload with it
+    send(groups[1], 0, encode(Kind.VALUE, 1, 1, torch.ones(P)))
     started = time.monotonic()
     with pytest.raises(PeerFailure, match=f"rank 2: .*VALUE of {length} floats, expected {P}"):
         mailbox.values_at(1, timeout=5.0)
     assert time.monotonic() - started < 4.0, "a known-bad sender must not be waited for"
-    send(groups[1], 0, encode_header(Kind.STOP, 1, 1, 0))
+    send(groups[1], 0, encode(Kind.STOP, 1, 1))
     deadline = time.monotonic() + 5.0
     while (mailbox.received, mailbox.rejected) != (2, 1) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -222,7 +237,7 @@ def test_a_short_push_header_ends_the_receiving_loop_as_malformed():
         daemon=True,
     )
     thread.start()
-    send(groups[1], 0, encode_header(Kind.PUSH, 1, 0, P - 2))
+    send(groups[1], 0, encode(Kind.PUSH, 1, 0, length=P - 2))
     thread.join(timeout=5.0)
     assert not thread.is_alive(), "the loop waited for a payload it must not read"
     assert taken == []

@@ -11,8 +11,8 @@ import pytest
 import torch
 from gloo import gloo_groups
 
-from murmur.dist.mailbox import MAGIC, Kind, encode_header
-from murmur.dist.push_channel import Neighbourhood, channel_tags
+from murmur.dist.mailbox import HEADER_WORDS, MAGIC, Kind, encode
+from murmur.dist.push_channel import Neighbourhood, channel_tag
 from murmur.metrics.counters import MessageCounters
 
 Q, N = 2, 3
@@ -29,7 +29,7 @@ def block(fill: float) -> torch.Tensor:
 
 def say_stop(group, sender: int, to: int, phase: int = 0) -> None:
     """``sender``'s STOP for layer ``phase``: the receiving thread for it ends."""
-    group.send([encode_header(Kind.STOP, sender, 0, 0)], to, channel_tags(phase)[0]).wait()
+    group.send([encode(Kind.STOP, sender, 0)], to, channel_tag(phase)).wait()
 
 
 def receivers_done(end: Neighbourhood) -> None:
@@ -109,7 +109,7 @@ def test_layers_have_their_own_tags_and_do_not_mix():
     ((_, (_, late)),) = news_within(second[1]).items()
     assert (early.numel(), early[0].item()) == (Q * N, 7.0)
     assert (late.numel(), late[0].item()) == (2 * Q * N, 1.0)
-    assert channel_tags(0) != channel_tags(1)
+    assert channel_tag(0) != channel_tag(1)
     for channel in [*first, *second]:
         channel.close()
     for end in ends:
@@ -117,21 +117,32 @@ def test_layers_have_their_own_tags_and_do_not_mix():
         assert end.failures == {}
 
 
+def update(sender: int, step: int, kind: Kind = Kind.UPDATE) -> torch.Tensor:
+    return encode(kind, sender, step, torch.ones(2 * Q * N))
+
+
+def bad_magic() -> torch.Tensor:
+    words = update(1, 1)
+    words[:HEADER_WORDS].view(torch.int64)[0] = MAGIC + 1
+    return words
+
+
 @pytest.mark.parametrize(
-    ("header", "reason"),
+    ("words", "reason"),
     [
-        (torch.tensor([MAGIC + 1, Kind.UPDATE, 1, 1, 2 * Q * N]), "bad magic"),
-        (encode_header(Kind.UPDATE, 1, 1, 10**12), "UPDATE of 1000000000000 floats"),
-        (encode_header(Kind.UPDATE, 2, 1, 2 * Q * N), "claims sender 2"),
-        (encode_header(Kind.UPDATE, 1, 0, 2 * Q * N), "update 0 after update 0"),
-        (encode_header(Kind.VALUE, 1, 1, 2 * Q * N), "unexpected message kind 1"),
+        (bad_magic(), "bad magic"),
+        (encode(Kind.UPDATE, 1, 1, length=10**12), "UPDATE of 1000000000000 floats"),
+        (update(2, 1), "claims sender 2"),
+        (update(1, 0), "update 0 after update 0"),
+        (update(1, 1, Kind.VALUE), "unexpected message kind 1"),
+        (update(1, 1)[:-1], "shorter than the 12 floats announced"),
     ],
 )
-def test_a_malformed_message_drops_its_sender_at_once_and_is_counted(header, reason):
+def test_a_malformed_message_drops_its_sender_at_once_and_is_counted(words, reason):
     groups = gloo_groups(3)
     end = neighbourhood(groups[0], 0, [1, 2], timeout=30.0)
     channel = end.channel(Q * N, torch.float64)
-    groups[1].send([header], 0, channel_tags(0)[0]).wait()  # no payload follows
+    groups[1].send([words], 0, channel_tag(0)).wait()
     started = time.monotonic()
     channel.wait(needed=[1, 2])
     assert time.monotonic() - started < 5.0, "a known-bad sender must not be waited for"

@@ -76,14 +76,22 @@ class EstimateUpdate:
         size = self.delta.element_size()
         return torch.tensor([self.compressor.nbytes(n, size) for n in self.segments.sizes])
 
-    def pack(self, row: int) -> torch.Tensor:
-        """Row ``row``'s sent segments as float32 words (see the module docstring)."""
+    def pack(self, row: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Row ``row``'s sent segments as float32 words (see the module docstring);
+        written into the start of ``out`` (float32, room enough) when given, and
+        that prefix returned."""
         sent = self.sent[row].nonzero().squeeze(1)
         parts = [self.compressor.pack(self.codes[s], row) for s in sent.tolist()]
-        body = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8)
-        padding = torch.zeros(-body.numel() % _WORD, dtype=torch.uint8)
+        padding = torch.zeros(-sum(part.numel() for part in parts) % _WORD, dtype=torch.uint8)
         trailer = torch.cat([sent.to(torch.int32), torch.tensor([sent.numel()], dtype=torch.int32)])
-        return torch.cat([body, padding, trailer.view(torch.uint8)]).view(torch.float32)
+        pieces = [*parts, padding, trailer.view(torch.uint8)]
+        if out is None:
+            return torch.cat(pieces).view(torch.float32)
+        size = sum(piece.numel() for piece in pieces)
+        if size > out.numel() * _WORD:
+            raise ValueError(f"a packed difference of {size} bytes, room for {out.numel() * _WORD}")
+        torch.cat(pieces, out=out.view(torch.uint8)[:size])
+        return out[: size // _WORD]
 
 
 def compressed_update(

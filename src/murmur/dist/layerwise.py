@@ -42,14 +42,14 @@ from murmur.dist.checkpoints import (
 )
 from murmur.dist.mailbox import (
     FOREVER,
-    MAGIC,
     MALFORMED,
+    Envelope,
     Kind,
     PeerFailure,
     first_line,
     receive_loop,
 )
-from murmur.dist.push_channel import RESULT_TAGS, Neighbourhood
+from murmur.dist.push_channel import RESULT_TAG, Neighbourhood
 from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
@@ -486,13 +486,12 @@ def _collect(
 
 def _send_result(group: dist.ProcessGroup, rank: int, flat: torch.Tensor, timeout: float) -> None:
     words = flat.view(torch.float32)
-    header = torch.tensor([MAGIC, int(Kind.RESULT), rank, 0, words.numel()], dtype=torch.int64)
+    message = Envelope(words.numel()).fill(words).seal(Kind.RESULT, rank, 0, words.numel())
     failure: list[str] = []
 
     def send() -> None:
         try:
-            group.send([header], 0, RESULT_TAGS[0]).wait(FOREVER)
-            group.send([words], 0, RESULT_TAGS[1]).wait(FOREVER)
+            group.send([message], 0, RESULT_TAG).wait(FOREVER)
         except RuntimeError as error:
             failure.append(first_line(error))
 
@@ -526,7 +525,7 @@ def _receive_results(
                 lost[sender] = why
                 condition.notify_all()
 
-        receive_loop(group, sender, {Kind.RESULT: words}, take, end, tags=RESULT_TAGS)
+        receive_loop(group, sender, {Kind.RESULT: words}, take, end, tag=RESULT_TAG)
 
     for sender in range(1, world):
         threading.Thread(

@@ -1,45 +1,57 @@
 """The wire format of the distributed runtime, and each rank's sending and receiving threads.
 
-Every message starts with a header of five int64::
+Every message is one gloo message of float32 words::
 
-    [MAGIC, kind, sender, step, length]
+    [MAGIC, kind, sender, step, length]    the header: five int64 (ten words)
+    payload                                ``length`` float32
+    check                                  one int32, a hash of the header
 
-and a ``VALUE`` is followed by a payload of ``length`` float32, sent under
-another tag. Only tensors cross the wire; nothing is pickled.
+Only tensors cross the wire; nothing is pickled. Header and payload travel as
+one message, so a message costs gloo one send, as a bare ``dist.send`` does.
 
 gloo's point-to-point calls shape the design (docs/ENGINES.md):
 
+- A send completes only once the receiver has posted a matching receive, and
+  then goes out at once: gloo tells the sender of every posted receive ahead of
+  time. So each receiving side keeps a receive posted for every neighbour at
+  all times, in a buffer sized for the largest message it accepts from it, and
+  a sender never waits for the receiver's program. Two ranks that send to each
+  other at the same moment both complete, and sending threads never wait on
+  each other's sends.
 - A pending receive cannot be polled, so a :class:`Mailbox` runs threads that
-  block in receives, one per neighbour, each always with a receive from its
-  neighbour posted. A blocking send completes only once the receiver has
-  posted a matching receive; since a mailbox always has one posted for every
-  neighbour, two ranks that send to each other at the same moment both
-  complete, and sending threads never wait on each other's sends.
-  One thread per neighbour rather than one receive from any source: a sender
-  that freezes halfway through a message (a stopped process, a partitioned
-  machine) holds the receive that matched it, and a shared receive would then
-  stall the messages of every other neighbour behind it.
+  block in receives, one per neighbour. One thread per neighbour rather than
+  one receive from any source: a sender that freezes halfway through a message
+  (a stopped process, a partitioned machine) holds the receive that matched
+  it, and a shared receive would then stall every other neighbour behind it.
 - A message larger than its receive buffer aborts the receiving process from
-  C++, so headers have one fixed size, and a payload buffer is sized from a
-  header only after the header has been checked. A payload shorter than its
-  header says is caught too: the buffer is pre-filled with a marker that a
-  complete payload overwrites.
+  C++, so every receive buffer holds the largest message the receiver accepts
+  from that sender. A shorter one fills a prefix, and gloo does not say how
+  much arrived: the header's ``length`` says where the check word must be, and
+  a message cut short leaves there what the buffer held before, which is never
+  the check word (receive buffers start zeroed, and every check word is zeroed
+  once read).
 - A gloo wait that times out closes every connection of the process group,
   so no gloo wait here has a deadline: receiving threads wait for messages,
   the :class:`Outbox`'s threads (one per neighbour) wait for sends to
   complete, and the callers wait for those threads with their own deadlines
   (:meth:`Mailbox.values_at`, :meth:`Mailbox.wait_stopped`,
-  :meth:`Outbox.send`), raising :class:`PeerTimeout` or :class:`PeerFailure`
-  naming the ranks they waited for. A peer that stops answering then stalls
-  only the threads that talk to it, and the rank can still tell the others.
+  :meth:`Outbox.send`, :meth:`Outbox.wait`), raising :class:`PeerTimeout` or
+  :class:`PeerFailure` naming the ranks they waited for. A peer that stops
+  answering then stalls only the threads that talk to it, and the rank can
+  still tell the others.
+
+Nothing is copied on the way that need not be: a sender writes its payload into
+an :class:`Envelope` that goes on the wire as it is, and a :class:`Mailbox`
+hands the algorithm the receive buffer itself as the neighbour's value, taking
+it back for a later receive once a newer value has replaced it.
 
 A malformed message (bad magic number, wrong sender, kind, length or step,
-short payload) is counted in ``rejected`` and its payload is never read. Its
-sender is not trusted again: since bytes cannot be skipped, its thread stops
-listening (the sender's later sends never complete, so it fails on its own
-deadline), and anyone waiting for it is told at once instead of at the
-deadline. What gloo itself cannot survive is a message on the header tag
-larger than a header: that still aborts the receiver.
+shorter than announced) is counted in ``rejected`` and its payload is never
+read. Its sender is not trusted again: since bytes cannot be skipped, its
+thread stops listening (the sender's later sends never complete, so it fails on
+its own deadline), and anyone waiting for it is told at once instead of at the
+deadline. What gloo itself cannot survive is a message larger than the largest
+one the receiver accepts from its sender: that still aborts the receiver.
 """
 
 from __future__ import annotations
@@ -53,19 +65,20 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from enum import IntEnum
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 MAGIC = 0x6D726D72  # "mrmr"
 HEADER_FIELDS = 5
-HEADER_TAG = 0
-PAYLOAD_TAG = 1
+HEADER_WORDS = 2 * HEADER_FIELDS
+"""The header's float32 words: five int64."""
+MESSAGE_TAG = 0
+"""The tag of a mailbox's and an outbox's messages."""
 FOREVER = timedelta(days=7)
 """How long a receiving thread waits: in effect forever, as a timeout would be fatal."""
 MALFORMED = "sent a malformed message"
 """How the reason a receiving loop ends starts when the peer, not the link, is at fault."""
-_MARKER = 0x7FA5A5A5
-"""A NaN bit pattern no arithmetic produces; still in a payload's last slot, it was short."""
 
 
 class Kind(IntEnum):
@@ -76,9 +89,9 @@ class Kind(IntEnum):
     NONE = 2
     """Broadcast number ``step`` of a neighbour that had nothing to send; no payload."""
     PUSH = 3
-    """Reserved: a worker's update to a parameter server."""
+    """A worker's gradient for the parameter server, of the model version ``step``."""
     MODEL = 4
-    """Reserved: a parameter server's model for a worker."""
+    """The parameter server's model, version ``step``, for a worker."""
     STOP = 5
     """The sender is done after ``step`` broadcasts and sends nothing more."""
     ABORT = 6
@@ -108,9 +121,92 @@ class PeerTimeout(PeerFailure):
     """Nothing arrived from ``ranks`` before a deadline."""
 
 
-def encode_header(kind: Kind, sender: int, step: int, length: int) -> torch.Tensor:
-    """The header tensor of one message."""
-    return torch.tensor([MAGIC, int(kind), sender, step, length], dtype=torch.int64)
+# ---------------------------------------------------------------- the wire format
+
+
+def check_word(kind: int, sender: int, step: int, length: int) -> int:
+    """The int32 that ends a message with this header: a hash of it, never 0."""
+    mixed = (
+        MAGIC
+        ^ (kind * 0x9E3779B1)
+        ^ (sender * 0x85EBCA6B)
+        ^ (step * 0xC2B2AE35)
+        ^ (length * 0x27D4EB2F)
+    ) & 0xFFFFFFFF | 1
+    return mixed - (1 << 32) if mixed >= 1 << 31 else mixed
+
+
+def words_for(length: int) -> int:
+    """The float32 words of a message with ``length`` payload floats."""
+    return HEADER_WORDS + length + 1
+
+
+class Envelope:
+    """A reusable send buffer: a header, room for ``capacity`` float32 of payload, the
+    check word. The sender writes its payload into ``payload`` (all of it, or a prefix
+    of ``length`` floats) and the :class:`Outbox` sends the buffer as it is; it must
+    not change until the sends of it have completed (``pending`` is 0)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.words = torch.empty(words_for(capacity), dtype=torch.float32)
+        self._numbers = self.words.numpy()
+        self._header = self._numbers[:HEADER_WORDS].view(np.int64)
+        self.length = capacity
+        """The payload floats the next message carries: a prefix of ``payload``."""
+        self.pending = 0
+        """Sends of this buffer posted and not completed (kept by the outbox)."""
+
+    @property
+    def payload(self) -> torch.Tensor:
+        """Room for the payload: ``capacity`` float32 (a view, written in place)."""
+        return self.words[HEADER_WORDS : HEADER_WORDS + self.capacity]
+
+    def fill(self, payload: torch.Tensor) -> Envelope:
+        """Copy ``payload`` (float32, at most ``capacity`` of them) in; set ``length``."""
+        flat = payload.reshape(-1)
+        self.words[HEADER_WORDS : HEADER_WORDS + flat.numel()].copy_(flat)
+        self.length = flat.numel()
+        return self
+
+    def seal(self, kind: Kind, sender: int, step: int, length: int) -> torch.Tensor:
+        """Write the header and check word of a message of ``length`` payload floats;
+        the words to send."""
+        if not 0 <= length <= self.capacity:
+            raise ValueError(f"a payload of {length} floats in an envelope of {self.capacity}")
+        self._header[:] = (MAGIC, int(kind), sender, step, length)
+        end = HEADER_WORDS + length
+        self._numbers[end : end + 1].view(np.int32)[0] = check_word(int(kind), sender, step, length)
+        return self.words[: end + 1]
+
+
+def encode(
+    kind: Kind,
+    sender: int,
+    step: int,
+    payload: torch.Tensor | None = None,
+    length: int | None = None,
+) -> torch.Tensor:
+    """The words of one message. ``length`` (default: the payload's size) is what the
+    header announces and where the check word is computed for: a different one makes
+    a malformed message, as tests need."""
+    values = payload.reshape(-1) if payload is not None else torch.empty(0)
+    announced = values.numel() if length is None else length
+    header = torch.tensor([MAGIC, int(kind), sender, step, announced], dtype=torch.int64)
+    check = torch.tensor([check_word(int(kind), sender, step, announced)], dtype=torch.int32)
+    return torch.cat(
+        [header.view(torch.float32), values.to(torch.float32), check.view(torch.float32)]
+    )
+
+
+def receive_buffer(capacity: int) -> torch.Tensor:
+    """A zeroed receive buffer for messages of up to ``capacity`` payload floats (zero
+    pages are only mapped, so room a message never fills costs no memory)."""
+    return torch.from_numpy(np.zeros(words_for(capacity), dtype=np.float32))
+
+
+def _largest(allowed: int | range) -> int:
+    return allowed.stop - 1 if isinstance(allowed, range) else allowed
 
 
 def receive_loop(
@@ -119,28 +215,36 @@ def receive_loop(
     accept: Mapping[int, int | range],
     on_message: Callable[[Kind, int, torch.Tensor | None], bool],
     on_end: Callable[[str], None],
-    tags: tuple[int, int] = (HEADER_TAG, PAYLOAD_TAG),
+    tag: int = MESSAGE_TAG,
     check: Callable[[Kind, int], str | None] = lambda kind, step: None,
+    buffers: Callable[[], torch.Tensor] | None = None,
 ) -> None:
     """Receive ``source``'s messages (a receiving thread's whole life).
 
     ``accept``: kind -> payload length in float32 (0: none), or the range of
-    lengths allowed. Each accepted
-    message goes to ``on_message(kind, step, payload)``, which returns False when
-    nothing more is expected from ``source``. A lost connection or a malformed
-    message (bad magic number, wrong sender, kind or length, ``check(kind, step)``
-    not None, a short payload) ends the loop with ``on_end(reason)``; a
-    malformed message's reason starts with "sent a malformed message".
+    lengths allowed. Each accepted message goes to ``on_message(kind, step,
+    payload)``, which returns False when nothing more is expected from
+    ``source``; ``payload`` is a view of the receive buffer, which then belongs
+    to the callee. ``buffers()`` gives each receive its buffer (at least
+    :func:`receive_buffer` of the largest accepted length, zeroed where no
+    message has been); by default a new one each time a payload was handed on.
+    A lost connection or a malformed message (bad magic number, wrong sender,
+    kind or length, ``check(kind, step)`` not None, shorter than announced)
+    ends the loop with ``on_end(reason)``; a malformed message's reason starts
+    with "sent a malformed message".
     """
-    header_tag, payload_tag = tags
-    header = torch.empty(HEADER_FIELDS, dtype=torch.int64)
+    capacity = max(_largest(allowed) for allowed in accept.values())
+    take = buffers if buffers is not None else lambda: receive_buffer(capacity)
+    buffer = take()
     while True:
         try:
-            group.recv([header], source, header_tag).wait(FOREVER)
+            group.recv([buffer], source, tag).wait(FOREVER)
         except RuntimeError as error:
             on_end(f"lost the connection ({first_line(error)})")
             return
-        magic, kind, sender, step, length = header.tolist()
+        numbers = buffer.numpy()
+        magic, kind, sender, step, length = numbers[:HEADER_WORDS].view(np.int64).tolist()
+        numbers[:2] = 0  # the magic number: a later message cut short cannot reuse it
         problem = None
         if magic != MAGIC:
             problem = f"bad magic number {magic:#x}"
@@ -151,23 +255,20 @@ def receive_loop(
         elif not _allowed(length, accept[kind]):
             problem = f"{Kind(kind).name} of {length} floats, expected {_lengths(accept[kind])}"
         else:
-            problem = check(Kind(kind), step)
-        payload = None
-        if problem is None and length > 0:
-            payload = torch.empty(length, dtype=torch.float32)
-            payload[-1:].view(torch.int32).fill_(_MARKER)
-            try:
-                group.recv([payload], source, payload_tag).wait(FOREVER)
-            except RuntimeError as error:
-                on_end(f"lost the connection ({first_line(error)})")
-                return
-            if int(payload[-1:].view(torch.int32)) == _MARKER:
-                problem = f"payload shorter than the {length} floats announced"
+            end = numbers[HEADER_WORDS + length : HEADER_WORDS + length + 1].view(np.int32)
+            if int(end[0]) != check_word(kind, sender, step, length):
+                problem = f"message shorter than the {length} floats announced, or damaged"
+            else:
+                end[0] = 0
+                problem = check(Kind(kind), step)
         if problem is not None:
             on_end(f"{MALFORMED} ({problem})")
             return
+        payload = buffer[HEADER_WORDS : HEADER_WORDS + length] if length > 0 else None
         if not on_message(Kind(kind), step, payload):
             return
+        if payload is not None:
+            buffer = take()
 
 
 def _allowed(length: int, allowed: int | range) -> bool:
@@ -190,6 +291,11 @@ class Mailbox:
     P float32 of its row each neighbour's VALUE carries, when they differ (a rank
     holding a block of agents sends each neighbour the rows it needs); the rest of
     a shorter row stays as it started.
+
+    Each neighbour has a few receive buffers, reused: the one its newest VALUE
+    arrived in is lent to the caller as the neighbour's row (no copy), and goes
+    back for a later receive once a newer value has replaced it. A DELTA is added
+    to a row the mailbox owns (a lent row is copied into it first).
     """
 
     def __init__(
@@ -219,8 +325,17 @@ class Mailbox:
                 f"{self.length} values, got {self.lengths}"
             )
         self.delta_words = delta_words
-        self.values = initial.clone()
-        """Row ``i``: neighbour ``i``'s value as of the step last asked for in ``values_at``."""
+        self._owned = initial.clone()
+        """Row ``i``: neighbour ``i``'s value where the mailbox holds it itself (at the
+        start, after a DELTA or a restore)."""
+        self._rows = [self._owned[i, :n] for i, n in enumerate(self.lengths)]
+        """Neighbour ``i``'s value as of the step last asked for in ``values_at``."""
+        self._lent: list[torch.Tensor | None] = [None] * len(neighbours)
+        """The receive buffer ``_rows[i]`` is a view of, if it is one."""
+        self._capacity = [max(n, delta_words) for n in self.lengths]
+        self._free: list[list[torch.Tensor]] = [[] for _ in neighbours]
+        self._buffers: list[dict[int, torch.Tensor]] = [{} for _ in neighbours]
+        """Each neighbour's receive buffers by the address of their payload."""
         self.received = 0
         """Messages accepted."""
         self.rejected = 0
@@ -229,7 +344,8 @@ class Mailbox:
         self._world = group.size()
         self._arrivals: list[deque[tuple[int, Kind, torch.Tensor]]] = [deque() for _ in neighbours]
         self._steps = [0] * len(neighbours)
-        self._latest = [(0, row) for row in self.values.clone()]
+        self._waiting: int | None = None
+        """The step ``values_at`` waits for (None: no one, or a wait for something else)."""
         self._stopped = [False] * len(neighbours)
         self._lost: dict[int, str] = {}
         """Neighbours heard no more, and why (a failed connection, or garbage)."""
@@ -252,17 +368,25 @@ class Mailbox:
     def restore(self, step: int, values: torch.Tensor, rejected: int) -> None:
         """Before :meth:`start`: continue a run whose neighbours have all sent ``step``
         broadcasts, which brought them to ``values`` (neighbours, P), ``rejected`` refused."""
-        if values.shape != self.values.shape or values.dtype != self.values.dtype:
+        if values.shape != self._owned.shape or values.dtype != self._owned.dtype:
             raise ValueError(
                 f"mailbox values {values.dtype} {tuple(values.shape)}, expected "
-                f"{self.values.dtype} {tuple(self.values.shape)}"
+                f"{self._owned.dtype} {tuple(self._owned.shape)}"
             )
         if any(thread.is_alive() for thread in self._threads):
             raise ValueError("a mailbox is restored before it starts receiving")
-        self.values.copy_(values)
+        self._owned.copy_(values)
         self.rejected = rejected
         self._steps = [step] * len(self.neighbours)
-        self._latest = [(step, row) for row in self.values.clone()]
+
+    def matrix(self) -> torch.Tensor:
+        """The rows of the last ``values_at`` as one (neighbours, P) tensor (a copy), as
+        :meth:`restore` takes them."""
+        with self._condition:
+            values = self._owned.clone()
+            for i, row in enumerate(self._rows):
+                values[i, : row.numel()].copy_(row)
+        return values
 
     # ------------------------------------------------------------ reading (caller's thread)
 
@@ -271,9 +395,11 @@ class Mailbox:
         step: int,
         timeout: float,
         add: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
-    ) -> torch.Tensor:
+    ) -> list[torch.Tensor]:
         """Every neighbour's value as of its broadcast number ``step``, once all
-        neighbours' step-``step`` messages are in; (neighbours, P).
+        neighbours' step-``step`` messages are in: one float32 row per neighbour, of
+        its ``lengths``. The rows are valid until the next call (a lent receive buffer
+        goes back to receiving then): read them, do not keep them.
 
         A VALUE replaces the neighbour's row; a DELTA is applied to it by
         ``add(row, words)``, which raises ValueError for a malformed one.
@@ -282,19 +408,32 @@ class Mailbox:
         malformed DELTA.
         """
         with self._condition:
-            self._wait_for(
-                lambda: [n for n, s in zip(self.neighbours, self._steps, strict=True) if s < step],
-                time.monotonic() + timeout,
-                f"sent no step-{step} message within {timeout:g} s",
-            )
+            self._waiting = step
+            try:
+                self._wait_for(
+                    lambda: [
+                        n for n, s in zip(self.neighbours, self._steps, strict=True) if s < step
+                    ],
+                    time.monotonic() + timeout,
+                    f"sent no step-{step} message within {timeout:g} s",
+                )
+            finally:
+                self._waiting = None
             for i, arrivals in enumerate(self._arrivals):
                 while arrivals and arrivals[0][0] <= step:
                     _, kind, payload = arrivals.popleft()
                     if kind == Kind.VALUE:
-                        self.values[i, : payload.numel()].copy_(payload)
+                        self._lend(i, payload)
                     else:
                         self._apply(i, payload, add)
-        return self.values
+            return list(self._rows)
+
+    def _lend(self, i: int, payload: torch.Tensor) -> None:
+        """With the condition held: neighbour ``i``'s row is now ``payload``."""
+        if self._lent[i] is not None:
+            self._give_back(i, self._lent[i])
+        self._lent[i] = payload
+        self._rows[i] = payload
 
     def _apply(
         self,
@@ -304,20 +443,23 @@ class Mailbox:
     ) -> None:
         """With the condition held: add neighbour ``i``'s DELTA to its row."""
         neighbour = self.neighbours[i]
+        row = self._owned[i, : self.lengths[i]]
+        if self._lent[i] is not None:
+            row.copy_(self._lent[i])
+            self._give_back(i, self._lent[i])
+            self._lent[i] = None
+            self._rows[i] = row
         try:
             if add is None:
                 raise ValueError("a DELTA where a VALUE was expected")
-            add(self.values[i, : self.lengths[i]], words)
+            add(row, words)
         except ValueError as error:
             why = f"{MALFORMED} ({error})"
             self.rejected += 1
             self._lost[neighbour] = why
             raise PeerFailure([neighbour], f"rank {neighbour}: {why}") from None
-
-    def latest(self, neighbour: int) -> tuple[int, torch.Tensor]:
-        """The step and value of the newest VALUE from ``neighbour`` (step 0: its initial value)."""
-        with self._condition:
-            return self._latest[self.neighbours.index(neighbour)]
+        finally:
+            self._give_back(i, words)
 
     def wait_stopped(self, timeout: float) -> None:
         """Wait until every neighbour has sent STOP; the threads then end."""
@@ -373,6 +515,19 @@ class Mailbox:
 
     # ------------------------------------------------------------ receiving (one thread each)
 
+    def _take(self, i: int) -> torch.Tensor:
+        """A receive buffer for neighbour ``i``: a free one, or a new one."""
+        with self._condition:
+            if self._free[i]:
+                return self._free[i].pop()
+            buffer = receive_buffer(self._capacity[i])
+            self._buffers[i][buffer[HEADER_WORDS:].data_ptr()] = buffer
+            return buffer
+
+    def _give_back(self, i: int, payload: torch.Tensor) -> None:
+        """With the condition held: the buffer of ``payload`` may receive again."""
+        self._free[i].append(self._buffers[i][payload.data_ptr()])
+
     def _receive_from(self, i: int, neighbour: int) -> None:
         """Receive neighbour ``i``'s messages until it stops, aborts, fails or misbehaves."""
         control = dict.fromkeys((Kind.NONE, Kind.STOP, Kind.ABORT, Kind.PING), 0)
@@ -383,6 +538,7 @@ class Mailbox:
             lambda kind, step, payload: self._deliver(i, neighbour, kind, step, payload),
             lambda why: self._end(i, why),
             check=lambda kind, step: self._check(i, kind, step),
+            buffers=lambda: self._take(i),
         )
 
     def _check(self, i: int, kind: Kind, step: int) -> str | None:
@@ -402,17 +558,19 @@ class Mailbox:
         """Record one accepted message; False when nothing more will come from this neighbour."""
         with self._condition:
             self.received += 1
-            if kind == Kind.VALUE:
-                self._latest[i] = (step, payload)
             if kind in (Kind.VALUE, Kind.DELTA):
                 self._arrivals[i].append((step, kind, payload))
             if kind in (Kind.VALUE, Kind.DELTA, Kind.NONE):
                 self._steps[i] = step
-            elif kind == Kind.STOP:
-                self._stopped[i] = True
-            elif kind == Kind.ABORT:
-                self._abort = (neighbour, step)
-            self._condition.notify_all()
+                # wake a reader only once it has every message it waits for
+                if self._waiting is None or min(self._steps) >= self._waiting:
+                    self._condition.notify_all()
+            else:
+                if kind == Kind.STOP:
+                    self._stopped[i] = True
+                elif kind == Kind.ABORT:
+                    self._abort = (neighbour, step)
+                self._condition.notify_all()
         return kind not in (Kind.STOP, Kind.ABORT)
 
     def _end(self, i: int, why: str) -> None:
@@ -426,7 +584,12 @@ class Mailbox:
 
 
 class Outbox:
-    """Sends to neighbours: posted by the caller, waited for by one thread per neighbour."""
+    """Sends to neighbours: posted by the caller, waited for by one thread per neighbour.
+
+    A payload is an :class:`Envelope` the caller filled, sent as it is (it must not
+    change until its sends have completed: :meth:`wait`), or a float32 tensor, copied
+    into an envelope of the outbox's own.
+    """
 
     def __init__(self, group: dist.ProcessGroup, rank: int, neighbours: Sequence[int]) -> None:
         self.rank = rank
@@ -434,6 +597,8 @@ class Outbox:
         self._posted = dict.fromkeys(neighbours, 0)
         self._completed = dict.fromkeys(neighbours, 0)
         self._failed: dict[int, str] = {}
+        self._last: tuple[int, str] = (0, "message")
+        """The step and kind of the last messages posted, to name them in a failure."""
         self._condition = threading.Condition()
         self._queues: dict[int, queue.SimpleQueue] = {n: queue.SimpleQueue() for n in neighbours}
         self._threads = [
@@ -461,7 +626,7 @@ class Outbox:
         step: int,
         targets: Sequence[int],
         timeout: float,
-        payload: torch.Tensor | None = None,
+        payload: Envelope | torch.Tensor | None = None,
     ) -> None:
         """Send one message to each of ``targets`` and wait until they all took it.
 
@@ -473,29 +638,45 @@ class Outbox:
     def send_each(
         self,
         step: int,
-        messages: Mapping[int, tuple[Kind, torch.Tensor | None]],
+        messages: Mapping[int, tuple[Kind, Envelope | torch.Tensor | None]],
         timeout: float,
     ) -> None:
         """Send each target its own message, ``target -> (kind, payload)``, all numbered
         ``step``, and wait until they all took theirs; raises as :meth:`send`."""
-        targets = list(messages)
+        self.post_each(step, messages)
+        self.wait(timeout, list(messages))
+
+    def post_each(
+        self, step: int, messages: Mapping[int, tuple[Kind, Envelope | torch.Tensor | None]]
+    ) -> None:
+        """Put each target's message on the wire, ``target -> (kind, payload)``, all
+        numbered ``step``, without waiting for them to be taken (:meth:`wait` does)."""
         kinds = {kind for kind, _ in messages.values()}
-        what = kinds.pop().name if len(kinds) == 1 else "message"
-        failed: dict[int, str] = {}
+        self._last = (step, kinds.pop().name if len(kinds) == 1 else "message")
+        sealed: dict[tuple[Kind, int], tuple[Envelope, torch.Tensor]] = {}
         for target, (kind, payload) in messages.items():
-            length = 0 if payload is None else payload.numel()
-            header = encode_header(kind, self.rank, step, length)
+            key = (kind, id(payload))
+            if key not in sealed:
+                envelope = _envelope(payload)
+                sealed[key] = (envelope, envelope.seal(kind, self.rank, step, envelope.length))
+            envelope, words = sealed[key]
             try:
-                works = [self._group.send([header], target, HEADER_TAG)]
-                if payload is not None:
-                    works.append(self._group.send([payload], target, PAYLOAD_TAG))
+                work = self._group.send([words], target, MESSAGE_TAG)
             except RuntimeError as error:
-                failed[target] = first_line(error)
+                with self._condition:
+                    self._failed.setdefault(target, first_line(error))
                 continue
             with self._condition:
                 self._posted[target] += 1
-            self._queues[target].put(works)
+                envelope.pending += 1
+            self._queues[target].put((work, envelope))
+
+    def wait(self, timeout: float, targets: Sequence[int] | None = None) -> None:
+        """Wait until every message posted to ``targets`` (default: all) was taken;
+        raises as :meth:`send`, naming the last messages posted."""
+        targets = list(self._posted) if targets is None else list(targets)
         deadline = time.monotonic() + timeout
+        failed: dict[int, str] = {}
         with self._condition:
             while True:
                 failed.update((t, self._failed[t]) for t in targets if t in self._failed)
@@ -510,16 +691,17 @@ class Outbox:
         if failed:
             ranks = sorted(failed)
             reasons = "; ".join(f"rank {rank}: {failed[rank]}" for rank in ranks)
+            step, what = self._last
             raise PeerFailure(
                 ranks,
                 f"could not send its step-{step} {what} to {rank_list(ranks)} ({reasons})",
             )
 
     def _complete(self, target: int) -> None:
-        while (works := self._queues[target].get()) is not None:
+        while (item := self._queues[target].get()) is not None:
+            work, envelope = item
             try:
-                for work in works:
-                    work.wait(FOREVER)
+                work.wait(FOREVER)
             except RuntimeError as error:
                 with self._condition:
                     self._failed[target] = first_line(error)
@@ -527,7 +709,19 @@ class Outbox:
                 return
             with self._condition:
                 self._completed[target] += 1
+                envelope.pending -= 1
                 self._condition.notify_all()
+
+
+def _envelope(payload: Envelope | torch.Tensor | None) -> Envelope:
+    """The envelope a payload travels in: itself, a copy of a tensor, or an empty one."""
+    if isinstance(payload, Envelope):
+        return payload
+    if payload is None:
+        return Envelope(0)
+    if payload.dtype != torch.float32:
+        raise ValueError(f"payloads travel as float32, not {payload.dtype}")
+    return Envelope(payload.numel()).fill(payload)
 
 
 def rank_list(ranks: Sequence[int]) -> str:

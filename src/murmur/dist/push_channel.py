@@ -9,7 +9,7 @@ keeps the newest block that arrived; the node reads what is new with
 :meth:`PushChannel.news` between updates and, with nothing new and nothing to
 do, sleeps in :meth:`PushChannel.wait`.
 
-Every layer has a tag pair of its own (``channel_tags``), so a neighbour still
+Every layer has a tag of its own (``channel_tag``), so a neighbour still
 in an earlier layer takes that layer's messages on that layer's threads while
 the pushes of the next one wait for it in the sending threads. When a node is
 done with a layer it sends STOP after its last push; each receiving thread ends
@@ -33,22 +33,22 @@ import torch.distributed as dist
 
 from murmur.dist.mailbox import (
     FOREVER,
-    MAGIC,
     MALFORMED,
+    Envelope,
     Kind,
     first_line,
     receive_loop,
 )
 from murmur.metrics.counters import MessageCounters
 
-RESULT_TAGS = (2, 3)
-"""Tags of the results sent to rank 0 at the end of a run."""
+RESULT_TAG = 2
+"""The tag of the results sent to rank 0 at the end of a run."""
 _FIRST_CHANNEL_TAG = 4
 
 
-def channel_tags(phase: int) -> tuple[int, int]:
-    """The header and payload tags of layer ``phase``'s channel (0, 1, ...)."""
-    return _FIRST_CHANNEL_TAG + 2 * phase, _FIRST_CHANNEL_TAG + 2 * phase + 1
+def channel_tag(phase: int) -> int:
+    """The tag of layer ``phase``'s channel (0, 1, ...)."""
+    return _FIRST_CHANNEL_TAG + phase
 
 
 class Neighbourhood:
@@ -133,7 +133,7 @@ class PushChannel:
         self._dtype = dtype
         self._words = length * (2 if dtype == torch.float64 else 1)
         self._message_bytes = self._words * 4
-        self._tags = channel_tags(phase)
+        self._tag = channel_tag(phase)
         self._new: dict[int, tuple[int, torch.Tensor]] = {}
         self._newest = dict.fromkeys(self.neighbours, 0)
         self._reported: set[int] = set(shared.failures)
@@ -210,7 +210,7 @@ class PushChannel:
         """Put this node's newest block for ``neighbour`` on the wire, one at a time;
         STOP once the layer is done and the last block is out."""
         shared = self._shared
-        header_tag, payload_tag = self._tags
+        envelope = Envelope(self._words)
         while True:
             with shared.condition:
                 while (
@@ -223,15 +223,12 @@ class PushChannel:
                     return
                 slot, self._slots[neighbour] = self._slots[neighbour], None
             step, payload = slot if slot is not None else (0, None)
-            kind = Kind.UPDATE if payload is not None else Kind.STOP
-            header = torch.tensor(
-                [MAGIC, int(kind), shared.rank, step, 0 if payload is None else payload.numel()],
-                dtype=torch.int64,
-            )
+            if payload is not None:
+                words = envelope.fill(payload).seal(Kind.UPDATE, shared.rank, step, self._words)
+            else:
+                words = envelope.seal(Kind.STOP, shared.rank, step, 0)
             try:
-                shared.group.send([header], neighbour, header_tag).wait(FOREVER)
-                if payload is not None:
-                    shared.group.send([payload], neighbour, payload_tag).wait(FOREVER)
+                shared.group.send([words], neighbour, self._tag).wait(FOREVER)
             except RuntimeError as error:
                 with shared.condition:
                     shared.fail(neighbour, f"lost the connection ({first_line(error)})")
@@ -270,6 +267,6 @@ class PushChannel:
             {Kind.UPDATE: self._words, Kind.STOP: 0},
             take,
             end,
-            tags=self._tags,
+            tag=self._tag,
             check=check,
         )

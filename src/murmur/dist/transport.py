@@ -32,6 +32,7 @@ import torch.distributed as dist
 from murmur.algorithms.compressors import Compressor
 from murmur.algorithms.estimates import EstimateUpdate, Segments, add_packed, max_packed_words
 from murmur.dist.mailbox import (
+    Envelope,
     Kind,
     Mailbox,
     Outbox,
@@ -74,6 +75,14 @@ class DistributedTransport:
 
     Values are float32, or float64 when ``initial`` is: a float64 row travels as
     twice as many float32 (the same bits), so it arrives exactly.
+
+    Nothing is copied for the wire: the block's last broadcasts live in the
+    envelope that carries them (a neighbouring rank that needs only some rows gets
+    them gathered into an envelope of its own), compressed differences are packed
+    straight into theirs, and ``mix`` reads the neighbours' values in the mailbox's
+    receive buffers. ``broadcast`` and ``publish`` return once their messages are
+    on the wire; the next one (or ``finish``) first waits, with the deadline, until
+    every neighbouring rank has taken them.
     """
 
     def __init__(
@@ -122,10 +131,19 @@ class DistributedTransport:
         self.control_messages = 0
         self._degrees = torch.tensor([len(n) for n in adjacency], dtype=torch.int64)
         dtype = torch.float64 if initial.dtype == torch.float64 else torch.float32
-        self._sent = initial[first : first + block].to(dtype, copy=True)
-        self._message_bytes = self._sent.shape[1] * self._sent.element_size()
-        self._width = width = _wire(self._sent[:1]).shape[1]
+        parameters = initial.shape[1]
+        self._width = width = parameters * (2 if dtype == torch.float64 else 1)
         """Float32 per row on the wire."""
+        self._value = Envelope(block * width)
+        self._sent = self._value.payload.view(dtype).view(block, parameters)
+        self._sent.copy_(initial[first : first + block])
+        self._message_bytes = parameters * self._sent.element_size()
+        self._values = [
+            self._value if len(rows) == block else Envelope(len(rows) * width)
+            for rows in self._told
+        ]
+        """Per neighbouring rank: the envelope of its VALUEs (all rows: ``_value``)."""
+        self._told_index = [torch.tensor(rows, dtype=torch.int64) for rows in self._told]
         lengths = [len(agents) * width for agents in self._heard]
         heard = torch.zeros(len(self.neighbours), max(lengths, default=width))
         for i, agents in enumerate(self._heard):
@@ -136,9 +154,13 @@ class DistributedTransport:
         self._mailbox = Mailbox(
             group, rank, self.neighbours, heard, delta_words=words, lengths=lengths
         )
+        self._delta_words = words
+        self._deltas: list[Envelope] = []
+        """The envelopes of DELTAs: one for all (a single agent), or one per neighbouring
+        rank; made at the first ``publish``."""
         self._outbox = Outbox(group, rank, self.neighbours)
         self._step = 0
-        self._rows: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._rows: dict[int, tuple[torch.Tensor, list[int], torch.Tensor, torch.Tensor]] = {}
         self._codec: tuple[Compressor, Segments] | None = None
         """How the neighbours' DELTAs are decoded: as this rank's own last ``publish``."""
 
@@ -161,13 +183,11 @@ class DistributedTransport:
         the broadcast number, each neighbouring rank's values as of that number (waited
         for, as ``mix`` would: an algorithm that mixes before it broadcasts has not read
         them yet), the counts."""
-        received = self._patiently(
-            partial(self._mailbox.values_at, self._step, add=self._add_delta)
-        )
+        self._patiently(partial(self._mailbox.values_at, self._step, add=self._add_delta))
         return {
             "sent": self._sent.clone(),
             "step": self._step,
-            "received": received.clone(),
+            "received": self._mailbox.matrix(),
             "counters": self.counters.state_dict(),
             "control_messages": self.control_messages,
             "rejected": self._mailbox.rejected,
@@ -197,6 +217,7 @@ class DistributedTransport:
                 f"{tuple(self._sent.shape)}, got {tuple(senders.shape)} and "
                 f"{tuple(values.shape)}"
             )
+        self._settle()
         self._step += 1
         flags = senders.tolist()
         if all(flags):
@@ -204,21 +225,33 @@ class DistributedTransport:
         else:
             for row in (i for i, sends in enumerate(flags) if sends):
                 self._sent[row].copy_(values[row])
-        messages: dict[int, tuple[Kind, torch.Tensor | None]] = {}
-        for peer, rows in zip(self.neighbours, self._told, strict=True):
+        messages: dict[int, tuple[Kind, Envelope | None]] = {}
+        for i, (peer, rows) in enumerate(zip(self.neighbours, self._told, strict=True)):
             if any(flags[row] for row in rows):
-                messages[peer] = (Kind.VALUE, self._payload(rows))
+                messages[peer] = (Kind.VALUE, self._payload(i))
             else:
                 messages[peer] = (Kind.NONE, None)
                 self.control_messages += 1
-        self._send_each(messages)
+        self._post_each(messages)
         self.counters.record_events(senders.to(torch.int64), self._message_bytes, self._degrees)
 
-    def _payload(self, rows: list[int]) -> torch.Tensor:
-        """The block's ``rows`` (in order) of its last broadcasts, as float32 on the wire."""
-        if len(rows) == self.block:
-            return _wire(self._sent).reshape(-1)
-        return _wire(self._sent[rows]).reshape(-1)
+    def _payload(self, i: int) -> Envelope:
+        """The envelope of neighbouring rank ``i``'s VALUE: the block's rows it needs (in
+        order) of its last broadcasts."""
+        envelope = self._values[i]
+        if envelope is not self._value:
+            rows = self._told_index[i]
+            out = envelope.payload.view(self._sent.dtype).view(rows.numel(), -1)
+            torch.index_select(self._sent, 0, rows, out=out)
+        return envelope
+
+    def _delta_envelope(self, i: int) -> Envelope:
+        """The envelope of the DELTAs for neighbouring rank ``i`` (all share one when the
+        rank holds a single agent)."""
+        if not self._deltas:
+            count = 1 if self.block == 1 else len(self.neighbours)
+            self._deltas = [Envelope(self._delta_words) for _ in range(count)]
+        return self._deltas[0 if self.block == 1 else i]
 
     def publish(self, update: EstimateUpdate) -> None:
         """Send the block's sent segments of ``update`` (block rows) as DELTAs, else NONE."""
@@ -227,6 +260,7 @@ class DistributedTransport:
                 f"a block of {self.block}: an update of {tuple(self._sent.shape)} values, "
                 f"got {tuple(update.delta.shape)}"
             )
+        self._settle()
         self._step += 1
         self._codec = (update.compressor, update.segments)
         if self.block > 1:
@@ -234,11 +268,13 @@ class DistributedTransport:
             return
         segments = int(update.sent[0].sum())
         if segments == 0:
-            self._send(Kind.NONE, self._step, self.neighbours)
+            self._post_each(dict.fromkeys(self.neighbours, (Kind.NONE, None)))
             self.control_messages += len(self.neighbours)
             return
         self._sent.add_(update.delta)
-        self._send(Kind.DELTA, self._step, self.neighbours, payload=update.pack(0))
+        envelope = self._delta_envelope(0)
+        envelope.length = update.pack(0, out=envelope.payload).numel()
+        self._post_each(dict.fromkeys(self.neighbours, (Kind.DELTA, envelope)))
         payload = int((update.sent[0].to(torch.int64) * update.segment_bytes()).sum())
         degree = len(self.neighbours)
         self.counters.events_per_agent[0] += segments
@@ -251,8 +287,8 @@ class DistributedTransport:
         segments = update.sent.to(torch.int64).sum(1)
         flags = (segments > 0).tolist()
         packed: dict[int, torch.Tensor] = {}
-        messages: dict[int, tuple[Kind, torch.Tensor | None]] = {}
-        for peer, rows in zip(self.neighbours, self._told, strict=True):
+        messages: dict[int, tuple[Kind, Envelope | None]] = {}
+        for peer_index, (peer, rows) in enumerate(zip(self.neighbours, self._told, strict=True)):
             positions = [i for i, row in enumerate(rows) if flags[row]]
             if not positions:
                 messages[peer] = (Kind.NONE, None)
@@ -264,8 +300,11 @@ class DistributedTransport:
             parts = [packed[rows[i]] for i in positions]
             counts = [*positions, *(part.numel() for part in parts), len(parts)]
             trailer = torch.tensor(counts, dtype=torch.int32).view(torch.float32)
-            messages[peer] = (Kind.DELTA, torch.cat([*parts, trailer]))
-        self._send_each(messages)
+            envelope = self._delta_envelope(peer_index)
+            envelope.length = sum(part.numel() for part in parts) + trailer.numel()
+            torch.cat([*parts, trailer], out=envelope.payload[: envelope.length])
+            messages[peer] = (Kind.DELTA, envelope)
+        self._post_each(messages)
         for row in (i for i, sends in enumerate(flags) if sends):
             self._sent[row].add_(update.delta[row])
         payload = (update.sent.to(torch.int64) * update.segment_bytes()).sum(1)
@@ -304,27 +343,24 @@ class DistributedTransport:
         The block's rows are applied as the simulator applies the whole operator, sparse
         rows over the same values in the same order, so both round alike.
         """
-        sources, rows = self._operator_rows(operator)
+        sources, rows, gathered = self._operator_rows(operator)
         received = self._patiently(
             partial(self._mailbox.values_at, self._step, add=self._add_delta)
         )
-        if sources.numel() == 0:
+        if not sources:
             return
-        out.addmm_(rows, self._known(received).index_select(0, sources), alpha=scale)
+        known = self._known(received)
+        torch.stack([known[source] for source in sources], out=gathered)
+        out.addmm_(rows, gathered, alpha=scale)
 
-    def _known(self, received: torch.Tensor) -> torch.Tensor:
-        """Every value the block knows, (block + heard, P): its own rows, then each
-        neighbouring rank's rows in the order of ``_heard``."""
-        if self.block == 1 and all(len(agents) == 1 for agents in self._heard):
-            heard = [received.view(self._sent.dtype)]
-        else:
-            heard = [
-                row[: len(agents) * self._width]
-                .view(self._sent.dtype)
-                .view(len(agents), self._sent.shape[1])
-                for row, agents in zip(received, self._heard, strict=True)
-            ]
-        return torch.cat([self._sent, *heard])
+    def _known(self, received: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Every value the block knows, one (P,) row each (views, nothing copied): its
+        own rows, then each neighbouring rank's rows in the order of ``_heard``."""
+        known = list(self._sent.unbind())
+        for row, agents in zip(received, self._heard, strict=True):
+            heard = row[: len(agents) * self._width].view(self._sent.dtype)
+            known.extend(heard.view(len(agents), self._sent.shape[1]).unbind())
+        return known
 
     def finish(self) -> None:
         """Tell the neighbours this rank is done, and wait until they are too."""
@@ -372,20 +408,31 @@ class DistributedTransport:
             self._mailbox.raise_if_aborted()  # the root cause, if a neighbour reported one
             raise
 
-    def _send_each(self, messages: Mapping[int, tuple[Kind, torch.Tensor | None]]) -> None:
+    def _post_each(self, messages: Mapping[int, tuple[Kind, Envelope | None]]) -> None:
         try:
-            self._outbox.send_each(self._step, messages, self.timeout)
+            self._outbox.post_each(self._step, messages)
         except PeerFailure:
             self._mailbox.raise_if_aborted()
             raise
 
-    def _operator_rows(self, operator: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The block's rows of ``operator`` as a sparse (block, k) matrix over the k
-        columns non-zero in any of them (in the operator's order), and where each
-        column's value is in :meth:`_known`."""
+    def _settle(self) -> None:
+        """Wait (with the deadline) until the neighbouring ranks took every message posted,
+        so that their envelopes may be written again."""
+        try:
+            self._outbox.wait(self.timeout)
+        except PeerFailure:
+            self._mailbox.raise_if_aborted()
+            raise
+
+    def _operator_rows(
+        self, operator: torch.Tensor
+    ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+        """Where the value of each of the k columns non-zero in the block's rows of
+        ``operator`` is in :meth:`_known` (in the operator's order), those rows as a
+        sparse (block, k) matrix, and a (k, P) buffer to gather the values in."""
         cached = self._rows.get(id(operator))
         if cached is not None and cached[0] is operator:
-            return cached[1], cached[2]
+            return cached[1], cached[2], cached[3]
         first = self.agents[0]
         if operator.layout == torch.sparse_csr:
             crow, columns = operator.crow_indices(), operator.col_indices()
@@ -405,10 +452,11 @@ class DistributedTransport:
                 f"operator rows {first}..{first + self.block - 1} are non-zero outside "
                 "the block's agents and their neighbours"
             )
-        sources = torch.tensor([where[j] for j in present], dtype=torch.int64)
+        sources = [where[j] for j in present]
         matrix = as_sparse(rows[:, present], dtype=self._sent.dtype)
-        self._rows[id(operator)] = (operator, sources, matrix)
-        return sources, matrix
+        gathered = torch.empty(len(sources), self._sent.shape[1], dtype=self._sent.dtype)
+        self._rows[id(operator)] = (operator, sources, matrix, gathered)
+        return sources, matrix, gathered
 
 
 def _wire(values: torch.Tensor) -> torch.Tensor:
