@@ -114,9 +114,7 @@ def bad_magic() -> torch.Tensor:
     ],
     ids=["magic", "huge", "sender", "step", "kind", "no-check-word", "cut-header"],
 )
-def test_a_malformed_message_is_rejected_counted_and_its_sender_named_at_once(
-    three, words, reason
-):
+def test_a_malformed_message_is_rejected_counted_and_its_sender_named_at_once(three, words, reason):
     mailbox, groups = three
     send(groups[2], 0, words)
     value(groups[1], 0, sender=1, step=1, fill=1.0)
@@ -242,3 +240,78 @@ def test_a_short_push_header_ends_the_receiving_loop_as_malformed():
     assert not thread.is_alive(), "the loop waited for a payload it must not read"
     assert taken == []
     assert ended == [f"{MALFORMED} (PUSH of {P - 2} floats, expected {P})"]
+
+
+# ---------------------------------------------------------------- one message per send
+
+
+def test_a_value_is_read_in_its_receive_buffer_and_the_buffers_are_reused(three):
+    """No copy on the receiving side: the row handed over is the receive buffer (not
+    the mailbox's own storage), and a few buffers per neighbour serve a whole run."""
+    mailbox, groups = three
+    owned = mailbox.matrix().untyped_storage().data_ptr()
+    for step in range(1, 41):
+        value(groups[1], 0, sender=1, step=step, fill=float(step))
+        control(groups[2], 0, Kind.NONE, sender=2, step=step)
+        rows = mailbox.values_at(step, timeout=5.0)
+        assert firsts(rows) == [float(step), -2.0]
+        assert rows[0].untyped_storage().data_ptr() != owned
+    assert mailbox.receive_buffers[0] <= 3, mailbox.receive_buffers
+    assert mailbox.receive_buffers[1] == 1  # headers only: one buffer, never lent
+    control(groups[1], 0, Kind.STOP, sender=1, step=40)
+    control(groups[2], 0, Kind.STOP, sender=2, step=40)
+    mailbox.wait_stopped(timeout=5.0)
+    assert (mailbox.received, mailbox.rejected) == (82, 0)
+
+
+@pytest.mark.parametrize("cut", ["check-word", "last-float"])
+def test_a_message_cut_short_in_a_reused_buffer_is_refused(three, cut):
+    """A reused buffer still holds an earlier, longer message of the same sender: what
+    stands where a short message's check word should be is never a valid one."""
+    mailbox, groups = three
+    for step in (1, 2, 3):  # three buffers, the first one back in the pool
+        value(groups[1], 0, sender=1, step=step, fill=float(step))
+        control(groups[2], 0, Kind.NONE, sender=2, step=step)
+        mailbox.values_at(step, timeout=5.0)
+    full = encode(Kind.VALUE, 1, 4, torch.full((P,), 4.0))
+    short = full[:-1] if cut == "check-word" else torch.cat([full[:-2], full[-1:]])
+    send(groups[1], 0, short)
+    control(groups[2], 0, Kind.NONE, sender=2, step=4)
+    with pytest.raises(PeerFailure, match="rank 1: .*shorter than the 6 floats announced"):
+        mailbox.values_at(4, timeout=5.0)
+    assert mailbox.rejected == 1
+    control(groups[2], 0, Kind.STOP, sender=2, step=4)
+
+
+def test_an_envelope_goes_out_as_it_is_and_a_post_is_waited_for_later():
+    """Outbox.post_each returns at once; Outbox.wait names a target that never takes
+    its message (rank 2 posts no receive), after the deadline, and the envelope stays
+    pending; rank 1's mailbox reads the payload written in place."""
+    groups = gloo_groups(3)
+    mailbox = Mailbox(groups[1], 1, [0], torch.zeros(1, P))
+    mailbox.start()
+    outbox = Outbox(groups[0], 0, [1, 2])
+    outbox.start()
+    envelope = Envelope(P)
+    envelope.payload.copy_(torch.arange(P, dtype=torch.float32))
+    outbox.post_each(1, {1: (Kind.VALUE, envelope)})
+    assert mailbox.values_at(1, timeout=5.0)[0].tolist() == list(range(P))
+    outbox.wait(timeout=5.0)
+    assert envelope.pending == 0
+    outbox.post_each(2, {2: (Kind.VALUE, envelope)})
+    started = time.monotonic()
+    with pytest.raises(PeerFailure, match="step-2 VALUE to rank 2 .*within 0.3 s") as caught:
+        outbox.wait(timeout=0.3)
+    assert 0.3 <= time.monotonic() - started < 2.0
+    assert caught.value.ranks == (2,) and envelope.pending == 1
+    receiver = Mailbox(groups[2], 2, [0], torch.zeros(1, P))
+    receiver.restore(1, torch.zeros(1, P), rejected=0)  # as if it had step 1
+    receiver.start()  # now rank 2 takes it, and the envelope is free again
+    assert receiver.values_at(2, timeout=5.0)[0].tolist() == list(range(P))
+    outbox.wait(timeout=5.0)
+    assert envelope.pending == 0
+    outbox.send(Kind.STOP, 2, [2], timeout=5.0)
+    receiver.wait_stopped(timeout=5.0)
+    outbox.send(Kind.STOP, 1, [1], timeout=5.0)
+    mailbox.wait_stopped(timeout=5.0)
+    outbox.close()

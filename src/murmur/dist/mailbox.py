@@ -379,6 +379,12 @@ class Mailbox:
         self.rejected = rejected
         self._steps = [step] * len(self.neighbours)
 
+    @property
+    def receive_buffers(self) -> list[int]:
+        """How many receive buffers each neighbour has had made (they are reused)."""
+        with self._condition:
+            return [len(buffers) for buffers in self._buffers]
+
     def matrix(self) -> torch.Tensor:
         """The rows of the last ``values_at`` as one (neighbours, P) tensor (a copy), as
         :meth:`restore` takes them."""
