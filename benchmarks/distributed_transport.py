@@ -30,7 +30,20 @@ once) on loopback gloo:
   as ``bare`` keeps its tensor. ``--repeats`` round trips per round for the
   MLP's size, fewer for larger ones (the same bytes); one-way time = round
   trip / 2, fastest round, and MB/s = payload bytes / one-way time. The
-  ratio ``transport/bare`` is the transport's overhead on one send.
+  ratio ``transport/bare`` is the transport's overhead on one send. ``delta``
+  is the same through the same path as a DELTA, the kind that carries
+  compressed differences, of as many words (the mailbox hands them to an
+  ``add`` that does nothing here: decoding them is the algorithm's work).
+
+- breakdown (``--breakdown``): where the time of one transport send of the
+  MLP's size goes. Both ranks stamp ``time.perf_counter_ns`` (one clock for
+  every process of the machine) at each step of the ping-pong: the sender
+  before and after ``Outbox.post_each``; the receiver when gloo's receive
+  completes in its receiving thread, when the thread has checked the message
+  and hands it over, when the hand-over is done, and when ``values_at``
+  returns in the caller's thread. The table gives the median of each step
+  over ``--repeats`` sends each way, beside the median one-way time of a bare
+  ``dist.send``.
 
 ``noise`` is the largest spread between rounds (slowest / fastest - 1): re-run
 when it is large. With more ranks than cores the processes take turns on the
@@ -55,6 +68,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import torch
@@ -72,7 +86,7 @@ LOOPBACK = "127.0.0.1"
 BARE_TAG = 11
 """The bare sends' tag: not the mailbox's header (0) or payload (1) tag."""
 BARE_HEADER_TAG = 12
-P2P_METHODS = ("bare", "bare+header", "transport")
+P2P_METHODS = ("bare", "bare+header", "transport", "delta")
 MLP_FLOATS = 79_510
 LARGE_FLOATS = (1_000_000, 10_000_000)
 
@@ -184,7 +198,9 @@ def p2p_rank(rank: int, world: int, port: int, args: argparse.Namespace, results
         buffer = torch.empty(floats)
         header = torch.tensor([MAGIC, int(Kind.VALUE), rank, 0, floats], dtype=torch.int64)
         header_buffer = torch.empty(HEADER_FIELDS, dtype=torch.int64)
-        mailbox = Mailbox(dist.group.WORLD, rank, [peer], torch.zeros(1, floats))
+        mailbox = Mailbox(
+            dist.group.WORLD, rank, [peer], torch.zeros(1, floats), delta_words=floats
+        )
         outbox = Outbox(dist.group.WORLD, rank, [peer])
         envelope = Envelope(floats)
         envelope.payload.copy_(payload)
@@ -218,25 +234,30 @@ def p2p_rank(rank: int, world: int, port: int, args: argparse.Namespace, results
                     receive()
                     send()
 
-        def send() -> None:
-            outbox.wait(args.timeout)  # the envelope is free once the last send is taken
-            outbox.post_each(step, {peer: (Kind.VALUE, envelope)})
-
-        def through_transport(repeats: int) -> None:
+        def through_transport(repeats: int, kind: Kind = Kind.VALUE) -> None:
             nonlocal step
+
+            def send() -> None:
+                outbox.wait(args.timeout)  # the envelope is free once the last send is taken
+                outbox.post_each(step, {peer: (kind, envelope)})
+
+            def receive() -> None:
+                mailbox.values_at(step, args.timeout, add=lambda row, words: None)
+
             for _ in range(repeats):
                 step += 1
                 if rank == 0:
                     send()
-                    mailbox.values_at(step, args.timeout)
+                    receive()
                 else:
-                    mailbox.values_at(step, args.timeout)
+                    receive()
                     send()
 
         methods: dict[str, Callable[[int], None]] = {
             "bare": bare,
             "bare+header": bare_header,
             "transport": through_transport,
+            "delta": partial(through_transport, kind=Kind.DELTA),
         }
         for method in methods.values():
             method(max(1, repeats // 3))  # warm-up
@@ -255,6 +276,162 @@ def p2p_rank(rank: int, world: int, port: int, args: argparse.Namespace, results
             results.put({"rows": rows})
     finally:
         dist.destroy_process_group()
+
+
+class _StampedWork:
+    """A gloo work whose ``wait`` notes when it returned."""
+
+    def __init__(self, work: Any, stamps: list[int]) -> None:
+        self._work, self._stamps = work, stamps
+
+    def wait(self, timeout: Any = None) -> Any:
+        done = self._work.wait(timeout)
+        self._stamps.append(time.perf_counter_ns())
+        return done
+
+
+class _StampedGroup:
+    """A process group whose receives note when they complete."""
+
+    def __init__(self, group: Any, stamps: list[int]) -> None:
+        self._group, self._stamps = group, stamps
+
+    def size(self) -> int:
+        return self._group.size()
+
+    def recv(self, tensors: list[torch.Tensor], source: int, tag: int) -> _StampedWork:
+        return _StampedWork(self._group.recv(tensors, source, tag), self._stamps)
+
+
+class _StampedMailbox(Mailbox):
+    """A mailbox that notes when its receiving thread hands a message over, and when
+    the hand-over is done."""
+
+    def __init__(self, *args: Any, handed: list[tuple[int, int]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._handed = handed
+
+    def _deliver(self, *args: Any) -> bool:
+        began = time.perf_counter_ns()
+        more = super()._deliver(*args)
+        self._handed.append((began, time.perf_counter_ns()))
+        return more
+
+
+def breakdown_rank(
+    rank: int, world: int, port: int, args: argparse.Namespace, results: Any
+) -> None:
+    """Ping-pong of the MLP's size, bare then through the transport, every step stamped."""
+    torch.set_num_threads(1)
+    join_group(rank, world, port, args.timeout)
+    try:
+        peer, floats, repeats = 1 - rank, MLP_FLOATS, args.repeats
+        payload, buffer = torch.randn(floats), torch.empty(floats)
+        bare_sent: list[int] = []  # when this rank's sends began
+        bare_read: list[int] = []  # when this rank's receives ended
+        for _ in range(repeats + 10):  # round trips: rank 0 sends first
+            for sends in (rank == 0, rank == 1):
+                if sends:
+                    bare_sent.append(time.perf_counter_ns())
+                    dist.send(payload, peer, tag=BARE_TAG)
+                else:
+                    dist.recv(buffer, peer, tag=BARE_TAG)
+                    bare_read.append(time.perf_counter_ns())
+        received: list[int] = []
+        handed: list[tuple[int, int]] = []
+        group = _StampedGroup(dist.group.WORLD, received)
+        mailbox = _StampedMailbox(group, rank, [peer], torch.zeros(1, floats), handed=handed)
+        outbox = Outbox(dist.group.WORLD, rank, [peer])
+        envelope = Envelope(floats)
+        envelope.payload.copy_(payload)
+        mailbox.start()
+        outbox.start()
+        posted: list[tuple[int, int]] = []
+        read: list[int] = []
+
+        def send(step: int) -> None:
+            outbox.wait(args.timeout)
+            began = time.perf_counter_ns()
+            outbox.post_each(step, {peer: (Kind.VALUE, envelope)})
+            posted.append((began, time.perf_counter_ns()))
+
+        def receive(step: int) -> None:
+            mailbox.values_at(step, args.timeout)
+            read.append(time.perf_counter_ns())
+
+        for step in range(1, repeats + 11):  # round trips: rank 0 sends first
+            first, second = (send, receive) if rank == 0 else (receive, send)
+            first(step)
+            second(step)
+        outbox.send(Kind.STOP, repeats + 10, [peer], args.timeout)
+        mailbox.wait_stopped(args.timeout)
+        outbox.close()
+        results.put(
+            {
+                "rank": rank,
+                "bare_sent": bare_sent[10:],
+                "bare_read": bare_read[10:],
+                "posted": posted[10:],
+                "received": received[10 : 10 + repeats],
+                "handed": handed[10 : 10 + repeats],
+                "read": read[10:],
+            }
+        )
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def run_breakdown(args: argparse.Namespace) -> None:
+    """Run ``breakdown_rank`` on two ranks and print the median of every step."""
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    port = free_port()
+    ranks = [
+        context.Process(target=breakdown_rank, args=(rank, 2, port, args, results), daemon=True)
+        for rank in range(2)
+    ]
+    for process in ranks:
+        process.start()
+    try:
+        got = {}
+        for _ in ranks:
+            result = results.get(timeout=args.limit)
+            got[result["rank"]] = result
+    finally:
+        for process in ranks:
+            process.join(timeout=args.timeout)
+            if process.exitcode is None:
+                process.kill()
+    steps: dict[str, list[float]] = {name: [] for name in BREAKDOWN_STEPS}
+    for sender in (0, 1):
+        mine, theirs = got[sender], got[1 - sender]
+        for began, done in zip(mine["bare_sent"], theirs["bare_read"], strict=True):
+            steps["bare dist.send, one way"].append(done - began)
+        sends = zip(
+            mine["posted"], theirs["received"], theirs["handed"], theirs["read"], strict=False
+        )
+        for (began, posted), received, (handing, handed), read in sends:
+            steps["post (header, check word, gloo send)"].append(posted - began)
+            steps["wire: post returned -> receive done"].append(received - posted)
+            steps["receiving thread: wake, check"].append(handing - received)
+            steps["hand-over to the caller's queue"].append(handed - handing)
+            steps["caller wakes, values_at returns"].append(read - handed)
+            steps["transport, one way"].append(read - began)
+    print(f"{'step of one send of 79510 float32':<40} {'median us':>10}")
+    for name, values in steps.items():
+        print(f"{name:<40} {float(torch.tensor(values).median()) / 1e3:>10.1f}")
+
+
+BREAKDOWN_STEPS = (
+    "bare dist.send, one way",
+    "post (header, check word, gloo send)",
+    "wire: post returned -> receive done",
+    "receiving thread: wake, check",
+    "hand-over to the caller's queue",
+    "caller wakes, values_at returns",
+    "transport, one way",
+)
 
 
 # ---------------------------------------------------------------- running a job
@@ -363,6 +540,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per wait in a rank")
     parser.add_argument("--limit", type=float, default=300.0, help="seconds per job")
     parser.add_argument("--quick", action="store_true", help="smoke run: N = 2, 4; seconds")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="only the steps of one send, stamped"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.agents, args.warmup, args.iterations = [2, 4], 3, 10
@@ -380,6 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     interface = loopback_interface()
     if interface is not None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+    if args.breakdown:
+        run_breakdown(args)
+        return 0
     print(
         f"DETSGRAD ({PRESET} preset) on a ring, one rank per agent, gloo on loopback; "
         f"{os.cpu_count()} cores; {args.warmup} warm-up + {args.rounds} x {args.iterations} "

@@ -104,12 +104,13 @@ def test_distributed_transport_quick_run_prints_both_tables():
         assert float(row[1]) > 0
         assert float(row[2]) + float(row[3]) > 0
     start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["method", "floats"])
-    methods = [line.split() for line in lines[start + 1 : start + 4]]
-    assert [row[0] for row in methods] == ["bare", "bare+header", "transport"]
-    for row in methods:
-        assert int(row[1]) > 0 and float(row[2]) > 0 and float(row[3]) > 0
-    overhead = next(line for line in lines if line.startswith("mailbox overhead"))
-    assert float(overhead.split(":")[-1]) > 0
+    rows = [line.split() for line in lines[start + 1 : start + 9]]
+    assert [row[0] for row in rows] == ["bare", "bare+header", "transport", "delta"] * 2
+    assert [int(row[1]) for row in rows] == [79_510] * 4 + [1_000_000] * 4
+    for row in rows:
+        assert float(row[2]) > 0 and float(row[3]) > 0 and float(row[4]) > 0
+    overhead = next(line for line in lines if line.startswith("transport overhead"))
+    assert "at 79510" in overhead and "at 1000000" in overhead
 
 
 def test_distributed_dssfn_quick_run_prints_four_rows_and_both_ratios():
@@ -238,3 +239,26 @@ def test_gpu_throughput_says_in_one_line_that_it_needs_a_gpu():
     )
     assert completed.returncode == 2
     assert completed.stderr.count("\n") == 1 and "finds no CUDA GPU" in completed.stderr
+
+
+def test_distributed_transport_breakdown_prints_every_step_of_one_send():
+    completed = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "distributed_transport.py"),
+            "--breakdown",
+            "--repeats",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("step of one send"))
+    steps = {line[:40].strip(): float(line[40:]) for line in lines[start + 1 :]}
+    assert list(steps)[0] == "bare dist.send, one way" and len(steps) == 7
+    assert all(value > 0 for value in steps.values()), steps
+    parts = [value for name, value in steps.items() if "one way" not in name]
+    assert steps["transport, one way"] >= 0.5 * sum(parts), steps

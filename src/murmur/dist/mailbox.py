@@ -245,7 +245,7 @@ def receive_loop(
         numbers = buffer.numpy()
         magic, kind, sender, step, length = numbers[:HEADER_WORDS].view(np.int64).tolist()
         numbers[:2] = 0  # the magic number: a later message cut short cannot reuse it
-        problem = None
+        problem: str | None = None
         if magic != MAGIC:
             problem = f"bad magic number {magic:#x}"
         elif sender != source:
@@ -260,15 +260,19 @@ def receive_loop(
                 problem = f"message shorter than the {length} floats announced, or damaged"
             else:
                 end[0] = 0
-                problem = check(Kind(kind), step)
+                kind = _KINDS[kind]
+                problem = check(kind, step)
         if problem is not None:
             on_end(f"{MALFORMED} ({problem})")
             return
         payload = buffer[HEADER_WORDS : HEADER_WORDS + length] if length > 0 else None
-        if not on_message(Kind(kind), step, payload):
+        if not on_message(kind, step, payload):
             return
         if payload is not None:
             buffer = take()
+
+
+_KINDS = {int(kind): kind for kind in Kind}
 
 
 def _allowed(length: int, allowed: int | range) -> bool:
@@ -333,7 +337,9 @@ class Mailbox:
         self._lent: list[torch.Tensor | None] = [None] * len(neighbours)
         """The receive buffer ``_rows[i]`` is a view of, if it is one."""
         self._capacity = [max(n, delta_words) for n in self.lengths]
-        self._free: list[list[torch.Tensor]] = [[] for _ in neighbours]
+        self._free: list[deque[torch.Tensor]] = [deque() for _ in neighbours]
+        """Each neighbour's receive buffers not in use (a deque: its ends are thread-safe,
+        so its receiving thread takes one without the condition)."""
         self._buffers: list[dict[int, torch.Tensor]] = [{} for _ in neighbours]
         """Each neighbour's receive buffers by the address of their payload."""
         self.received = 0
@@ -414,17 +420,18 @@ class Mailbox:
         malformed DELTA.
         """
         with self._condition:
-            self._waiting = step
-            try:
-                self._wait_for(
-                    lambda: [
-                        n for n, s in zip(self.neighbours, self._steps, strict=True) if s < step
-                    ],
-                    time.monotonic() + timeout,
-                    f"sent no step-{step} message within {timeout:g} s",
-                )
-            finally:
-                self._waiting = None
+            if min(self._steps, default=step) < step or self._abort is not None:
+                self._waiting = step
+                try:
+                    self._wait_for(
+                        lambda: [
+                            n for n, s in zip(self.neighbours, self._steps, strict=True) if s < step
+                        ],
+                        time.monotonic() + timeout,
+                        f"sent no step-{step} message within {timeout:g} s",
+                    )
+                finally:
+                    self._waiting = None
             for i, arrivals in enumerate(self._arrivals):
                 while arrivals and arrivals[0][0] <= step:
                     _, kind, payload = arrivals.popleft()
@@ -522,16 +529,16 @@ class Mailbox:
     # ------------------------------------------------------------ receiving (one thread each)
 
     def _take(self, i: int) -> torch.Tensor:
-        """A receive buffer for neighbour ``i``: a free one, or a new one."""
-        with self._condition:
-            if self._free[i]:
-                return self._free[i].pop()
+        """In neighbour ``i``'s receiving thread: a receive buffer, a free one or a new one."""
+        try:
+            return self._free[i].pop()
+        except IndexError:
             buffer = receive_buffer(self._capacity[i])
             self._buffers[i][buffer[HEADER_WORDS:].data_ptr()] = buffer
             return buffer
 
     def _give_back(self, i: int, payload: torch.Tensor) -> None:
-        """With the condition held: the buffer of ``payload`` may receive again."""
+        """The buffer of ``payload`` may receive again."""
         self._free[i].append(self._buffers[i][payload.data_ptr()])
 
     def _receive_from(self, i: int, neighbour: int) -> None:
@@ -605,6 +612,8 @@ class Outbox:
         self._failed: dict[int, str] = {}
         self._last: tuple[int, str] = (0, "message")
         """The step and kind of the last messages posted, to name them in a failure."""
+        self._spares: dict[int, list[Envelope]] = {}
+        """The outbox's own envelopes by capacity: headers alone, and copies of tensors."""
         self._condition = threading.Condition()
         self._queues: dict[int, queue.SimpleQueue] = {n: queue.SimpleQueue() for n in neighbours}
         self._threads = [
@@ -663,7 +672,7 @@ class Outbox:
         for target, (kind, payload) in messages.items():
             key = (kind, id(payload))
             if key not in sealed:
-                envelope = _envelope(payload)
+                envelope = self._envelope(payload)
                 sealed[key] = (envelope, envelope.seal(kind, self.rank, step, envelope.length))
             envelope, words = sealed[key]
             try:
@@ -703,6 +712,21 @@ class Outbox:
                 f"could not send its step-{step} {what} to {rank_list(ranks)} ({reasons})",
             )
 
+    def _envelope(self, payload: Envelope | torch.Tensor | None) -> Envelope:
+        """The envelope a payload travels in: itself, or one of the outbox's own that no
+        send holds any more (headers alone, or a copy of a tensor)."""
+        if isinstance(payload, Envelope):
+            return payload
+        if payload is not None and payload.dtype != torch.float32:
+            raise ValueError(f"payloads travel as float32, not {payload.dtype}")
+        capacity = 0 if payload is None else payload.numel()
+        spares = self._spares.setdefault(capacity, [])
+        envelope = next((spare for spare in spares if spare.pending == 0), None)
+        if envelope is None:
+            envelope = Envelope(capacity)
+            spares.append(envelope)
+        return envelope if payload is None else envelope.fill(payload)
+
     def _complete(self, target: int) -> None:
         while (item := self._queues[target].get()) is not None:
             work, envelope = item
@@ -717,17 +741,6 @@ class Outbox:
                 self._completed[target] += 1
                 envelope.pending -= 1
                 self._condition.notify_all()
-
-
-def _envelope(payload: Envelope | torch.Tensor | None) -> Envelope:
-    """The envelope a payload travels in: itself, a copy of a tensor, or an empty one."""
-    if isinstance(payload, Envelope):
-        return payload
-    if payload is None:
-        return Envelope(0)
-    if payload.dtype != torch.float32:
-        raise ValueError(f"payloads travel as float32, not {payload.dtype}")
-    return Envelope(payload.numel()).fill(payload)
 
 
 def rank_list(ranks: Sequence[int]) -> str:
