@@ -15,6 +15,8 @@ from datetime import timedelta
 import pytest
 import torch
 from gloo import gloo_groups
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.dist.mailbox import (
@@ -139,6 +141,17 @@ def test_a_payload_shorter_than_its_header_says_is_rejected(three):
         mailbox.values_at(1, timeout=30.0)
     assert mailbox.rejected == 1
     control(groups[1], 0, Kind.STOP, sender=1, step=1)
+
+
+def test_a_neighbour_that_stopped_is_named_at_once_not_waited_for(three):
+    mailbox, groups = three
+    control(groups[1], 0, Kind.STOP, sender=1, step=0)
+    control(groups[2], 0, Kind.NONE, sender=2, step=1)
+    started = time.monotonic()
+    with pytest.raises(PeerFailure, match="rank 1: stopped after 0 broadcasts, before step 1"):
+        mailbox.values_at(1, timeout=30.0)
+    assert time.monotonic() - started < 5.0
+    control(groups[2], 0, Kind.STOP, sender=2, step=1)
 
 
 def test_an_abort_names_the_failed_rank(three):
@@ -315,3 +328,51 @@ def test_an_envelope_goes_out_as_it_is_and_a_post_is_waited_for_later():
     outbox.send(Kind.STOP, 1, [1], timeout=5.0)
     mailbox.wait_stopped(timeout=5.0)
     outbox.close()
+
+
+# ---------------------------------------------------------------- any message
+
+
+def _mutated(words: torch.Tensor, how: str, at: int, value: int) -> torch.Tensor:
+    """``words`` cut to ``at`` words, or with word ``at`` set to ``value``."""
+    words = words.clone()
+    if how == "cut":
+        return words[: max(1, at % words.numel())]
+    words[at % words.numel() : at % words.numel() + 1].view(torch.int32)[0] = value
+    return words
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(
+    how=st.sampled_from(["cut", "set"]),
+    at=st.integers(min_value=0, max_value=10**6),
+    value=st.integers(min_value=-(2**31), max_value=2**31 - 1),
+    kind=st.sampled_from([Kind.VALUE, Kind.NONE, Kind.STOP, Kind.DELTA]),
+)
+def test_any_message_no_larger_than_a_valid_one_is_taken_or_refused_never_a_crash(
+    how, at, value, kind
+):
+    """A damaged message (cut anywhere, or any word set to anything) either still says
+    what it said (a payload word changed) or is refused naming its sender, and the
+    mailbox carries on with the other neighbour."""
+    groups = gloo_groups(3)
+    mailbox = Mailbox(groups[0], 0, [1, 2], torch.zeros(2, P))
+    mailbox.start()
+    payload = torch.arange(P, dtype=torch.float32) if kind in (Kind.VALUE, Kind.DELTA) else None
+    words = _mutated(encode(kind, 1, 1 if kind != Kind.STOP else 0, payload), how, at, value)
+    send(groups[1], 0, words)
+    control(groups[2], 0, Kind.NONE, sender=2, step=1)
+    try:
+        rows = mailbox.values_at(1, timeout=5.0)
+    except PeerFailure as failure:
+        assert failure.ranks == (1,) and not isinstance(failure, PeerTimeout), failure
+        if "malformed" in str(failure):
+            assert mailbox.rejected == 1
+        else:  # still a well-formed STOP, at its step: no step 1 will ever come
+            assert kind == Kind.STOP and "stopped after 0 broadcasts" in str(failure), failure
+    else:  # still well-formed: at most a payload word changed
+        assert kind in (Kind.VALUE, Kind.NONE) and mailbox.rejected == 0
+        expected = payload if kind == Kind.VALUE else torch.zeros(P)
+        assert (rows[0] != expected).sum() <= (1 if kind == Kind.VALUE else 0)
+        control(groups[1], 0, Kind.STOP, sender=1, step=1)
+    control(groups[2], 0, Kind.STOP, sender=2, step=1)

@@ -424,9 +424,7 @@ class Mailbox:
                 self._waiting = step
                 try:
                     self._wait_for(
-                        lambda: [
-                            n for n, s in zip(self.neighbours, self._steps, strict=True) if s < step
-                        ],
+                        lambda: self._missing(step),
                         time.monotonic() + timeout,
                         f"sent no step-{step} message within {timeout:g} s",
                     )
@@ -440,6 +438,22 @@ class Mailbox:
                     else:
                         self._apply(i, payload, add)
             return list(self._rows)
+
+    def _missing(self, step: int) -> list[int]:
+        """With the condition held: the neighbours whose step-``step`` message is not in;
+        PeerFailure if one of them has stopped before it (it will never come)."""
+        missing = [i for i, s in enumerate(self._steps) if s < step]
+        stopped = [self.neighbours[i] for i in missing if self._stopped[i]]
+        if stopped:
+            raise PeerFailure(
+                stopped,
+                "; ".join(
+                    f"rank {n}: stopped after {self._steps[self.neighbours.index(n)]} "
+                    f"broadcasts, before step {step}"
+                    for n in stopped
+                ),
+            )
+        return [self.neighbours[i] for i in missing]
 
     def _lend(self, i: int, payload: torch.Tensor) -> None:
         """With the condition held: neighbour ``i``'s row is now ``payload``."""

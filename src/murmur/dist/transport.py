@@ -59,10 +59,11 @@ class DistributedTransport:
     V``, with ``V_j`` the last broadcast of agent ``j``: from memory for an agent
     of the block, else what its rank had sent by the same broadcast number.
 
-    ``broadcast`` returns once every neighbouring rank has taken the message:
-    each peer's mailbox always has a receive from this rank posted, so that does
-    not wait for the peer's own sends, also when two neighbours send to each
-    other at once.
+    ``broadcast`` returns once its messages are on the wire, and the next
+    ``broadcast`` or ``publish`` (or ``finish``) first waits, with the deadline,
+    until every neighbouring rank has taken them: each peer's mailbox always has
+    a receive from this rank posted, so that does not wait for the peer's own
+    sends, also when two neighbours send to each other at once.
 
     ``publish`` sends the agents' compressed differences as a DELTA, the packed
     codes of :mod:`murmur.algorithms.estimates` (values, int32 indices, packed
@@ -80,9 +81,8 @@ class DistributedTransport:
     envelope that carries them (a neighbouring rank that needs only some rows gets
     them gathered into an envelope of its own), compressed differences are packed
     straight into theirs, and ``mix`` reads the neighbours' values in the mailbox's
-    receive buffers. ``broadcast`` and ``publish`` return once their messages are
-    on the wire; the next one (or ``finish``) first waits, with the deadline, until
-    every neighbouring rank has taken them.
+    receive buffers (one gathering copy of the rows the block's operator rows
+    use, for the sparse product).
     """
 
     def __init__(
