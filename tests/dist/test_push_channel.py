@@ -65,6 +65,10 @@ def test_pushes_arrive_with_their_update_number_and_both_ends_finish():
     while not stamps or stamps[-1] < 1:
         stamps += [s for s, _ in news_within(channels[0]).values()]
     assert stamps == sorted(stamps) and stamps[-1] == 1
+    for wrong in (torch.ones(Q * N + 1, dtype=torch.float64), block(1.0).float()):
+        with pytest.raises(ValueError, match="a channel of 12 float32 words of torch.float64"):
+            channels[0].push({1: wrong}, stamp=1)
+    assert ends[0].counters.events_per_agent[0] == 1  # the refused pushes sent nothing
     for channel in channels:
         channel.close()
     for end in ends:

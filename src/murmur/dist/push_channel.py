@@ -158,11 +158,17 @@ class PushChannel:
         shared = self._shared
         with shared.condition:
             targets = [n for n in blocks if n in self._slots and n not in shared.failures]
-            for neighbour in targets:
+            wires = {n: blocks[n].contiguous().view(-1).view(torch.float32) for n in targets}
+            for neighbour, wire in wires.items():
+                if blocks[neighbour].dtype != self._dtype or wire.numel() != self._words:
+                    raise ValueError(
+                        f"a block of {blocks[neighbour].numel()} {blocks[neighbour].dtype} for "
+                        f"a channel of {self._words} float32 words of {self._dtype}"
+                    )
+            for neighbour, wire in wires.items():
                 if self._slots[neighbour] is not None:
                     shared.superseded += 1
-                wire = blocks[neighbour].contiguous().view(-1)
-                self._slots[neighbour] = (stamp + 1, wire.view(torch.float32))
+                self._slots[neighbour] = (stamp + 1, wire)
             if targets:
                 shared.counters.events_per_agent[0] += 1
             shared.condition.notify_all()
