@@ -416,8 +416,8 @@ class Mailbox:
         A VALUE replaces the neighbour's row; a DELTA is applied to it by
         ``add(row, words)``, which raises ValueError for a malformed one.
         Raises :class:`PeerTimeout` after ``timeout`` seconds, or :class:`PeerFailure`
-        as soon as a neighbour it waits for is known to have failed or sends a
-        malformed DELTA.
+        as soon as a neighbour it waits for is known to have failed, has stopped
+        before that step, or sends a malformed DELTA.
         """
         with self._condition:
             if min(self._steps, default=step) < step or self._abort is not None:

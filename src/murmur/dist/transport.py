@@ -409,11 +409,8 @@ class DistributedTransport:
             raise
 
     def _post_each(self, messages: Mapping[int, tuple[Kind, Envelope | None]]) -> None:
-        try:
-            self._outbox.post_each(self._step, messages)
-        except PeerFailure:
-            self._mailbox.raise_if_aborted()
-            raise
+        """Post this step's messages; a send that fails is raised by the next wait."""
+        self._outbox.post_each(self._step, messages)
 
     def _settle(self) -> None:
         """Wait (with the deadline) until the neighbouring ranks took every message posted,
