@@ -662,18 +662,8 @@ class Outbox:
         Raises :class:`PeerFailure` naming the targets whose connection failed,
         or that did not take the message within ``timeout`` seconds.
         """
-        self.send_each(step, dict.fromkeys(targets, (kind, payload)), timeout)
-
-    def send_each(
-        self,
-        step: int,
-        messages: Mapping[int, tuple[Kind, Envelope | torch.Tensor | None]],
-        timeout: float,
-    ) -> None:
-        """Send each target its own message, ``target -> (kind, payload)``, all numbered
-        ``step``, and wait until they all took theirs; raises as :meth:`send`."""
-        self.post_each(step, messages)
-        self.wait(timeout, list(messages))
+        self.post_each(step, dict.fromkeys(targets, (kind, payload)))
+        self.wait(timeout, targets)
 
     def post_each(
         self, step: int, messages: Mapping[int, tuple[Kind, Envelope | torch.Tensor | None]]
