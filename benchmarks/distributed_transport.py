@@ -52,7 +52,7 @@ cores, and the iteration times say so.
 Every rank and the whole job have deadlines (``--timeout`` per wait, ``--limit``
 per job); a job that fails or overruns is killed, and the script exits non-zero.
 
-    python benchmarks/distributed_transport.py             # about 40 s on 2 cores
+    python benchmarks/distributed_transport.py             # about 15 s on 2 cores
     python benchmarks/distributed_transport.py --agents 2 4 --iterations 200
     python benchmarks/distributed_transport.py --quick     # smoke run, seconds
 """
