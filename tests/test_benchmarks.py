@@ -12,10 +12,11 @@ import torch
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _quick_run(script: str) -> list[str]:
-    """The output lines of ``benchmarks/SCRIPT --quick``, which must succeed."""
+def _quick_run(script: str, *argv: str) -> list[str]:
+    """The output lines of ``benchmarks/SCRIPT --quick`` (or of ``ARGV`` instead of
+    ``--quick``), which must succeed."""
     completed = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), "--quick"],
+        [sys.executable, str(BENCHMARKS / script), *(argv or ["--quick"])],
         capture_output=True,
         text=True,
         timeout=120,
@@ -242,20 +243,7 @@ def test_gpu_throughput_says_in_one_line_that_it_needs_a_gpu():
 
 
 def test_distributed_transport_breakdown_prints_every_step_of_one_send():
-    completed = subprocess.run(
-        [
-            sys.executable,
-            str(BENCHMARKS / "distributed_transport.py"),
-            "--breakdown",
-            "--repeats",
-            "20",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stderr
-    lines = completed.stdout.splitlines()
+    lines = _quick_run("distributed_transport.py", "--breakdown", "--repeats", "20")
     start = next(i for i, line in enumerate(lines) if line.startswith("step of one send"))
     steps = {line[:40].strip(): float(line[40:]) for line in lines[start + 1 :]}
     assert list(steps)[0] == "bare dist.send, one way" and len(steps) == 7
