@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from murmur.config import Config
-from murmur.dist.runtime import run_distributed
+from murmur.distributed.runtime import run_distributed
 
 LOOPBACK = "127.0.0.1"
 FORK = multiprocessing.get_context("fork")

@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.preset, args.overrides, args.out, progress=not args.quiet, check=args.check
             )
         if args.command == "launch":
-            from murmur.dist.launch import launch
+            from murmur.distributed.launch import launch
 
             if args.resume is not None and (args.preset or args.overrides or args.out):
                 raise UsageError(
@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error_line(f"{error.strerror or error}{where}")
         return 2
     except RuntimeError as error:
-        from murmur.dist.mailbox import PeerFailure
+        from murmur.distributed.mailbox import PeerFailure
 
         if not isinstance(error, PeerFailure):
             raise
@@ -306,7 +306,7 @@ def _resume(args: argparse.Namespace) -> int:
             f"--resume continues a run in its own folder with its own config.toml; drop {given[0]}"
         )
     if args.runtime == "distributed":
-        from murmur.dist.runtime import resume_distributed
+        from murmur.distributed.runtime import resume_distributed
 
         result = resume_distributed(
             Path(args.resume),
@@ -360,8 +360,8 @@ def _run_distributed(
 ) -> int:
     """One rank of a torchrun job; rank 0 writes the run folder and prints the table."""
     from murmur.config import load_experiment
-    from murmur.dist.launch import default_run_dir, single_run
-    from murmur.dist.runtime import run_distributed
+    from murmur.distributed.launch import default_run_dir, single_run
+    from murmur.distributed.runtime import run_distributed
     from murmur.metrics.report import format_table
 
     experiment = load_experiment(source, overrides)

@@ -3,7 +3,7 @@
     config -> prepare (training.setup) -> the runner of the algorithm's kind
            -> metrics.jsonl + summary.json (training.runs) -> RunResult
 
-The distributed runtime (``murmur.dist``) trains the same prepared runs with
+The distributed runtime (``murmur.distributed``) trains the same prepared runs with
 runners of its own.
 """
 

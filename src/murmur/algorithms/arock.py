@@ -36,7 +36,7 @@ nobody ever waits for a round to end.
 
 The same :class:`ArockNode` state machine and the same rule run every node on
 the simulator's event loop (``murmur.sim.arock``), or one node per process in
-the distributed runtime (``murmur.dist.arock``), where its pushes go through a
+the distributed runtime (``murmur.distributed.arock``), where its pushes go through a
 push channel; there a neighbour that fails is dropped (its edge leaves the
 problem) and the node carries on.
 """

@@ -23,7 +23,7 @@ We average the M gradients of an update (the paper sums them), so that the step
 ``a`` means the same for any M; the paper's gamma is ours divided by M. The
 server's rule (which gradients make an update, staleness, when to evaluate and
 stop, whom to answer) is ``murmur.algorithms.param_server``; the simulator
-(``murmur.sim.server``) and the distributed runtime (``murmur.dist.server``)
+(``murmur.sim.server``) and the distributed runtime (``murmur.distributed.server``)
 drive it.
 """
 

@@ -26,7 +26,7 @@ evaluation whose training loss is at most ``algorithm.target_loss`` (when > 0).
 Gradients that arrive after that are ignored.
 
 :class:`ParameterServer` holds this state and decides; the drivers move the
-messages: ``murmur.sim.server`` on the virtual clock, ``murmur.dist.server``
+messages: ``murmur.sim.server`` on the virtual clock, ``murmur.distributed.server``
 over torch.distributed.
 """
 

@@ -3,7 +3,7 @@
 An algorithm owns its rule and nothing else: it never sees a clock, a process
 or a socket. It reaches the network through the objects below, which the
 simulator (``murmur.sim``) implements in memory on a virtual clock and the
-distributed runtime (``murmur.dist``) implements over gloo, one rank each.
+distributed runtime (``murmur.distributed``) implements over gloo, one rank each.
 
 Mini-batch SGD (DETSGRAD, DSGD, centralized SGD) is an :class:`Algorithm`:
 three functions over a small state record whose tensors have the agent axis

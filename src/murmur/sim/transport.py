@@ -5,7 +5,7 @@ It implements :class:`~murmur.algorithms.protocols.Transport` (``broadcast``,
 lossless, so every neighbour of ``j`` holds the same latest value of ``j`` and
 one stacked tensor stands for all mailboxes (:mod:`murmur.sim.lossy` keeps one
 per directed edge, for runs that lose messages). The distributed runtime implements
-the same calls over gloo (``murmur.dist.transport``).
+the same calls over gloo (``murmur.distributed.transport``).
 """
 
 from __future__ import annotations

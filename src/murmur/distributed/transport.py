@@ -1,6 +1,6 @@
 """The transport of the distributed runtime: a block of agents per rank (one by default),
-messages through its :class:`~murmur.dist.mailbox.Mailbox` and
-:class:`~murmur.dist.mailbox.Outbox`.
+messages through its :class:`~murmur.distributed.mailbox.Mailbox` and
+:class:`~murmur.distributed.mailbox.Outbox`.
 
 Synchronous algorithms stay in lockstep without barriers: before mixing, a
 rank waits (with a deadline) for each neighbour's message of the same
@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from murmur.algorithms.compressors import Compressor
 from murmur.algorithms.estimates import EstimateUpdate, Segments, add_packed, max_packed_words
-from murmur.dist.mailbox import (
+from murmur.distributed.mailbox import (
     Envelope,
     Kind,
     Mailbox,

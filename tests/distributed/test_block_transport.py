@@ -14,7 +14,7 @@ from murmur.algorithms.choco import Choco, ChocoConfig
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.algorithms.estimates import Segments, compressed_update
 from murmur.algorithms.protocols import BuildContext
-from murmur.dist.transport import DistributedTransport
+from murmur.distributed.transport import DistributedTransport
 from murmur.sim.transport import InMemoryTransport
 from murmur.topology import Graph, ring, torus
 

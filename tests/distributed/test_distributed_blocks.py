@@ -30,7 +30,7 @@ from test_distributed_resume import comparable, digits_config, kill_rank
 
 from murmur.cli import main
 from murmur.config import load_experiment
-from murmur.dist.checkpoints import FOLDER, saved_iterations
+from murmur.distributed.checkpoints import FOLDER, saved_iterations
 from murmur.experiment import run
 
 

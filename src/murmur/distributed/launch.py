@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from murmur.config import Config, Experiment, load_experiment
-from murmur.dist.checkpoints import check_agents_per_rank, check_resumable_ranks
-from murmur.dist.mailbox import (
+from murmur.distributed.checkpoints import check_agents_per_rank, check_resumable_ranks
+from murmur.distributed.mailbox import (
     first_line,
 )
-from murmur.dist.runtime import check_same_run, check_world, loopback_interface
-from murmur.dist.transport import DEFAULT_TIMEOUT
+from murmur.distributed.runtime import check_same_run, check_world, loopback_interface
+from murmur.distributed.transport import DEFAULT_TIMEOUT
 from murmur.errors import UsageError
 from murmur.registry import (
     ALGORITHMS,
@@ -53,7 +53,7 @@ def launch(
     Everything that can be wrong with the input is checked first; returns 0,
     or the exit status of the first rank that failed. ``max_restarts``: how many
     times torchrun restarts every rank after one fails; the restarted ranks
-    continue from their checkpoints (:mod:`murmur.dist.checkpoints`).
+    continue from their checkpoints (:mod:`murmur.distributed.checkpoints`).
     ``resume``: the folder of a stopped run to continue, with its own config
     (``source``, ``overrides`` and ``out`` are then None or empty).
     ``agents_per_rank``: each rank holds a block of that many agents.

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from murmur.dist.mailbox import (
+from murmur.distributed.mailbox import (
     FOREVER,
     MALFORMED,
     Envelope,

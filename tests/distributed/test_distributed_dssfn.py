@@ -40,8 +40,8 @@ import torch.distributed as dist
 from murmur.config import load_experiment
 from murmur.training.setup import build_context, prepare
 from murmur.registry import ALGORITHMS
-from murmur.dist.runtime import loopback_interface
-from murmur.dist.layerwise import train_layerwise_rank
+from murmur.distributed.runtime import loopback_interface
+from murmur.distributed.layerwise import train_layerwise_rank
 
 
 def rank_main(rank):

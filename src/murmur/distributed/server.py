@@ -32,7 +32,7 @@ synchronous, it does not carry on without a worker: when one fails, the server
 tells the others (ABORT naming it) and every rank stops with one line naming it.
 
 With ``run.checkpoint_every = k`` the server saves the run every k updates, its
-answers sent, as rank 0's file of :mod:`murmur.dist.checkpoints`: the rule's state,
+answers sent, as rank 0's file of :mod:`murmur.distributed.checkpoints`: the rule's state,
 its counters and how many records it wrote. A resumed or restarted run restores
 it and tells the workers (two broadcasts, before any message) the model, its
 version and how many gradients it took from each; a worker moves its batch
@@ -55,8 +55,8 @@ from tqdm import tqdm
 from murmur.algorithms.asysg import SyncPsConfig, WorkersConfig
 from murmur.algorithms.param_server import ParameterServer, model_metrics
 from murmur.config import Config
-from murmur.dist.checkpoints import RankCheckpoints, Start, rank_file, readable_iterations
-from murmur.dist.mailbox import (
+from murmur.distributed.checkpoints import RankCheckpoints, Start, rank_file, readable_iterations
+from murmur.distributed.mailbox import (
     Kind,
     Outbox,
     PeerFailure,

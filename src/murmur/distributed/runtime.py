@@ -6,9 +6,9 @@ partition, graph, model and algorithm all come from the seed), keeps its
 agents' rows of the parameters (one agent, or a block of ``agents_per_rank``
 consecutive agents stacked on the agent axis) and each agent's own batch
 stream, and steps the same algorithm object on those rows. Only the transport
-differs: :class:`~murmur.dist.transport.DistributedTransport` sends a rank's
+differs: :class:`~murmur.distributed.transport.DistributedTransport` sends a rank's
 broadcasts to the ranks holding its agents' neighbours and mixes with what its
-:class:`~murmur.dist.mailbox.Mailbox` received (and, within a block, with its
+:class:`~murmur.distributed.mailbox.Mailbox` received (and, within a block, with its
 own rows), in lockstep without barriers, so a run gives the simulator's events,
 messages and parameters.
 
@@ -18,10 +18,10 @@ no pickles); rank 0 writes the run folder (``experiment.run``), with real
 wall-clock times.
 
 The other kinds of algorithm have their own modules: dSSFN, one node per rank,
-in :mod:`murmur.dist.layerwise`; AsySG-con, a parameter server
+in :mod:`murmur.distributed.layerwise`; AsySG-con, a parameter server
 on rank 0 and one worker per other rank (WORLD_SIZE = algorithm.workers + 1),
-in :mod:`murmur.dist.server`. ``murmur launch`` is
-:mod:`murmur.dist.launch`.
+in :mod:`murmur.distributed.server`. ``murmur launch`` is
+:mod:`murmur.distributed.launch`.
 
 Ranks are started by ``torchrun`` (one machine or many) or by ``murmur
 launch`` (torchrun on loopback); they read RANK, WORLD_SIZE, MASTER_ADDR and
@@ -52,7 +52,7 @@ import torch.distributed as dist
 
 from murmur.algorithms.protocols import Algorithm
 from murmur.config import Config, TimingConfig, load_experiment
-from murmur.dist.checkpoints import (
+from murmur.distributed.checkpoints import (
     FOLDER,
     RankCheckpoints,
     Start,
@@ -62,13 +62,13 @@ from murmur.dist.checkpoints import (
     rank_file,
     readable_iterations,
 )
-from murmur.dist.layerwise import run_layerwise_rank
-from murmur.dist.mailbox import (
+from murmur.distributed.layerwise import run_layerwise_rank
+from murmur.distributed.mailbox import (
     PeerFailure,
     first_line,
 )
-from murmur.dist.server import newest_server_checkpoint, server_runner
-from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
+from murmur.distributed.server import newest_server_checkpoint, server_runner
+from murmur.distributed.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
 from murmur.errors import UsageError
 from murmur.metrics.records import Outcome, RunResult
 from murmur.registry import (
@@ -209,7 +209,7 @@ def run_distributed(
     input (before any training) and PeerFailure when a peer fails mid-run.
 
     ``resume``: continue the stopped run in ``out_dir`` from the newest iteration
-    every rank saved (:mod:`murmur.dist.checkpoints`). A rank that torchrun
+    every rank saved (:mod:`murmur.distributed.checkpoints`). A rank that torchrun
     restarted after a failure (TORCHELASTIC_RESTART_COUNT > 0) continues the
     same way, or starts over when the ranks saved no iteration in common.
 

@@ -30,7 +30,7 @@ from ranks import (
     read_records,
 )
 
-import murmur.dist.runtime as distributed
+import murmur.distributed.runtime as distributed
 from murmur.cli import main
 from murmur.config import load_experiment
 from murmur.experiment import run

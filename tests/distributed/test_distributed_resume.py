@@ -20,7 +20,13 @@ from ranks import Fault, drive, free_port, read_records
 from test_distributed import DETSGRAD, DSGD, SPARQ, TRACKING, one_line_error, write_config
 
 from murmur.cli import main
-from murmur.dist.checkpoints import FOLDER, diameter, kept_checkpoints, rank_file, saved_iterations
+from murmur.distributed.checkpoints import (
+    FOLDER,
+    diameter,
+    kept_checkpoints,
+    rank_file,
+    saved_iterations,
+)
 from murmur.topology.graphs import complete, ring, star
 
 EVERY = ["--set", "run.checkpoint_every=20"]

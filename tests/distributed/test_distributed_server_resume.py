@@ -14,8 +14,8 @@ from ranks import Fault, drive, read_records
 from test_distributed_resume import comparable
 from test_distributed_server import ASYSG, SYNC_PS, TOML
 
-from murmur.dist.checkpoints import FOLDER, saved_iterations
-from murmur.dist.launch import check_resumable_launch
+from murmur.distributed.checkpoints import FOLDER, saved_iterations
+from murmur.distributed.launch import check_resumable_launch
 
 
 def config(folder: Path, algorithm: str, iterations: int) -> Path:

@@ -2,18 +2,18 @@
 
 Synchronous dSSFN runs the simulator's layer driver on the rank's shard
 (:func:`train_layerwise_rank`), each gossip phase through a
-:class:`~murmur.dist.transport.DistributedTransport` of float64
+:class:`~murmur.distributed.transport.DistributedTransport` of float64
 rows from :class:`DistributedNetwork`. ``murmur run --runtime distributed``
 gathers each layer's record across the ranks (fixed-size tensors) and rank 0
 writes it. Work takes real time here, so the distributed records and summary
 have no ``virtual_seconds``. With ``run.checkpoint_every = k`` each rank saves
-its part every k layers (:mod:`murmur.dist.checkpoints`): its output matrices
+its part every k layers (:mod:`murmur.distributed.checkpoints`): its output matrices
 of every layer so far, its rows and records, its counters; a resumed rank
 rebuilds its features by replaying the layers from them.
 
 Asynchronous dSSFN runs the same driver; the network drives the rank's ARock
 node (:meth:`DistributedNetwork.run_async`) through one
-:class:`~murmur.dist.push_channel.PushChannel` per layer and carries on without
+:class:`~murmur.distributed.push_channel.PushChannel` per layer and carries on without
 neighbours that fail. With ranks possibly gone, results cannot be gathered with collectives:
 each rank sends its own to rank 0 (one RESULT message of float64 bits, with
 the neighbours it dropped as one code each), and rank 0 takes them from every
@@ -35,12 +35,12 @@ import torch
 import torch.distributed as dist
 
 from murmur.algorithms.protocols import AsyncNode, AsyncWork, LayerSolver, RoundsWork
-from murmur.dist.checkpoints import (
+from murmur.distributed.checkpoints import (
     RankCheckpoints,
     Start,
     agreed_state,
 )
-from murmur.dist.mailbox import (
+from murmur.distributed.mailbox import (
     FOREVER,
     MALFORMED,
     Envelope,
@@ -49,8 +49,8 @@ from murmur.dist.mailbox import (
     first_line,
     receive_loop,
 )
-from murmur.dist.push_channel import RESULT_TAG, Neighbourhood
-from murmur.dist.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
+from murmur.distributed.push_channel import RESULT_TAG, Neighbourhood
+from murmur.distributed.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.records import Outcome

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
-from murmur.dist.mailbox import (
+from murmur.distributed.mailbox import (
     HEADER_WORDS,
     MAGIC,
     MALFORMED,
@@ -33,7 +33,7 @@ from murmur.dist.mailbox import (
     encode,
     receive_loop,
 )
-from murmur.dist.transport import DistributedTransport
+from murmur.distributed.transport import DistributedTransport
 from murmur.sim.transport import InMemoryTransport
 from murmur.topology import ring
 

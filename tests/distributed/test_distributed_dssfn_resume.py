@@ -13,7 +13,7 @@ from pathlib import Path
 from ranks import Fault, drive
 from test_distributed_resume import comparable, launch_resume
 
-from murmur.dist.checkpoints import FOLDER, saved_iterations
+from murmur.distributed.checkpoints import FOLDER, saved_iterations
 
 DSSFN = [
     "--set=topology.agents=4",

@@ -25,7 +25,7 @@ import json, multiprocessing, os, signal, sys, time
 spec = json.loads(sys.argv[1])
 import torch
 import murmur.cli
-import murmur.dist.runtime as distributed
+import murmur.distributed.runtime as distributed
 
 
 def keep_rank_0_parameters(path):
