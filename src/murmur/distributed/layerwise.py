@@ -62,7 +62,7 @@ from murmur.training.layerwise import (
     train_layerwise_run,
 )
 from murmur.training.reducer import AgentTotals, LayerRows, layer_record, run_outcome
-from murmur.training.setup import Setup
+from murmur.training.setup import LayerSetup
 
 
 @dataclass
@@ -201,7 +201,7 @@ class DistributedNetwork:
 
 
 def train_layerwise_rank(
-    setup: Setup,
+    setup: LayerSetup,
     solver: LayerSolver,
     rank: int,
     timeout: float = DEFAULT_TIMEOUT,
@@ -293,7 +293,7 @@ _LAYER_TOTALS = ("events", "messages", "bytes", "control", "rejected", "train_se
 
 
 def run_layerwise_rank(
-    setup: Setup,
+    setup: LayerSetup,
     solver: LayerSolver,
     on_record: Callable[[dict[str, Any]], None],
     progress: bool,
@@ -353,7 +353,7 @@ def run_layerwise_rank(
 
 
 def restore_layers(
-    setup: Setup, saves: RankCheckpoints, rank: int, start: Start
+    setup: LayerSetup, saves: RankCheckpoints, rank: int, start: Start
 ) -> dict[str, Any] | None:
     """Collective: this rank's saved part of the newest layer every rank saved, its
     later files removed (the run saves them again); None, to start over, when the
@@ -446,7 +446,7 @@ _FAILURE_CODES = (
 
 
 def _collect(
-    setup: Setup,
+    setup: LayerSetup,
     local: _RankResults,
     trained: LayerwiseResult,
     on_record: Callable[[dict[str, Any]], None],
@@ -608,7 +608,7 @@ def _layer_record(at: torch.Tensor, outputs: torch.Tensor) -> dict[str, Any]:
 
 
 def _layer_outcome(
-    setup: Setup,
+    setup: LayerSetup,
     results: _RankResults,
     ranks: list[int],
     trained: LayerwiseResult,

@@ -82,7 +82,7 @@ from murmur.registry import (
 from murmur.training.checkpoint import header, read_checkpoint, restore_tuple, to_plain
 from murmur.training.reducer import AgentRows, AgentTotals, run_outcome, sgd_record
 from murmur.training.runs import Runner, check_run_dir, finished, train_run
-from murmur.training.setup import Setup, check_device, prepare
+from murmur.training.setup import SgdSetup, check_device, prepare
 from murmur.training.sgd_loop import Evaluation, SgdProgress, SgdTrained, train_sgd
 
 
@@ -348,7 +348,7 @@ _TOTALS = ("events", "messages", "bytes", "control", "rejected", "train_seconds"
 
 
 def _train_rank(
-    setup: Setup,
+    setup: SgdSetup,
     algorithm: Algorithm,
     on_record: Callable[[dict[str, Any]], None],
     progress: bool,
@@ -403,7 +403,7 @@ class _RankLog:
 
 
 def _restore(
-    setup: Setup,
+    setup: SgdSetup,
     algorithm: Algorithm,
     transport: DistributedTransport,
     saves: RankCheckpoints,
@@ -453,7 +453,7 @@ def _restore(
 
 
 def _train(
-    setup: Setup,
+    setup: SgdSetup,
     algorithm: Algorithm,
     transport: DistributedTransport,
     progress: bool,
@@ -518,7 +518,7 @@ def _train(
 
 
 def _gather(
-    setup: Setup,
+    setup: SgdSetup,
     log: _RankLog,
     transport: DistributedTransport,
     on_record: Callable[[dict[str, Any]], None],

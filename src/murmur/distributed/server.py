@@ -66,7 +66,7 @@ from murmur.distributed.mailbox import (
 from murmur.errors import UsageError
 from murmur.metrics.records import Outcome
 from murmur.training.checkpoint import read_checkpoint
-from murmur.training.setup import Setup
+from murmur.training.setup import SgdSetup
 
 SERVER = 0
 
@@ -119,7 +119,7 @@ def newest_server_checkpoint(saves: RankCheckpoints, config: Config) -> dict[str
 
 
 def _resumed(
-    setup: Setup, saves: RankCheckpoints | None, rank: int, start: Start
+    setup: SgdSetup, saves: RankCheckpoints | None, rank: int, start: Start
 ) -> tuple[dict[str, Any] | None, int, torch.Tensor | None, list[int]]:
     """Collective, before any message: the server's newest checkpoint, told to every
     rank. Returns (the server's saved state (rank 0 only), the version, its model,
@@ -203,7 +203,7 @@ def _close(outbox: Outbox, threads: list[threading.Thread], timeout: float) -> N
 
 
 def _work(
-    setup: Setup,
+    setup: SgdSetup,
     algorithm: WorkersConfig,
     on_record: OnRecord,
     progress: bool,
@@ -292,7 +292,7 @@ def _from_server(
 
 
 def _serve(
-    setup: Setup,
+    setup: SgdSetup,
     config: WorkersConfig,
     on_record: OnRecord,
     progress: bool,
@@ -312,7 +312,7 @@ class _Server:
 
     def __init__(
         self,
-        setup: Setup,
+        setup: SgdSetup,
         config: WorkersConfig,
         on_record: OnRecord,
         progress: bool,

@@ -54,7 +54,7 @@ from murmur.metrics.records import Outcome
 from murmur.models.stacked import StackedModel
 from murmur.seeding import derive_seed
 from murmur.training.reducer import AgentRows, sgd_record
-from murmur.training.setup import Problem, Setup
+from murmur.training.setup import Problem, SgdSetup
 
 START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 """How worker processes are started (see the module docstring)."""
@@ -120,7 +120,7 @@ class _Job:
 
 
 def run_hogwild(
-    setup: Setup,
+    setup: SgdSetup,
     algorithm: HogwildConfig,
     on_record: Callable[[dict[str, Any]], None],
     progress: bool,

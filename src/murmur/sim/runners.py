@@ -22,12 +22,12 @@ from murmur.sim.transport import InMemoryTransport
 from murmur.training.checkpoint import restore_tuple, to_plain
 from murmur.training.layerwise import LayerProgress, layerwise_extra, train_layerwise_run
 from murmur.training.reducer import AgentTotals, run_outcome
-from murmur.training.setup import Setup
+from murmur.training.setup import LayerSetup, SgdSetup
 from murmur.training.sgd_loop import SgdProgress
 
 
 def run_sgd(
-    setup: Setup,
+    setup: SgdSetup,
     algorithm: Algorithm,
     on_record: Callable[[dict[str, Any]], None],
     progress: bool,
@@ -105,7 +105,7 @@ def run_sgd(
 
 def _resume_sgd(
     checkpoint: dict[str, Any],
-    setup: Setup,
+    setup: SgdSetup,
     algorithm: Algorithm,
     transport: InMemoryTransport | LossyTransport,
     schedule: NetworkSchedule | None,
@@ -135,7 +135,7 @@ def _resume_sgd(
         raise UsageError(f"the checkpoint does not fit this run: {error}") from None
 
 
-def _topology_name(setup: Setup) -> str:
+def _topology_name(setup: SgdSetup) -> str:
     """The graph's name, and how it varies: ``matching(complete) every 1``."""
     topology = setup.config.topology
     if topology.varying == "none":
@@ -143,7 +143,7 @@ def _topology_name(setup: Setup) -> str:
     return f"{topology.varying}({setup.graph.name}) every {topology.every}"
 
 
-def _schedule(setup: Setup) -> NetworkSchedule | None:
+def _schedule(setup: SgdSetup) -> NetworkSchedule | None:
     """The rounds of a decentralized run whose links fail, agents crash or graph
     varies; None for any other run (centralized SGD never crashes)."""
     config = setup.config
@@ -155,7 +155,7 @@ def _schedule(setup: Setup) -> NetworkSchedule | None:
 
 
 def _transport(
-    setup: Setup, algorithm: Algorithm, schedule: NetworkSchedule | None
+    setup: SgdSetup, algorithm: Algorithm, schedule: NetworkSchedule | None
 ) -> InMemoryTransport | LossyTransport:
     """Lossless delivery over a fixed graph, or one mailbox per directed edge (of every
     link the schedule may use) when messages get lost or the rounds change."""
@@ -168,7 +168,7 @@ def _transport(
     return LossyTransport(links, published, config.faults.drop, stream)
 
 
-def _compiled(setup: Setup) -> bool:
+def _compiled(setup: SgdSetup) -> bool:
     """Whether the run steps through the fused, compiled mixing (``run.compile``; the
     cases ``true`` cannot have were refused when the run was prepared)."""
     wanted = setup.config.run.compile
@@ -203,7 +203,7 @@ def _live_accuracy(record: dict[str, Any], alive: list[bool]) -> dict[str, Any]:
 
 
 def run_layerwise(
-    setup: Setup,
+    setup: LayerSetup,
     solver: LayerSolver,
     on_record: Callable[[dict[str, Any]], None],
     progress: bool,

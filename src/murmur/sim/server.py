@@ -43,19 +43,19 @@ from murmur.metrics.records import Outcome
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.sim.faults import crashed_agents
-from murmur.training.setup import Setup
+from murmur.training.setup import SgdSetup
 
 OnRecord = Callable[[dict[str, Any]], None]
 
 
-def run_server(setup: Setup, config: WorkersConfig, on_record: OnRecord, progress: bool) -> Outcome:
+def run_server(setup: SgdSetup, config: WorkersConfig, on_record: OnRecord, progress: bool) -> Outcome:
     """Train ``config`` (asysg-con, sync-ps or asysg-incon) on ``setup``."""
     return _ServerRun(setup, config, on_record, progress).train()
 
 
 class _ServerRun:
     def __init__(
-        self, setup: Setup, config: WorkersConfig, on_record: OnRecord, progress: bool
+        self, setup: SgdSetup, config: WorkersConfig, on_record: OnRecord, progress: bool
     ) -> None:
         run = setup.config.run
         self.on_record = on_record

@@ -47,7 +47,7 @@ from murmur.seeding import derive_seed
 from murmur.topology import Graph
 from murmur.training.checkpoint import Checkpoints
 from murmur.training.reducer import LayerRows, layer_record
-from murmur.training.setup import Setup
+from murmur.training.setup import LayerSetup
 
 
 @dataclass
@@ -202,7 +202,7 @@ def _replayed(
 
 
 def train_layerwise_run(
-    setup: Setup,
+    setup: LayerSetup,
     solver: LayerSolver,
     network: LayerNetwork,
     shards: list[torch.Tensor],

@@ -49,24 +49,37 @@ class Problem:
     sampler: BatchSampler
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Setup:
-    """A run, fully built and checked, not yet started."""
+    """A run, fully built and checked, not yet started: what every family's runs share."""
 
     config: Config
     dataset: Dataset
     graph: Graph
     shards: list[torch.Tensor]
-    """Training-set indices of each agent."""
-    problem: Problem | None
-    """The mini-batch training problem (None for layer-wise algorithms)."""
-    initial: torch.Tensor | None
-    """Stacked initial parameters (None for layer-wise algorithms)."""
+    """Training-set indices of each agent (or worker, or learner)."""
     memory: int = 0
     """Estimated bytes of memory the run needs (``training.memory``)."""
     checkpoints: Checkpoints | None = None
     """Where the run saves its state and the checkpoint it resumes from (``train_run``
     sets them); None: it saves none."""
+
+
+@dataclass(kw_only=True)
+class SgdSetup(Setup):
+    """A mini-batch run (synchronous rounds, a parameter server, shared memory): the
+    training problem and the stacked initial parameters."""
+
+    problem: Problem
+    """The mini-batch training problem."""
+    initial: torch.Tensor
+    """Stacked initial parameters, one row per agent (the workers of a server or a
+    shared-memory run share one model, so it has one row per learner)."""
+
+
+@dataclass(kw_only=True)
+class LayerSetup(Setup):
+    """A layer-wise (SSFN) run: it builds its own layers from the data, no model."""
 
 
 def _check_compile(config: Config) -> None:
@@ -128,7 +141,9 @@ def prepare(config: Config, module: nn.Module | None = None) -> Setup:
     if spec.decentralized:
         config.faults.check_agents(graph.agents)
     if spec.kind == "layerwise":
-        return Setup(config, dataset, graph, shards, None, None, memory)
+        return LayerSetup(
+            config=config, dataset=dataset, graph=graph, shards=shards, memory=memory
+        )
     if module is None:
         module = _build(config, dataset.features, dataset.outputs)
     else:
@@ -145,7 +160,15 @@ def prepare(config: Config, module: nn.Module | None = None) -> Setup:
     )
     # One model per agent; the workers of a server or shared-memory run share one.
     initial = model.initial().cpu().expand(graph.agents, -1).contiguous()
-    return Setup(config, dataset, graph, shards, problem, initial, memory)
+    return SgdSetup(
+        config=config,
+        dataset=dataset,
+        graph=graph,
+        shards=shards,
+        memory=memory,
+        problem=problem,
+        initial=initial,
+    )
 
 
 def check_device(config: Config, runtime: str) -> torch.device | None:
@@ -209,8 +232,9 @@ def _check_sizes(config: Config, module: nn.Module | None) -> int:
 
 def build_context(setup: Setup) -> BuildContext:
     """What the algorithm of ``setup`` is built with besides its config and graph."""
-    problem = setup.problem
-    segments = Segments(problem.model.layout.sizes) if problem is not None else None
+    segments = (
+        Segments(setup.problem.model.layout.sizes) if isinstance(setup, SgdSetup) else None
+    )
     return BuildContext(seed=setup.config.run.seed, segments=segments)
 
 
