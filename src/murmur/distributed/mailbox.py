@@ -242,34 +242,44 @@ def receive_loop(
         except RuntimeError as error:
             on_end(f"lost the connection ({first_line(error)})")
             return
-        numbers = buffer.numpy()
-        magic, kind, sender, step, length = numbers[:HEADER_WORDS].view(np.int64).tolist()
-        numbers[:2] = 0  # the magic number: a later message cut short cannot reuse it
-        problem: str | None = None
-        if magic != MAGIC:
-            problem = f"bad magic number {magic:#x}"
-        elif sender != source:
-            problem = f"header claims sender {sender}"
-        elif kind not in accept:
-            problem = f"unexpected message kind {kind}"
-        elif not _allowed(length, accept[kind]):
-            problem = f"{Kind(kind).name} of {length} floats, expected {_lengths(accept[kind])}"
-        else:
-            end = numbers[HEADER_WORDS + length : HEADER_WORDS + length + 1].view(np.int32)
-            if int(end[0]) != check_word(kind, sender, step, length):
-                problem = f"message shorter than the {length} floats announced, or damaged"
-            else:
-                end[0] = 0
-                kind = _KINDS[kind]
-                problem = check(kind, step)
-        if problem is not None:
-            on_end(f"{MALFORMED} ({problem})")
+        message = _read(buffer.numpy(), source, accept, check)
+        if isinstance(message, str):
+            on_end(f"{MALFORMED} ({message})")
             return
+        kind, step, length = message
         payload = buffer[HEADER_WORDS : HEADER_WORDS + length] if length > 0 else None
         if not on_message(kind, step, payload):
             return
         if payload is not None:
             buffer = take()
+
+
+def _read(
+    numbers: np.ndarray,
+    source: int,
+    accept: Mapping[int, int | range],
+    check: Callable[[Kind, int], str | None],
+) -> tuple[Kind, int, int] | str:
+    """The kind, step and payload length of the message just received from ``source``
+    into the receive buffer of ``numbers``, or why it is malformed. Its magic number and
+    check word are zeroed once read, so that a later message cut short cannot reuse
+    them."""
+    magic, kind, sender, step, length = numbers[:HEADER_WORDS].view(np.int64).tolist()
+    numbers[:2] = 0  # the magic number
+    if magic != MAGIC:
+        return f"bad magic number {magic:#x}"
+    if sender != source:
+        return f"header claims sender {sender}"
+    if kind not in accept:
+        return f"unexpected message kind {kind}"
+    if not _allowed(length, accept[kind]):
+        return f"{Kind(kind).name} of {length} floats, expected {_lengths(accept[kind])}"
+    end = numbers[HEADER_WORDS + length : HEADER_WORDS + length + 1].view(np.int32)
+    if int(end[0]) != check_word(kind, sender, step, length):
+        return f"message shorter than the {length} floats announced, or damaged"
+    end[0] = 0
+    problem = check(_KINDS[kind], step)
+    return problem if problem is not None else (_KINDS[kind], step, length)
 
 
 _KINDS = {int(kind): kind for kind in Kind}
@@ -283,6 +293,26 @@ def _lengths(allowed: int | range) -> str:
     if isinstance(allowed, range):
         return f"{allowed.start} to {allowed.stop - 1}"
     return str(allowed)
+
+
+def _value_lengths(
+    neighbours: int, initial: torch.Tensor, lengths: Sequence[int] | None
+) -> list[int]:
+    """The float32 a VALUE of each of a mailbox's ``neighbours`` carries: ``lengths``, by
+    default every neighbour's whole row of ``initial``; ValueError unless ``initial`` is
+    float32 with one row per neighbour and each length fits in a row."""
+    if initial.shape[0] != neighbours or initial.dtype != torch.float32:
+        raise ValueError(
+            f"initial must be float32 with one row per neighbour ({neighbours}), "
+            f"got {initial.dtype} {tuple(initial.shape)}"
+        )
+    row = initial.shape[1]
+    chosen = list(lengths) if lengths is not None else [row] * neighbours
+    if len(chosen) != neighbours or not all(0 < n <= row for n in chosen):
+        raise ValueError(
+            f"lengths must give each of the {neighbours} neighbours 1 to {row} values, got {chosen}"
+        )
+    return chosen
 
 
 class Mailbox:
@@ -311,23 +341,11 @@ class Mailbox:
         delta_words: int = 0,
         lengths: Sequence[int] | None = None,
     ) -> None:
-        if initial.shape[0] != len(neighbours) or initial.dtype != torch.float32:
-            raise ValueError(
-                f"initial must be float32 with one row per neighbour ({len(neighbours)}), "
-                f"got {initial.dtype} {tuple(initial.shape)}"
-            )
         self.rank = rank
         self.neighbours = list(neighbours)
         self.length = initial.shape[1]
-        self.lengths = list(lengths) if lengths is not None else [self.length] * len(neighbours)
+        self.lengths = _value_lengths(len(self.neighbours), initial, lengths)
         """The float32 a VALUE of each neighbour carries."""
-        if len(self.lengths) != len(self.neighbours) or not all(
-            0 < n <= self.length for n in self.lengths
-        ):
-            raise ValueError(
-                f"lengths must give each of the {len(neighbours)} neighbours 1 to "
-                f"{self.length} values, got {self.lengths}"
-            )
         self.delta_words = delta_words
         self._owned = initial.clone()
         """Row ``i``: neighbour ``i``'s value where the mailbox holds it itself (at the
@@ -457,8 +475,9 @@ class Mailbox:
 
     def _lend(self, i: int, payload: torch.Tensor) -> None:
         """With the condition held: neighbour ``i``'s row is now ``payload``."""
-        if self._lent[i] is not None:
-            self._give_back(i, self._lent[i])
+        lent = self._lent[i]
+        if lent is not None:
+            self._give_back(i, lent)
         self._lent[i] = payload
         self._rows[i] = payload
 
@@ -471,9 +490,10 @@ class Mailbox:
         """With the condition held: add neighbour ``i``'s DELTA to its row."""
         neighbour = self.neighbours[i]
         row = self._owned[i, : self.lengths[i]]
-        if self._lent[i] is not None:
-            row.copy_(self._lent[i])
-            self._give_back(i, self._lent[i])
+        lent = self._lent[i]
+        if lent is not None:
+            row.copy_(lent)
+            self._give_back(i, lent)
             self._lent[i] = None
             self._rows[i] = row
         try:
@@ -557,11 +577,15 @@ class Mailbox:
 
     def _receive_from(self, i: int, neighbour: int) -> None:
         """Receive neighbour ``i``'s messages until it stops, aborts, fails or misbehaves."""
-        control = dict.fromkeys((Kind.NONE, Kind.STOP, Kind.ABORT, Kind.PING), 0)
+        accept: dict[int, int | range] = {
+            Kind.VALUE: self.lengths[i],
+            Kind.DELTA: range(1, self.delta_words + 1),
+            **dict.fromkeys((Kind.NONE, Kind.STOP, Kind.ABORT, Kind.PING), 0),
+        }
         receive_loop(
             self._group,
             neighbour,
-            {Kind.VALUE: self.lengths[i], Kind.DELTA: range(1, self.delta_words + 1), **control},
+            accept,
             lambda kind, step, payload: self._deliver(i, neighbour, kind, step, payload),
             lambda why: self._end(i, why),
             check=lambda kind, step: self._check(i, kind, step),
@@ -586,6 +610,8 @@ class Mailbox:
         with self._condition:
             self.received += 1
             if kind in (Kind.VALUE, Kind.DELTA):
+                if payload is None:  # never: both are accepted with 1 float or more
+                    raise ValueError(f"a {kind.name} without a payload")
                 self._arrivals[i].append((step, kind, payload))
             if kind in (Kind.VALUE, Kind.DELTA, Kind.NONE):
                 self._steps[i] = step
