@@ -27,6 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -143,12 +144,12 @@ class PushChannel:
             rank = shared.rank
             shared.start(
                 neighbour,
-                lambda n=neighbour: self._receive(n),
+                partial(self._receive, neighbour),
                 f"murmur-push-{rank}-{phase}-from-{neighbour}",
             )
             shared.start(
                 neighbour,
-                lambda n=neighbour: self._send(n),
+                partial(self._send, neighbour),
                 f"murmur-push-{rank}-{phase}-to-{neighbour}",
             )
 
@@ -258,6 +259,8 @@ class PushChannel:
             with shared.condition:
                 shared.heard[neighbour] = time.monotonic()
                 if kind == Kind.UPDATE:
+                    if payload is None:  # never: an UPDATE is accepted with its block only
+                        raise ValueError("an UPDATE without a block")
                     self._newest[neighbour] = step
                     self._new[neighbour] = (step - 1, payload.view(self._dtype))
                 shared.condition.notify_all()
