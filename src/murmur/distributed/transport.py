@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -44,6 +44,8 @@ from murmur.topology import Graph, as_sparse
 
 DEFAULT_TIMEOUT = 60.0
 """Seconds to wait for a peer: to join, for each step's messages, to finish."""
+
+T = TypeVar("T")
 
 
 class DistributedTransport:
@@ -100,29 +102,19 @@ class DistributedTransport:
         ``counters``: add to these (the block's, e.g. shared by the layers of one run).
         ``block``: the agents each rank holds.
         """
-        if initial.shape[0] != graph.agents:
-            raise ValueError(f"initial has {initial.shape[0]} rows for {graph.agents} agents")
-        if block < 1 or graph.agents % block != 0 or rank * block >= graph.agents:
-            raise ValueError(f"rank {rank} cannot hold a block of {block} of {graph.agents} agents")
+        _check_block(graph, rank, initial, block)
         self.rank = rank
         self.block = block
         first = rank * block
         self.agents = list(range(first, first + block))
         """The agents this transport sends for: the rank's own."""
         adjacency = [graph.neighbors(agent) for agent in self.agents]
-        needed: dict[int, set[int]] = {}  # a neighbouring rank -> its agents the block hears
-        wanted: dict[int, set[int]] = {}  # a neighbouring rank -> the block's rows it hears
-        for row, neighbours in enumerate(adjacency):
-            for agent in neighbours:
-                owner = agent // block
-                if owner != rank:
-                    needed.setdefault(owner, set()).add(agent)
-                    wanted.setdefault(owner, set()).add(row)
-        self.neighbours = sorted(needed)
+        peers = _peers(adjacency, rank, block)
+        self.neighbours = peers.ranks
         """The ranks this one talks to: those holding a neighbour of one of its agents."""
-        self._heard = [sorted(needed[peer]) for peer in self.neighbours]
+        self._heard = peers.heard
         """Per neighbouring rank: the agents whose rows its messages carry, in order."""
-        self._told = [sorted(wanted[peer]) for peer in self.neighbours]
+        self._told = peers.told
         """Per neighbouring rank: the block's rows (0 .. block-1) its messages carry."""
         self.graph = graph
         """The graph the agents talk over: always the one given."""
@@ -144,17 +136,8 @@ class DistributedTransport:
         ]
         """Per neighbouring rank: the envelope of its VALUEs (all rows: ``_value``)."""
         self._told_index = [torch.tensor(rows, dtype=torch.int64) for rows in self._told]
-        lengths = [len(agents) * width for agents in self._heard]
-        heard = torch.zeros(len(self.neighbours), max(lengths, default=width))
-        for i, agents in enumerate(self._heard):
-            heard[i, : lengths[i]] = _wire(initial[agents].to(dtype).contiguous()).reshape(-1)
-        words = max_packed_words(self._sent.shape[1], self._sent.element_size())
-        if block > 1:  # a packed difference per row, then positions, lengths and a count
-            words = max(map(len, self._heard), default=1) * (words + 2) + 1
-        self._mailbox = Mailbox(
-            group, rank, self.neighbours, heard, delta_words=words, lengths=lengths
-        )
-        self._delta_words = words
+        self._delta_words = self._largest_delta()
+        self._mailbox = self._open_mailbox(group, initial)
         self._deltas: list[Envelope] = []
         """The envelopes of DELTAs: one for all (a single agent), or one per neighbouring
         rank; made at the first ``publish``."""
@@ -163,6 +146,27 @@ class DistributedTransport:
         self._rows: dict[int, tuple[torch.Tensor, list[int], torch.Tensor, torch.Tensor]] = {}
         self._codec: tuple[Compressor, Segments] | None = None
         """How the neighbours' DELTAs are decoded: as this rank's own last ``publish``."""
+
+    def _largest_delta(self) -> int:
+        """The most float32 words of a DELTA, as the mailbox accepts them and the block's
+        envelopes hold them: one agent's packed difference, or, between blocks, one per
+        row of the most rows heard from a rank, then their positions, lengths and count."""
+        words = max_packed_words(self._sent.shape[1], self._sent.element_size())
+        if self.block > 1:
+            words = max(map(len, self._heard), default=1) * (words + 2) + 1
+        return words
+
+    def _open_mailbox(self, group: dist.ProcessGroup, initial: torch.Tensor) -> Mailbox:
+        """The mailbox of the neighbouring ranks' messages, each rank's row starting, as on
+        the wire, from the ``initial`` values of its agents the block hears."""
+        lengths = [len(agents) * self._width for agents in self._heard]
+        heard = torch.zeros(len(self.neighbours), max(lengths, default=self._width))
+        for i, agents in enumerate(self._heard):
+            values = initial[agents].to(self._sent.dtype).contiguous()
+            heard[i, : lengths[i]] = _wire(values).reshape(-1)
+        return Mailbox(
+            group, self.rank, self.neighbours, heard, delta_words=self._delta_words, lengths=lengths
+        )
 
     @property
     def rejected(self) -> int:
@@ -369,7 +373,7 @@ class DistributedTransport:
         self._patiently(self._mailbox.wait_stopped)
         self._outbox.close()
 
-    def _patiently(self, wait: Callable[[float], Any]) -> Any:
+    def _patiently(self, wait: Callable[[float], T]) -> T:
         """``wait(timeout)``; if some neighbours are silent that long, find out whether they
         are gone (a send to them fails: they are named at once) or alive and stalled
         behind another rank, which their ABORT will name: wait once more for it."""
@@ -454,6 +458,51 @@ class DistributedTransport:
         gathered = torch.empty(len(sources), self._sent.shape[1], dtype=self._sent.dtype)
         self._rows[id(operator)] = (operator, sources, matrix, gathered)
         return sources, matrix, gathered
+
+
+def _check_block(graph: Graph, rank: int, initial: torch.Tensor, block: int) -> None:
+    """ValueError unless ``initial`` has a row per agent of ``graph`` and rank ``rank``
+    can hold a block of ``block`` of them."""
+    if initial.shape[0] != graph.agents:
+        raise ValueError(f"initial has {initial.shape[0]} rows for {graph.agents} agents")
+    if block < 1 or graph.agents % block != 0 or rank * block >= graph.agents:
+        raise ValueError(f"rank {rank} cannot hold a block of {block} of {graph.agents} agents")
+
+
+class _Peers(NamedTuple):
+    """Whom a block of agents talks to."""
+
+    ranks: list[int]
+    """The neighbouring ranks: those holding a neighbour of one of the block's agents."""
+    heard: list[list[int]]
+    """Per neighbouring rank: its agents the block hears, in order."""
+    told: list[list[int]]
+    """Per neighbouring rank: the block's rows (0 .. block-1) its agents hear, in order."""
+
+
+def _peers(adjacency: list[list[int]], rank: int, block: int) -> _Peers:
+    """The neighbouring ranks of rank ``rank``'s block, whose agents have the neighbours
+    ``adjacency`` (one list per row of the block)."""
+    needed: dict[int, set[int]] = {}  # a neighbouring rank -> its agents the block hears
+    wanted: dict[int, set[int]] = {}  # a neighbouring rank -> the block's rows it hears
+    for row, neighbours in enumerate(adjacency):
+        for agent in neighbours:
+            owner = agent // block
+            if owner != rank:
+                needed.setdefault(owner, set()).add(agent)
+                wanted.setdefault(owner, set()).add(row)
+    ranks = sorted(needed)
+    return _Peers(
+        ranks, [sorted(needed[peer]) for peer in ranks], [sorted(wanted[peer]) for peer in ranks]
+    )
+
+
+def world_group() -> dist.ProcessGroup:
+    """The default process group, which ``init_process_group`` joined."""
+    group = dist.group.WORLD
+    if group is None:
+        raise RuntimeError("no default process group: torch.distributed is not initialized")
+    return group
 
 
 def _wire(values: torch.Tensor) -> torch.Tensor:
