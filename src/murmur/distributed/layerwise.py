@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -50,7 +50,12 @@ from murmur.distributed.mailbox import (
     receive_loop,
 )
 from murmur.distributed.push_channel import RESULT_TAG, Neighbourhood
-from murmur.distributed.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
+from murmur.distributed.transport import (
+    DEFAULT_TIMEOUT,
+    DistributedTransport,
+    all_gather,
+    world_group,
+)
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.records import Outcome
@@ -108,9 +113,8 @@ class DistributedNetwork:
         or another rank's ABORT) is raised when it comes within a timeout, else a
         failure naming no rank."""
         summed = values.sum(dim=0).clone()
-        group = self.group if self.group is not None else dist.group.WORLD
         try:
-            work = dist.all_reduce(summed, group=group, async_op=True)
+            work = dist.all_reduce(summed, group=self._group(), async_op=True)
             if work.wait(timedelta(seconds=self.timeout)) is False:
                 raise RuntimeError(f"no answer within {self.timeout:g} s")
         except RuntimeError as error:
@@ -134,7 +138,7 @@ class DistributedNetwork:
     def transport_for(self, width: int, dtype: torch.dtype) -> DistributedTransport:
         self.close()
         transport = DistributedTransport(
-            self.group if self.group is not None else dist.group.WORLD,
+            self._group(),
             self.graph,
             self.rank,
             torch.zeros(self.graph.agents, width, dtype=dtype),
@@ -166,10 +170,14 @@ class DistributedNetwork:
                 channel.wait(node.waiting_on())
         channel.close()
 
+    def _group(self) -> dist.ProcessGroup:
+        """The process group the node talks in: ``group``, by default the world."""
+        return self.group if self.group is not None else world_group()
+
     def _neighbourhood(self) -> Neighbourhood:
         if self.neighbourhood is None:
             self.neighbourhood = Neighbourhood(
-                self.group if self.group is not None else dist.group.WORLD,
+                self._group(),
                 self.rank,
                 self.graph.neighbors(self.rank),
                 self.timeout,
@@ -198,6 +206,31 @@ class DistributedNetwork:
     def abort(self, failed: Sequence[int]) -> None:
         if self._transport is not None:
             self._transport.abort(failed)
+
+    def snapshot(self, at: LayerProgress) -> dict[str, Any]:
+        """The rank's part of a checkpoint after layer ``at.layer``: the layers so far
+        and this node's counts. The layer's gossip phase ends here: its STOPs are counted."""
+        self.close()
+        return {
+            "layers": at.to_plain(),
+            "counters": self.counters.state_dict(),
+            "control": self.control_messages,
+            "rejected": self.rejected,
+        }
+
+    def resume(self, saved: Mapping[str, Any]) -> LayerProgress:
+        """Take this node's counts from the rank's part of a checkpoint (:meth:`snapshot`);
+        the layers to continue after. UsageError when it does not fit this run."""
+        try:
+            start = LayerProgress.from_plain(saved["layers"])
+            self.counters.load_state_dict(saved["counters"])
+            self.control_messages = int(saved["control"])
+            self.rejected = int(saved["rejected"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise UsageError(
+                f"rank {self.rank}: its checkpoint does not fit this run: {error}"
+            ) from None
+        return start
 
 
 def train_layerwise_rank(
@@ -228,27 +261,7 @@ def train_layerwise_rank(
     )
     if network_out is not None:
         network_out.append(network)
-    start = None
-    if resumed is not None:
-        try:
-            start = LayerProgress.from_plain(resumed["layers"])
-            network.counters.load_state_dict(resumed["counters"])
-            network.control_messages = int(resumed["control"])
-            network.rejected = int(resumed["rejected"])
-        except (KeyError, TypeError, ValueError, RuntimeError) as error:
-            raise UsageError(
-                f"rank {rank}: its checkpoint does not fit this run: {error}"
-            ) from None
-
-    def snapshot(at: LayerProgress) -> dict[str, Any]:
-        network.close()  # the layer's gossip phase ends here: its STOPs are counted
-        return {
-            "layers": at.to_plain(),
-            "counters": network.counters.state_dict(),
-            "control": network.control_messages,
-            "rejected": network.rejected,
-        }
-
+    start = network.resume(resumed) if resumed is not None else None
     try:
         trained = train_layerwise_run(
             dataclasses.replace(setup, checkpoints=saves),
@@ -258,7 +271,7 @@ def train_layerwise_rank(
             on_record,
             progress,
             start,
-            snapshot if saves is not None else None,
+            network.snapshot if saves is not None else None,
         )
         network.close()
     except PeerFailure as failure:
@@ -455,7 +468,7 @@ def _collect(
     timeout: float,
 ) -> Outcome:
     """Every rank's results to rank 0, point to point, without waiting for failed ranks."""
-    group, world = dist.group.WORLD, dist.get_world_size()
+    group, world = world_group(), dist.get_world_size()
     flat = local.flat(world)
     if rank != 0:
         _send_result(group, rank, flat, timeout)
@@ -515,6 +528,8 @@ def _receive_results(
 
     def listen(sender: int) -> None:
         def take(kind: Kind, step: int, payload: torch.Tensor | None) -> bool:
+            if payload is None:  # never: a RESULT is accepted with its ``words`` only
+                raise ValueError("a RESULT without results")
             with condition:
                 arrived[sender] = payload.view(torch.float64)
                 condition.notify_all()
@@ -558,6 +573,8 @@ def _receive_results(
 
 def _layer_row(record: dict[str, Any], rows: LayerRows) -> list[float]:
     """This rank's row of ``_LAYER_COLUMNS`` for one layer (its node is the only one)."""
+    if rows.test_accuracy is None:
+        raise ValueError("a layer-wise run measures the test accuracy of every layer")
     return [
         record["layer"],
         record["width"],
