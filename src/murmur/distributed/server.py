@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -63,22 +63,56 @@ from murmur.distributed.mailbox import (
     PeerTimeout,
     receive_loop,
 )
+from murmur.distributed.transport import world_group
 from murmur.errors import UsageError
 from murmur.metrics.records import Outcome
 from murmur.training.checkpoint import read_checkpoint
-from murmur.training.setup import SgdSetup
+from murmur.training.setup import Problem, SgdSetup
 
 SERVER = 0
 
 OnRecord = Callable[[dict[str, Any]], None]
-Message = tuple[int | None, Kind | None, Any, torch.Tensor | None]
-"""What a receiving thread queues: (source, kind, step, payload); (source, None,
-reason, None) once the source failed; all None from ``_Server._next`` when nothing came."""
+
+
+class Received(NamedTuple):
+    """A message a receiving thread queued: from ``source``, of ``kind``, numbered
+    ``step``."""
+
+    source: int
+    kind: Kind
+    step: int
+    payload: torch.Tensor | None
+
+    def floats(self) -> torch.Tensor:
+        """The payload of a MODEL or a PUSH (accepted with a model's floats only)."""
+        if self.payload is None:
+            raise ValueError(f"a {self.kind.name} without a payload")
+        return self.payload
+
+
+class Lost(NamedTuple):
+    """What a receiving thread queues once ``source`` is heard no more: its connection
+    failed, or it sent something malformed (``reason``)."""
+
+    source: int
+    reason: str
+
+
+Message = Received | Lost
+"""What a receiving thread queues."""
+
+
+def _workers(config: Config) -> int:
+    """The workers of the run's algorithm, a parameter-server one."""
+    algorithm = config.algorithm
+    if not isinstance(algorithm, WorkersConfig):
+        raise TypeError(f"{algorithm.name} has no parameter server and no workers")
+    return algorithm.workers
 
 
 def check_world(config: Config, world: int) -> None:
     """UsageError unless ``world`` is the workers plus the server."""
-    workers = config.algorithm.workers
+    workers = _workers(config)
     if world != workers + 1:
         raise UsageError(
             f"WORLD_SIZE is {world} but {config.algorithm.name} with algorithm.workers = "
@@ -129,7 +163,7 @@ def _resumed(
     again from the saved model (gradients in flight at the kill are computed
     again). Later files of the server, which the run saves again, are removed."""
     config = setup.config
-    workers = config.algorithm.workers
+    workers = _workers(config)
     saved = None
     if rank == SERVER and saves is not None:
         saved = newest_server_checkpoint(saves, config)
@@ -165,19 +199,17 @@ def _resumed(
 def _listen(
     group: dist.ProcessGroup, rank: int, sources: list[int], kinds: dict[int, int]
 ) -> tuple[queue.Queue[Message], list[threading.Thread]]:
-    """One receiving thread per source, all feeding one queue: ``(source, kind, step,
-    payload)`` per message, ``(source, None, reason, None)`` once a source's connection
-    fails or it sends garbage. ``kinds``: accepted kind -> payload length (0: none)."""
+    """One receiving thread per source, all feeding one queue: a :class:`Received` per
+    message, a :class:`Lost` once a source's connection fails or it sends garbage.
+    ``kinds``: accepted kind -> payload length (0: none)."""
     arrivals: queue.Queue[Message] = queue.Queue()
 
     def listen(source: int) -> None:
         def take(kind: Kind, step: int, payload: torch.Tensor | None) -> bool:
-            arrivals.put((source, kind, step, payload))
+            arrivals.put(Received(source, kind, step, payload))
             return kind not in (Kind.STOP, Kind.ABORT)
 
-        receive_loop(
-            group, source, kinds, take, lambda why: arrivals.put((source, None, why, None))
-        )
+        receive_loop(group, source, kinds, take, lambda why: arrivals.put(Lost(source, why)))
 
     threads = [
         threading.Thread(
@@ -218,15 +250,9 @@ def _work(
     simulator, no message brings it); a resumed worker's is the server's saved one."""
     problem = setup.problem
     worker = rank - 1
-    group = dist.group.WORLD
+    group = world_group()
     length = setup.initial.shape[1]
-    model, version = setup.initial[0].to(torch.float32), 0
-    if start != "new":
-        _, saved_version, saved_model, pushes = _resumed(setup, saves, rank, start)
-        if saved_model is not None:
-            model, version = saved_model, saved_version
-            for _ in range(pushes[worker]):  # the batches of the gradients the server took
-                problem.sampler.next_for(worker)
+    model, version = _first_model(setup, saves, rank, start)
     arrivals, threads = _listen(
         group, rank, [SERVER], {Kind.MODEL: length, Kind.STOP: 0, Kind.ABORT: 0}
     )
@@ -234,27 +260,58 @@ def _work(
     outbox.start()
     started = time.perf_counter()
     pushes, computing = 0, 0.0
-    message_bytes = length * 4
     # sync-ps holds the model until every worker's gradient is in, and names a silent
     # worker after one timeout: wait for its word a timeout longer than that.
     patience = 2 * timeout if algorithm.name == "sync-ps" else timeout
     try:
         while True:
             began = time.perf_counter()
-            indices = problem.sampler.next_for(worker)
-            _, grads = problem.model.loss_and_grad(
-                model.view(1, -1), problem.x_train[indices][None], problem.y_train[indices][None]
-            )
-            gradient = grads[0].to(torch.float32).contiguous()
+            gradient = _gradient(problem, worker, model)
             computing += time.perf_counter() - began
             outbox.send(Kind.PUSH, version, [SERVER], timeout, gradient)
             pushes += 1
-            kind, version, model = _from_server(arrivals, patience)
-            if kind == Kind.STOP:
+            word = _from_server(arrivals, patience)
+            version = word.step
+            if word.kind == Kind.STOP:
                 outbox.send(Kind.STOP, version, [SERVER], timeout)  # done: nothing more comes
                 break
+            model = word.floats()
     finally:
         _close(outbox, threads, timeout)
+    train_seconds = computing or (time.perf_counter() - started)
+    return _worker_outcome(problem, worker, pushes, length * 4, train_seconds)
+
+
+def _first_model(
+    setup: SgdSetup, saves: RankCheckpoints | None, rank: int, start: Start
+) -> tuple[torch.Tensor, int]:
+    """The model worker ``rank - 1`` starts from, and its version: the initial one, or
+    when resumed (collective: :func:`_resumed`) the server's saved one, the worker's
+    batch stream then moved past the gradients the server took from it."""
+    model, version = setup.initial[0].to(torch.float32), 0
+    if start != "new":
+        worker = rank - 1
+        _, saved_version, saved_model, taken = _resumed(setup, saves, rank, start)
+        if saved_model is not None:
+            model, version = saved_model, saved_version
+            for _ in range(taken[worker]):  # the batches of the gradients the server took
+                setup.problem.sampler.next_for(worker)
+    return model, version
+
+
+def _gradient(problem: Problem, worker: int, model: torch.Tensor) -> torch.Tensor:
+    """Worker ``worker``'s gradient of ``model`` on its next mini-batch, float32."""
+    indices = problem.sampler.next_for(worker)
+    _, grads = problem.model.loss_and_grad(
+        model.view(1, -1), problem.x_train[indices][None], problem.y_train[indices][None]
+    )
+    return grads[0].to(torch.float32).contiguous()
+
+
+def _worker_outcome(
+    problem: Problem, worker: int, pushes: int, message_bytes: int, train_seconds: float
+) -> Outcome:
+    """What a worker reports at the end: its ``pushes`` of ``message_bytes`` each."""
     return Outcome(
         agents=1,
         topology="parameter server",
@@ -263,29 +320,29 @@ def _work(
         events_per_agent=[pushes],
         messages=pushes,
         bytes=pushes * message_bytes,
-        train_seconds=computing or (time.perf_counter() - started),
+        train_seconds=train_seconds,
         samples=pushes * problem.sampler.batch_size,
         extra={"runtime": "distributed", "worker": worker},
     )
 
 
-def _from_server(
-    arrivals: queue.Queue[Message], patience: float
-) -> tuple[Kind, int, torch.Tensor | None]:
-    """The server's next word to a worker: (kind, step, payload) of a MODEL or STOP;
-    PeerTimeout after ``patience`` s of silence, PeerFailure if its connection failed
-    or it sent ABORT (naming the rank that failed)."""
+def _from_server(arrivals: queue.Queue[Message], patience: float) -> Received:
+    """The server's next word to a worker: a MODEL or STOP; PeerTimeout after
+    ``patience`` s of silence, PeerFailure if its connection failed or it sent ABORT
+    (naming the rank that failed)."""
     try:
-        _, kind, step, payload = arrivals.get(timeout=patience)
+        word = arrivals.get(timeout=patience)
     except queue.Empty:
         raise PeerTimeout(
             [SERVER], f"the server (rank 0) sent nothing within {patience:g} s"
         ) from None
-    if kind is None:
-        raise PeerFailure([SERVER], f"the server (rank 0) {step}")
-    if kind == Kind.ABORT:
-        raise PeerFailure([step], f"rank {step} failed (the server stopped because of it)")
-    return kind, step, payload
+    if isinstance(word, Lost):
+        raise PeerFailure([SERVER], f"the server (rank 0) {word.reason}")
+    if word.kind == Kind.ABORT:
+        raise PeerFailure(
+            [word.step], f"rank {word.step} failed (the server stopped because of it)"
+        )
+    return word
 
 
 # ---------------------------------------------------------------- the server
@@ -349,9 +406,10 @@ class _Server:
             dynamic_ncols=True,
         )
         self.started = time.perf_counter()
-        self.outbox = Outbox(dist.group.WORLD, SERVER, self.ranks)
+        group = world_group()
+        self.outbox = Outbox(group, SERVER, self.ranks)
         self.arrivals, self.threads = _listen(
-            dist.group.WORLD, SERVER, self.ranks, {Kind.PUSH: self.server.x.numel(), Kind.STOP: 0}
+            group, SERVER, self.ranks, {Kind.PUSH: self.server.x.numel(), Kind.STOP: 0}
         )
 
     def train(self, resumed: dict[str, Any] | None = None) -> Outcome:
@@ -367,13 +425,15 @@ class _Server:
             self.waiting_since = dict.fromkeys(self.ranks, started)
             while not server.done:
                 self._require_workers()
-                rank, kind, step, payload = self._next()
-                if rank is None or rank in self.failed:
+                message = self._next()
+                if message is None or message.source in self.failed:
                     continue
-                if kind != Kind.PUSH:
-                    self._fail(rank, step if kind is None else "stopped before it was told to")
-                    continue
-                self._arrive(rank, payload, step)
+                if isinstance(message, Lost):
+                    self._fail(message.source, message.reason)
+                elif message.kind != Kind.PUSH:
+                    self._fail(message.source, "stopped before it was told to")
+                else:
+                    self._arrive(message.source, message.floats(), message.step)
             self.bar.close()
             if server.final_evaluation_due:
                 self._evaluate()
@@ -438,8 +498,8 @@ class _Server:
                 pass  # going down too; nothing more to tell
             self.control_messages += len(live)
 
-    def _next(self) -> Message:
-        """The next arrival, or (None, ...) once a silent worker has been dropped: one
+    def _next(self) -> Message | None:
+        """The next arrival, or None once a silent worker has been dropped: one
         that sent nothing for ``timeout`` s after it was sent the model, checked at every
         arrival (the others may keep the queue busy) and at the earliest deadline."""
         now = time.monotonic()
@@ -447,12 +507,12 @@ class _Server:
         for rank in silent:
             self._fail(rank, f"sent no gradient within {self.timeout:g} s")
         if silent:
-            return None, None, None, None
+            return None
         deadline = min(self.waiting_since.values(), default=now) + self.timeout
         try:
             return self.arrivals.get(timeout=max(deadline - now, 0.0))
         except queue.Empty:
-            return None, None, None, None
+            return None
 
     def _fail(self, rank: int, why: str) -> None:
         self.failed[rank] = why
@@ -484,20 +544,18 @@ class _Server:
         deadline = time.monotonic() + self.timeout
         while waiting:
             try:
-                rank, kind, step, _ = self.arrivals.get(
-                    timeout=max(deadline - time.monotonic(), 0.0)
-                )
+                message = self.arrivals.get(timeout=max(deadline - time.monotonic(), 0.0))
             except queue.Empty:
                 for rank in sorted(waiting):
                     self.failed[rank] = f"did not finish within {self.timeout:g} s"
                 return
-            if rank not in waiting:
+            if message.source not in waiting:
                 continue
-            if kind == Kind.STOP:
-                waiting.discard(rank)
-            elif kind is None:
-                waiting.discard(rank)
-                self.failed[rank] = f"{step} before it finished"
+            if isinstance(message, Lost):
+                waiting.discard(message.source)
+                self.failed[message.source] = f"{message.reason} before it finished"
+            elif message.kind == Kind.STOP:
+                waiting.discard(message.source)
 
     def _evaluate(self) -> dict[str, Any]:
         problem = self.problem
