@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsFloat
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -337,7 +337,13 @@ def speedup_lines(
     return lines
 
 
-def _speedup_line(axes: Any, name: str, points: list, not_reached: list, colour: Any) -> None:
+def _speedup_line(
+    axes: Axes,
+    name: str,
+    points: list[tuple[float, float, float | None]],
+    not_reached: list[float],
+    colour: str,
+) -> None:
     """One algorithm's iteration speedup (hollow circles) and time speedup (squares)."""
     workers, iteration = mean_line([(w, s) for w, s, _ in points])
     # Hollow circles around the time line's squares: the two often coincide.
@@ -458,9 +464,10 @@ def _staleness_histogram(summary: dict[str, Any]) -> list[float]:
     if not isinstance(histogram, list):
         return []
     counts = [_finite(count) for count in histogram]
-    if any(count is None or count < 0 for count in counts) or not sum(counts):
+    valid = [count for count in counts if count is not None and count >= 0]
+    if len(valid) != len(counts) or not sum(valid):
         return []
-    return counts
+    return valid
 
 
 def x_axis_label(runs: Sequence[Run]) -> str:
@@ -576,7 +583,7 @@ def _accuracy_series(
 
 
 def _statistic(
-    record: dict[str, Any], key: str, reduce: Callable[[list[float]], Any]
+    record: dict[str, Any], key: str, reduce: Callable[[list[float]], SupportsFloat]
 ) -> float | None:
     """An accuracy statistic of a record, else reduce over its per-agent test_accuracy."""
     value = _finite(record.get(key))
@@ -605,10 +612,11 @@ def _final_events_per_agent(run: Run) -> list[float]:
     if not isinstance(counts, list):
         return []
     values = [_finite(count) for count in counts]
-    return [] if None in values else values
+    finite = [value for value in values if value is not None]
+    return finite if len(finite) == len(values) else []
 
 
-def _finite(value: Any) -> float | None:
+def _finite(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None

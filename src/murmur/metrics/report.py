@@ -160,32 +160,32 @@ def run_label(summary: dict[str, Any]) -> str:
 # MISSING for a value that is absent, null or not a number.
 
 
-def as_number(value: Any) -> float | None:
+def as_number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, Real):
         return None
     return float(value)
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return MISSING if value is None or value == "" else str(value)
 
 
-def _count(value: Any) -> str:
+def _count(value: object) -> str:
     number = as_number(value)
     return MISSING if number is None else str(round(number))
 
 
-def _percent(fraction: Any) -> str:
+def _percent(fraction: object) -> str:
     number = as_number(fraction)
     return MISSING if number is None else f"{100 * number:.2f}"
 
 
-def _seconds(value: Any) -> str:
+def _seconds(value: object) -> str:
     number = as_number(value)
     return MISSING if number is None else f"{number:.1f}"
 
 
-def _virtual_seconds(value: Any) -> str:
+def _virtual_seconds(value: object) -> str:
     """Simulated seconds with three significant digits: virtual times are often tiny."""
     number = as_number(value)
     if number is None or not math.isfinite(number):
@@ -198,20 +198,21 @@ def _virtual_seconds(value: Any) -> str:
     return f"{number:.{decimals}f}"
 
 
-def _layers(value: Any) -> str:
+def _layers(value: object) -> str:
     """Layer widths, compact: "3 x 122" when all are equal, else "122,172,222"."""
     if not isinstance(value, list) or not value:
         return MISSING
     widths = [as_number(width) for width in value]
-    if any(width is None or not math.isfinite(width) for width in widths):
+    finite = [width for width in widths if width is not None and math.isfinite(width)]
+    if len(finite) != len(widths):
         return MISSING
-    texts = [str(round(width)) for width in widths]
+    texts = [str(round(width)) for width in finite]
     if len(set(texts)) == 1:
         return f"{len(texts)} x {texts[0]}"
     return ",".join(texts)
 
 
-def human_bytes(value: Any) -> str:
+def human_bytes(value: object) -> str:
     """Bytes in decimal units (1 KB = 1000 B), as network traffic is counted."""
     number = as_number(value)
     if number is None:
@@ -267,7 +268,7 @@ def _relative_percent(fraction: float | None) -> str:
     return (text.rstrip("0").rstrip(".") if decimals else text) + " %"
 
 
-def _staleness(value: Any) -> str:
+def _staleness(value: object) -> str:
     """Mean and largest staleness of the applied gradients, "2.9 / 3"."""
     if not isinstance(value, dict):
         return MISSING
@@ -303,7 +304,7 @@ def has_target(summary: dict[str, Any]) -> bool:
     return target is not None and target > 0
 
 
-def _positive(value: Any) -> float | None:
+def _positive(value: object) -> float | None:
     number = as_number(value)
     return number if number is not None and math.isfinite(number) and number > 0 else None
 

@@ -7,6 +7,7 @@ the plots are :mod:`murmur.metrics.plots` (matplotlib is loaded only here).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ _OPTIONAL_PLOT_FILES = (
 )
 
 
-def write_report(run_dirs: list[str | Path], out_dir: str | Path) -> Path:
+def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
     """Write out_dir/report.md and its plots for the given run folders; return its path.
 
     All runs are read before anything is written, so a bad folder leaves

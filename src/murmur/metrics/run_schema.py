@@ -22,7 +22,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from murmur.errors import UsageError
 
@@ -43,16 +43,16 @@ class Field:
     """
 
     words: str
-    test: Callable[[Any], bool]
+    test: Callable[[object], bool]
     items: Field | None = None
     fields: Mapping[str, Field] | None = None
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _is_integer(value: Any) -> bool:
+def _is_integer(value: object) -> TypeGuard[int]:
     return (
         isinstance(value, int) and not isinstance(value, bool) and _INT64_MIN <= value <= _INT64_MAX
     )
@@ -227,7 +227,7 @@ def _check(where: str, name: str, value: Any, field: Field) -> None:
         _check_fields(where, value, field.fields, {}, prefix=f"{name}.")
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     """A value as a message quotes it: JSON text, cut short; a list or object by its kind."""
     if isinstance(value, dict):
         return "an object"
