@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import torch
 
@@ -157,9 +157,11 @@ def _pairs(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     return torch.stack([left, right], dim=1)
 
 
-def _check_agents(agents: int) -> None:
+def _check_agents(agents: object) -> int:
+    """``agents`` itself, once checked to be an integer >= 1 (not a bool)."""
     if isinstance(agents, bool) or not isinstance(agents, int) or agents < 1:
         raise UsageError(f"topology.agents={agents!r} must be an integer >= 1")
+    return agents
 
 
 def ring(agents: int) -> Graph:
@@ -401,34 +403,52 @@ def build_graph(
     """
     if kind not in GRAPHS:
         raise UsageError(f"topology.graph={kind!r} is unknown; choose one of {', '.join(GRAPHS)}")
-    if agents is not None or kind != "edges":
-        _check_agents(agents)
-
-    if kind == "ring":
-        graph = ring(agents)
-    elif kind == "circular":
-        graph = circular(agents, _required(degree, "degree", kind, "an even number, e.g. 4"))
-    elif kind == "complete":
-        graph = complete(agents)
-    elif kind == "star":
-        graph = star(agents)
-    elif kind == "torus":
-        graph = torus(agents, rows)
-    elif kind == "erdos_renyi":
-        probability = _required(probability, "probability", kind, "a number in (0, 1]")
-        graph = erdos_renyi(agents, probability, seed)
+    if kind == "edges":
+        count = None if agents is None else _check_agents(agents)
+        if edges_file is None:
+            _missing("edges_file", kind, "a path")
+        graph = from_edge_file(edges_file, count)
     else:
-        graph = from_edge_file(_required(edges_file, "edges_file", kind, "a path"), agents)
+        graph = _family(kind, _check_agents(agents), degree, probability, rows, seed)
 
     if not graph.is_connected():
         _refuse_disconnected(graph, kind)
     return graph
 
 
+def _family(
+    kind: str,
+    agents: int,
+    degree: int | None,
+    probability: float | None,
+    rows: int | None,
+    seed: int,
+) -> Graph:
+    """The graph of family ``kind`` (any of :data:`GRAPHS` but ``"edges"``)."""
+    if kind == "ring":
+        return ring(agents)
+    if kind == "circular":
+        return circular(agents, _required(degree, "degree", kind, "an even number, e.g. 4"))
+    if kind == "complete":
+        return complete(agents)
+    if kind == "star":
+        return star(agents)
+    if kind == "torus":
+        return torus(agents, rows)
+    if kind == "erdos_renyi":
+        probability = _required(probability, "probability", kind, "a number in (0, 1]")
+        return erdos_renyi(agents, probability, seed)
+    raise ValueError(f"graph family {kind!r} is not one build_graph knows")
+
+
 def _required(value: _T | None, field: str, kind: str, example: str) -> _T:
     if value is None:
-        raise UsageError(f"topology.graph={kind!r} needs topology.{field} ({example})")
+        _missing(field, kind, example)
     return value
+
+
+def _missing(field: str, kind: str, example: str) -> NoReturn:
+    raise UsageError(f"topology.graph={kind!r} needs topology.{field} ({example})")
 
 
 def _refuse_disconnected(graph: Graph, kind: str) -> None:
