@@ -413,12 +413,12 @@ def _read_idx(path: Path, magic: int) -> np.ndarray:
         raise UsageError(f"{path} is truncated inside its header; replace the file")
     dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
     expected = math.prod(dims)  # exact; np.prod would wrap around in int64
-    found = len(raw) - header
-    if found != expected:
-        problem = "truncated" if found < expected else "longer than its header says"
+    data_bytes = len(raw) - header
+    if data_bytes != expected:
+        problem = "truncated" if data_bytes < expected else "longer than its header says"
         raise UsageError(
             f"{path} is {problem}: dimensions {dims} need {expected} data bytes, found "
-            f"{found}; replace the file"
+            f"{data_bytes}; replace the file"
         )
     if expected == 0:  # refused before numpy is asked to shape nothing as (0, 2**31, 2**31)
         kind = "image" if magic == _IDX_IMAGES_MAGIC else "label"

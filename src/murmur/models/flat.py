@@ -43,7 +43,7 @@ class ParamLayout:
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """(agents, P) -> {name: (agents, *shape)} as views of ``flat``."""
         agents = flat.shape[0]
-        pieces = torch.split(flat, self.sizes, dim=1)
+        pieces = torch.split(flat, list(self.sizes), dim=1)
         return {
             name: piece.view(agents, *shape)
             for name, shape, piece in zip(self.names, self.shapes, pieces, strict=True)

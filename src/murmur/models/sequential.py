@@ -43,9 +43,11 @@ class SequentialGradient:
         self._buffer: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, module: nn.Module, layout: ParamLayout, classification: bool):
+    def of(
+        cls, module: nn.Module, layout: ParamLayout, classification: bool
+    ) -> SequentialGradient | None:
         """The fast path for ``module``, or None when it is not a plain Linear/ReLU stack."""
-        children = [module] if isinstance(module, nn.Linear) else None
+        children: list[nn.Module] | None = [module] if isinstance(module, nn.Linear) else None
         if isinstance(module, nn.Sequential):
             children = list(module)
             prefixes = [f"{index}." for index in range(len(children))]

@@ -163,9 +163,10 @@ class StackedModel:
                     for at in range(0, samples, step)
                 ]
                 loss = torch.stack([part[1] for part in parts]).sum(dim=0) / samples
+                correct = [part[0] for part in parts if part[0] is not None]
                 accuracy = None
                 if self.task == "classification":
-                    accuracy = torch.stack([part[0] for part in parts]).sum(dim=0) / samples
+                    accuracy = torch.stack(correct).sum(dim=0) / samples
             if accuracy is not None:
                 accuracies.append(accuracy)
             losses.append(loss)
@@ -173,7 +174,7 @@ class StackedModel:
         return accuracy, torch.cat(losses).to(home)
 
     def _measure(
-        self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, total=False
+        self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, total: bool = False
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Per-row accuracy and mean loss on (x, y); with ``total`` their sums instead."""
         outputs = self._outputs(params, x)
