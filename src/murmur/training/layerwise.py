@@ -61,7 +61,8 @@ class LayerwiseResult:
     sizes: list[int]
     """Width of each layer after layer 0 (2Q + random nodes)."""
     train_seconds: float
-    virtual_seconds: float
+    virtual_seconds: float | None
+    """Virtual time at which the last node finished (None: real time only)."""
     admm_iterations: int
     """ADMM iterations (or asynchronous updates) per node, all layers together."""
     last_record: dict[str, Any]
@@ -83,6 +84,33 @@ class LayerProgress:
     rows: list[LayerRows]
     records: list[dict[str, Any]]
 
+    def copy(self) -> LayerProgress:
+        """A copy whose lists a run may extend, leaving these as they are."""
+        return replace(
+            self,
+            history=list(self.history),
+            sizes=list(self.sizes),
+            rows=list(self.rows),
+            records=list(self.records),
+        )
+
+    def keep(
+        self,
+        layer: int,
+        solution: LayerSolution,
+        rows: LayerRows,
+        record: dict[str, Any],
+        iterations: int,
+    ) -> None:
+        """Layer ``layer`` is kept: its output matrices, rows and record, solved in
+        ``iterations`` more."""
+        self.layer = layer
+        self.history.append(solution.outputs)
+        self.sizes.append(solution.outputs.shape[2])
+        self.iterations += iterations
+        self.rows.append(rows)
+        self.records.append(record)
+
     def to_plain(self) -> dict[str, Any]:
         """The progress as plain values, for a checkpoint."""
         return {
@@ -93,6 +121,20 @@ class LayerProgress:
             "rows": [dataclasses.asdict(rows) for rows in self.rows],
             "records": self.records,
         }
+
+    def result(self, train_seconds: float, virtual_seconds: float | None) -> LayerwiseResult:
+        """The end of a run that stands here."""
+        return LayerwiseResult(
+            outputs=self.history[-1],
+            history=self.history,
+            sizes=self.sizes,
+            train_seconds=train_seconds,
+            virtual_seconds=virtual_seconds,
+            admm_iterations=self.iterations,
+            last_record=self.records[-1],
+            rows=self.rows,
+            records=self.records,
+        )
 
     @classmethod
     def from_plain(cls, saved: Mapping[str, Any]) -> LayerProgress:
@@ -129,65 +171,55 @@ def train_layerwise(
     ``checkpoints``: where to save, when due, what ``snapshot`` makes of the progress.
     """
     started = time.perf_counter()
-    nodes = len(shards)
     state = _LayerState.first(x_train, y_train, x_test, y_test, shards, classes)
-    grow = isinstance(config, SsfnConfig) and config.grow
+    growing = config if isinstance(config, SsfnConfig) and config.grow else None
     radius = norm_bound(config, classes)
-
     if start is None:
-        network.begin_layer(0)
-        solution = _solve(state, solver, Ridge(config.lam), network, [0.0] * nodes)
-        record, rows = state.evaluate(0, solution, network, started, max(solution.steps), None)
-        start = LayerProgress(0, [solution.outputs], [], max(solution.steps), [rows], [record])
-        on_record(record)
+        start = _layer_zero(state, solver, network, config, started)
+        on_record(start.records[-1])
     else:
         state = _replayed(state, start.history, classes, seed)
-    outputs, history, sizes = start.history[-1], list(start.history), list(start.sizes)
-    iterations, record = start.iterations, start.records[-1]
-    layer_rows, records = list(start.rows), list(start.records)
-    rows = layer_rows[-1]
+    at = start.copy()
     bar = tqdm(
         total=config.layers, initial=start.layer, disable=not progress, unit="layer", leave=False
     )
     for layer in range(start.layer + 1, config.layers + 1):
-        grown = _grow_layer if grow else _next_layer
-        next_state, next_solution, iterations_used = grown(
-            state, outputs, solver, network, config, layer, radius, seed
+        outputs = at.history[-1]
+        if growing is not None:
+            grown = _grow_layer(state, outputs, solver, network, growing, layer, radius, seed)
+        else:
+            grown = _next_layer(state, outputs, solver, network, config, layer, radius, seed)
+        next_state, solution, iterations = grown
+        record, rows = next_state.evaluate(
+            layer, solution, network, started, at.iterations + iterations, at.rows[-1]
         )
-        next_record, rows = next_state.evaluate(
-            layer, next_solution, network, started, iterations + iterations_used, rows
-        )
-        gain = _improvement(record["train_nme"], next_record["train_nme"])
-        if grow and gain < config.layer_tolerance:
+        gain = _improvement(at.records[-1]["train_nme"], record["train_nme"])
+        if growing is not None and gain < growing.layer_tolerance:
             break
-        state, outputs, record = next_state, next_solution.outputs, next_record
-        layer_rows.append(rows)
-        records.append(record)
-        iterations += iterations_used
-        sizes.append(outputs.shape[2])
-        history.append(outputs)
+        state = next_state
+        at.keep(layer, solution, rows, record, iterations)
         on_record(record)
-        if (
-            checkpoints is not None
-            and snapshot is not None
-            and checkpoints.due(layer, config.layers)
-        ):
-            at = LayerProgress(layer, history, sizes, iterations, layer_rows, records)
-            checkpoints.save(layer, snapshot(at))
+        if checkpoints is not None and snapshot is not None:
+            if checkpoints.due(layer, config.layers):
+                checkpoints.save(layer, snapshot(replace(at)))
         bar.update(1)
         bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}")
     bar.close()
-    return LayerwiseResult(
-        outputs=outputs,
-        history=history,
-        sizes=sizes,
-        train_seconds=time.perf_counter() - started,
-        virtual_seconds=network.virtual_seconds,
-        admm_iterations=iterations,
-        last_record=record,
-        rows=layer_rows,
-        records=records,
-    )
+    return at.result(time.perf_counter() - started, network.virtual_seconds)
+
+
+def _layer_zero(
+    state: _LayerState,
+    solver: LayerSolver,
+    network: LayerNetwork,
+    config: LayerwiseConfig,
+    started: float,
+) -> LayerProgress:
+    """Where a run stands after layer 0, the ridge problem on the inputs themselves."""
+    network.begin_layer(0)
+    solution = _solve(state, solver, Ridge(config.lam), network, [0.0] * len(state.inputs))
+    record, rows = state.evaluate(0, solution, network, started, max(solution.steps), None)
+    return LayerProgress(0, [solution.outputs], [], max(solution.steps), [rows], [record])
 
 
 def _replayed(
@@ -215,6 +247,8 @@ def train_layerwise_run(
     algorithm config, dataset and seed, on the nodes of ``shards``; its checkpoints
     (``setup.checkpoints``) are saved with ``snapshot`` when given."""
     config, dataset = setup.config, setup.dataset
+    if not isinstance(config.algorithm, LayerwiseConfig):
+        raise TypeError(f"{config.algorithm.name} is not trained layer by layer")
     return train_layerwise(
         config.algorithm,
         solver,
@@ -392,8 +426,19 @@ def _solve(
     return solution
 
 
-def _next_layer(state, outputs, solver, network, config, layer, radius, seed, nodes=None):
-    """The next layer with ``nodes`` random nodes (``config.nodes`` by default)."""
+def _next_layer(
+    state: _LayerState,
+    outputs: torch.Tensor,
+    solver: LayerSolver,
+    network: LayerNetwork,
+    config: LayerwiseConfig,
+    layer: int,
+    radius: float,
+    seed: int,
+    nodes: int | None = None,
+) -> tuple[_LayerState, LayerSolution, int]:
+    """The next layer with ``nodes`` random nodes (``config.nodes`` by default): its
+    features, its solution and the most iterations a node took."""
     nodes = config.nodes if nodes is None else nodes
     network.begin_layer(layer)
     previous = state.inputs[0].shape[1]
@@ -405,25 +450,35 @@ def _next_layer(state, outputs, solver, network, config, layer, radius, seed, no
     return next_state, solution, max(solution.steps)
 
 
-def _grow_layer(state, outputs, solver, network, config: SsfnConfig, layer, radius, seed):
+def _grow_layer(
+    state: _LayerState,
+    outputs: torch.Tensor,
+    solver: LayerSolver,
+    network: LayerNetwork,
+    config: SsfnConfig,
+    layer: int,
+    radius: float,
+    seed: int,
+) -> tuple[_LayerState, LayerSolution, int]:
     """From zero random nodes, add ``node_step`` at a time while the training NME
-    improves enough."""
-    best = None
-    used = 0
+    improves enough: the best layer's features and solution, and the iterations of
+    every layer tried."""
+    best_state, best, used = _next_layer(
+        state, outputs, solver, network, config, layer, radius, seed, nodes=0
+    )
+    best_error = _train_nme(best_state, best.outputs)
     count = 0
-    while True:
+    while count < config.nodes:
+        count = min(count + config.node_step, config.nodes)
         candidate_state, candidate, iterations = _next_layer(
             state, outputs, solver, network, config, layer, radius, seed, nodes=count
         )
         used += iterations
         error = _train_nme(candidate_state, candidate.outputs)
-        if best is not None and _improvement(best[0], error) < config.node_tolerance:
+        if _improvement(best_error, error) < config.node_tolerance:
             break
-        best = (error, candidate_state, candidate)
-        if count >= config.nodes:
-            break
-        count = min(count + config.node_step, config.nodes)
-    return best[1], best[2], used
+        best_error, best_state, best = error, candidate_state, candidate
+    return best_state, best, used
 
 
 def _train_nme(state: _LayerState, outputs: torch.Tensor) -> float:
