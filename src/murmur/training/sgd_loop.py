@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -65,7 +65,7 @@ class SgdProgress:
     train_seconds: float = 0.0
     """Real seconds of the training steps so far (evaluations left out)."""
 
-    def counts(self) -> dict[str, Any]:
+    def counts(self) -> dict[str, float]:
         """Everything but the state, as plain numbers."""
         return {
             "samples": self.samples,
@@ -107,9 +107,7 @@ def train_sgd(
     if start is None:
         start = SgdProgress(0, algorithm.init(initial), 0, 0.0, 0.0, 0)
         evaluate(Evaluation(0, algorithm.params(start.state), 0, None, 0.0, 0.0))
-    state, samples, virtual_seconds = start.state, start.samples, start.virtual_seconds
-    loss_sum, loss_steps = start.loss_sum, start.loss_steps
-    train_seconds = start.train_seconds
+    at = replace(start)
     batch = BatchRows(problem.x_train, problem.y_train)
     bar = tqdm(
         total=iterations,
@@ -120,41 +118,56 @@ def train_sgd(
         dynamic_ncols=True,
     )
     for iteration in range(start.done, iterations):
-        step_started = time.perf_counter()
-        indices = draw()
-        losses, grads = problem.model.loss_and_grad(algorithm.params(state), *batch.take(indices))
-        before = _sent_so_far(transport) if round_seconds is not None else None
-        state = algorithm.step(state, grads, iteration, transport)
-        train_seconds += time.perf_counter() - step_started
-        if round_seconds is not None and before is not None:
-            virtual_seconds += round_seconds(_largest_message(before, _sent_so_far(transport)))
-        samples += indices.numel()
-        loss_sum += float(losses.mean())
-        loss_steps += 1
-        done = iteration + 1
-        if done % eval_every == 0 or done == iterations:
-            wall = time.perf_counter() - started
-            record = evaluate(
-                Evaluation(
-                    done,
-                    algorithm.params(state),
-                    samples,
-                    loss_sum / loss_steps,
-                    wall,
-                    virtual_seconds,
-                )
-            )
-            loss_sum, loss_steps = 0.0, 0
+        _step(at, problem, algorithm, transport, batch, draw, iteration, round_seconds)
+        if at.done % eval_every == 0 or at.done == iterations:
+            record = evaluate(_evaluation(at, algorithm, time.perf_counter() - started))
+            at.loss_sum, at.loss_steps = 0.0, 0
             if record is not None and record["accuracy_mean"] is not None:
                 bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}", msgs=record["messages"])
-        if checkpoints is not None and snapshot is not None and checkpoints.due(done, iterations):
-            at = SgdProgress(
-                done, state, samples, virtual_seconds, loss_sum, loss_steps, train_seconds
-            )
-            checkpoints.save(done, snapshot(at))
+        if checkpoints is not None and snapshot is not None:
+            if checkpoints.due(at.done, iterations):
+                checkpoints.save(at.done, snapshot(replace(at)))
         bar.update(1)
     bar.close()
-    return SgdTrained(algorithm.params(state), train_seconds, samples, virtual_seconds)
+    return SgdTrained(algorithm.params(at.state), at.train_seconds, at.samples, at.virtual_seconds)
+
+
+def _step(
+    at: SgdProgress,
+    problem: Problem,
+    algorithm: Algorithm,
+    transport: Transport,
+    batch: BatchRows,
+    draw: Callable[[], torch.Tensor],
+    iteration: int,
+    round_seconds: Callable[[int], float] | None,
+) -> None:
+    """Step ``iteration`` of the block on the mini-batches ``draw()`` gives: ``at`` moves
+    on by it, its real and (with ``round_seconds``) virtual time and its loss counted."""
+    step_started = time.perf_counter()
+    indices = draw()
+    losses, grads = problem.model.loss_and_grad(algorithm.params(at.state), *batch.take(indices))
+    before = _sent_so_far(transport) if round_seconds is not None else None
+    at.state = algorithm.step(at.state, grads, iteration, transport)
+    at.train_seconds += time.perf_counter() - step_started
+    if round_seconds is not None and before is not None:
+        at.virtual_seconds += round_seconds(_largest_message(before, _sent_so_far(transport)))
+    at.samples += indices.numel()
+    at.loss_sum += float(losses.mean())
+    at.loss_steps += 1
+    at.done = iteration + 1
+
+
+def _evaluation(at: SgdProgress, algorithm: Algorithm, wall: float) -> Evaluation:
+    """Where the block stands at ``at``, ``wall`` seconds into the run."""
+    return Evaluation(
+        at.done,
+        algorithm.params(at.state),
+        at.samples,
+        at.loss_sum / at.loss_steps,
+        wall,
+        at.virtual_seconds,
+    )
 
 
 class BatchRows:
