@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from murmur.algorithms.protocols import AsyncWork, LayerNetwork, LayerSolution
+from murmur.algorithms.protocols import AsyncNode, AsyncWork, LayerNetwork, LayerSolution
 from murmur.algorithms.ssfn import (
     Ball,
     LayerwiseConfig,
@@ -326,7 +326,8 @@ class AsyncSolver:
             values=classes * width,
             dtype=crosses.dtype,
         )
-        network.run_async(nodes, work)
+        driven: list[AsyncNode] = list(nodes)  # the same nodes, as the protocol sees them
+        network.run_async(driven, work)
         return LayerSolution(
             outputs=torch.stack([node.solution for node in nodes]),
             steps=[node.updates for node in nodes],

@@ -125,13 +125,15 @@ class Choco:
     def step(
         self, state: ChocoState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> ChocoState:
-        if state.generators is None:
-            state = state._replace(generators=agent_generators(self.seed, transport.agents))
+        generators = state.generators
+        if generators is None:
+            generators = agent_generators(self.seed, transport.agents)
+            state = state._replace(generators=generators)
         x = state.x
         x.add_(grads, alpha=-self.gradient_step(iteration))
         everyone = torch.ones(x.shape[0], 1, dtype=torch.bool)
         difference = torch.sub(x, transport.last_sent, out=grads)
-        publish_and_mix(self.gossip, x, difference, everyone, state.generators, transport)
+        publish_and_mix(self.gossip, x, difference, everyone, generators, transport)
         return state
 
 

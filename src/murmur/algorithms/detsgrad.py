@@ -150,11 +150,11 @@ class Detsgrad:
             transport.broadcast(norms >= self.v0 * alpha, x)
             return state
         drift = grads
-        if state.generators is None:
-            state = state._replace(generators=agent_generators(self.seed, transport.agents))
+        generators = state.generators
+        if generators is None:
+            generators = agent_generators(self.seed, transport.agents)
+            state = state._replace(generators=generators)
         segments = self.segments(x.shape[1])
         sent = segments.norms(drift) >= self.v0 * alpha * self.shares
-        transport.publish(
-            compressed_update(self.compressor, drift, sent, segments, state.generators)
-        )
+        transport.publish(compressed_update(self.compressor, drift, sent, segments, generators))
         return state

@@ -150,9 +150,11 @@ class DetsgradGt:
         if self.compressor is None:
             transport.broadcast(moved | tracked, pair)
             return state
-        if state.generators is None:
-            state = state._replace(generators=agent_generators(self.seed, transport.agents))
+        generators = state.generators
+        if generators is None:
+            generators = agent_generators(self.seed, transport.agents)
+            state = state._replace(generators=generators)
         sent = torch.stack([moved, tracked], dim=1)
         halves = Segments((half, half))
-        transport.publish(compressed_update(self.compressor, drift, sent, halves, state.generators))
+        transport.publish(compressed_update(self.compressor, drift, sent, halves, generators))
         return state

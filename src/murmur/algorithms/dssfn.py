@@ -36,7 +36,7 @@ from typing import Literal
 
 import torch
 
-from murmur.algorithms.protocols import LayerNetwork, LayerSolution, RoundsWork
+from murmur.algorithms.protocols import LayerNetwork, LayerSolution, RoundsWork, Transport
 from murmur.algorithms.ssfn import (
     LayerwiseConfig,
     Regularizer,
@@ -134,7 +134,7 @@ class SyncSolver:
         while iterations < self.cap:
             outputs = torch.bmm(crosses + (consensus - dual) / mu, inverses)
             own = (outputs + dual).view(local, -1)
-            start = own if estimate is None or not self.warm_start else estimate + (own - last)
+            start = _gossip_start(own, estimate, last, self.warm_start)
             estimate, used = self._gossip(transport, start, network)
             last = own
             rounds += used
@@ -168,14 +168,16 @@ class SyncSolver:
             converged=[converged(residual, self.tolerance) for residual in residuals],
         )
 
-    def _gossip(self, transport, estimate: torch.Tensor, network: LayerNetwork):
+    def _gossip(
+        self, transport: Transport, estimate: torch.Tensor, network: LayerNetwork
+    ) -> tuple[torch.Tensor, int]:
         """Mix ``estimate`` (local nodes, k): a fixed number of rounds, or until the
         nodes agree; returns the estimate and the rounds used."""
         if network.graph.agents == 1:
             return estimate, 0
         everyone = torch.ones(estimate.shape[0], dtype=torch.bool)
         fixed = self.rounds != "auto"
-        limit = self.rounds if fixed else self.gossip_cap
+        limit = self.gossip_cap if self.rounds == "auto" else self.rounds
         used = 0
         while used < limit:
             transport.broadcast(everyone, estimate)
@@ -192,3 +194,13 @@ class SyncSolver:
                     break
             estimate = mixed
         return estimate, used
+
+
+def _gossip_start(
+    own: torch.Tensor, estimate: torch.Tensor | None, last: torch.Tensor | None, warm: bool
+) -> torch.Tensor:
+    """Where an iteration's gossip starts: the node's own value, or with ``warm`` (once
+    there is a last estimate) the last estimate moved by what the own value moved."""
+    if estimate is None or last is None or not warm:
+        return own
+    return estimate + (own - last)

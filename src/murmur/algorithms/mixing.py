@@ -12,9 +12,41 @@ eager runs keep their numbers bit for bit.
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import torch
 
 from murmur.algorithms.protocols import Transport
+
+
+@overload
+def mix_and_step(
+    transport: Transport,
+    operator: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    scale: float = ...,
+    grads: torch.Tensor,
+    alpha: float = ...,
+    keep: bool = ...,
+    drift: Literal[True],
+    keep_drift: bool = ...,
+) -> torch.Tensor: ...
+
+
+@overload
+def mix_and_step(
+    transport: Transport,
+    operator: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    scale: float = ...,
+    grads: torch.Tensor | None = ...,
+    alpha: float = ...,
+    keep: bool = ...,
+    drift: bool = ...,
+    keep_drift: bool = ...,
+) -> torch.Tensor | None: ...
 
 
 def mix_and_step(

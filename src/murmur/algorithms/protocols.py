@@ -78,8 +78,10 @@ class Transport(Protocol):
     """What a synchronous algorithm may do with the network."""
 
     counters: MessageCounters
-    agents: Sequence[int]
     graph: Graph
+
+    @property
+    def agents(self) -> Sequence[int]: ...
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None: ...
 

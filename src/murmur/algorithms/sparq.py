@@ -95,8 +95,10 @@ class Sparq:
     def step(
         self, state: SparqState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> SparqState:
-        if state.generators is None:
-            state = state._replace(generators=agent_generators(self.seed, transport.agents))
+        generators = state.generators
+        if generators is None:
+            generators = agent_generators(self.seed, transport.agents)
+            state = state._replace(generators=generators)
         x = state.x
         x.add_(grads, alpha=-self.gradient_step(iteration))
         if (iteration + 1) % self.local_steps != 0:
@@ -104,5 +106,5 @@ class Sparq:
         difference = torch.sub(x, transport.last_sent, out=grads)
         drift = torch.linalg.vector_norm(difference, dim=1, keepdim=True)
         sent = drift.square() >= self.event_threshold(iteration)
-        publish_and_mix(self.gossip, x, difference, sent, state.generators, transport)
+        publish_and_mix(self.gossip, x, difference, sent, generators, transport)
         return state

@@ -20,7 +20,7 @@ from __future__ import annotations
 import shutil
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import torch
 
@@ -39,7 +39,8 @@ VARIANTS = 128
 """How many compiled variants (shapes, dtypes, flags) the kernel may have in one process."""
 
 
-class NeighbourTable(NamedTuple):
+@dataclass(frozen=True)
+class NeighbourTable:
     """A sparse (agents, agents) operator as padded rows: row i is
     sum_k weight[i, k] * V[index[i, k]]; padding points at i itself with weight 0."""
 

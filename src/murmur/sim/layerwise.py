@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -183,7 +184,7 @@ class _AsyncRun:
             if node.index in self.network.down:
                 continue
             begin = ready[node.index] + compute.seconds(node.index, self.work.setup_flops[i])
-            self.clock.at(begin, lambda i=i: self._update(i))
+            self.clock.at(begin, partial(self._update, i))
         self.clock.run()
 
     def _push(
