@@ -36,11 +36,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import connection
-from multiprocessing.context import BaseContext
 from multiprocessing.queues import SimpleQueue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Barrier
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.multiprocessing as torch_mp
@@ -51,10 +50,13 @@ from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.schedules import Decaying
 from murmur.data.batches import BatchSampler
 from murmur.metrics.records import Outcome
-from murmur.models.stacked import StackedModel
+from murmur.models.stacked import StackedModel, Task
 from murmur.seeding import derive_seed
 from murmur.training.reducer import AgentRows, sgd_record
 from murmur.training.setup import Problem, SgdSetup
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 
 START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 """How worker processes are started (see the module docstring)."""
@@ -100,10 +102,10 @@ class _Job:
 
     worker: int
     iterations: int
-    claimed: Synchronized
+    claimed: Synchronized[int]
     """How many of the ``iterations`` steps the workers have claimed so far."""
     module: nn.Module
-    task: str
+    task: Task
     x_train: torch.Tensor
     y_train: torch.Tensor
     shard: torch.Tensor
@@ -114,7 +116,7 @@ class _Job:
     status: torch.Tensor
     step_counts: torch.Tensor
     barrier: Barrier
-    errors: SimpleQueue
+    errors: SimpleQueue[str]
     """Where a failing worker leaves one line saying why."""
     wait_seconds: float
 
@@ -194,7 +196,7 @@ def train_shared(
 ) -> SharedTraining:
     """``iterations`` lock-free SGD steps in all, by ``workers`` processes, from ``initial``."""
     _check(problem, initial, workers)
-    context = torch_mp.get_context(start_method)
+    context = _context(start_method)
     params = initial.reshape(-1).to(torch.float32).clone().share_memory_()
     status = torch.zeros(workers, 5, dtype=torch.float64).share_memory_()
     step_counts = torch.zeros(workers, dtype=torch.int64).share_memory_()
@@ -247,11 +249,22 @@ def _check(problem: Problem, initial: torch.Tensor, workers: int) -> None:
         raise ValueError(f"initial must hold one model of {problem.model.layout.total} parameters")
 
 
+def _context(start_method: str) -> ForkContext | ForkServerContext | SpawnContext:
+    """The multiprocessing context that starts processes by ``start_method``."""
+    if start_method == "fork":
+        return torch_mp.get_context("fork")
+    if start_method == "forkserver":
+        return torch_mp.get_context("forkserver")
+    if start_method == "spawn":
+        return torch_mp.get_context("spawn")
+    raise ValueError(f"cannot find context for {start_method!r}")
+
+
 def _run_jobs(
-    context: BaseContext,
+    context: ForkContext | ForkServerContext | SpawnContext,
     jobs: list[_Job],
     step_counts: torch.Tensor,
-    errors: SimpleQueue,
+    errors: SimpleQueue[str],
     stall_seconds: float,
     iterations: int,
     progress: bool,
@@ -309,7 +322,7 @@ def _steps(job: _Job) -> None:
     status[_LOSS_SUM] = loss_sum
 
 
-def _claim(claimed: Synchronized, iterations: int) -> int:
+def _claim(claimed: Synchronized[int], iterations: int) -> int:
     """Claim the next at most ``STEP_CHUNK`` of the steps left; 0 when none are left."""
     with claimed.get_lock():
         first = claimed.value
@@ -321,7 +334,7 @@ def _claim(claimed: Synchronized, iterations: int) -> int:
 def _supervise(
     processes: list[multiprocessing.process.BaseProcess],
     step_counts: torch.Tensor,
-    errors: SimpleQueue,
+    errors: SimpleQueue[str],
     stall_seconds: float,
     bar: tqdm,
 ) -> None:
@@ -330,7 +343,7 @@ def _supervise(
     steps_seen, seen_at = 0, time.monotonic()
     while running:
         for sentinel in connection.wait(list(running), timeout=_POLL_SECONDS):
-            process = running.pop(sentinel)
+            process = running.pop(cast(int, sentinel))  # one of the sentinels given
             process.join()
             if process.exitcode != 0:
                 reason = errors.get() if not errors.empty() else _exit_reason(process.exitcode)

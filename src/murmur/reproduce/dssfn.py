@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from murmur.metrics.records import RunResult
 from murmur.reproduce.claims import Claim, judge, percent
 from murmur.reproduce.figures import new_figure, save
@@ -209,11 +211,19 @@ def _accuracy_bars(results: dict[str, RunResult], scale: Scale, path: Path) -> s
     return save(figure, path)
 
 
+def _parameters(results: dict[str, RunResult], key: str) -> torch.Tensor:
+    """The final parameters run ``key`` kept (every layer-wise run keeps them)."""
+    parameters = results[key].parameters
+    if parameters is None:
+        raise ValueError(f"run {key} kept no parameters")
+    return parameters
+
+
 def _matrices(results: dict[str, RunResult], label: str, quick: bool) -> Claim:
-    central = results[f"ssfn-{label}"].parameters[0]
+    central = _parameters(results, f"ssfn-{label}")[0]
     rows, errors = [], []
     for form in ("dssfn", "dssfn-async"):
-        outputs = results[f"{form}-{label}"].parameters
+        outputs = _parameters(results, f"{form}-{label}")
         distances = [float((o - central).norm() / central.norm()) for o in outputs]
         errors.append(max(distances))
         mean = sum(distances) / len(distances)

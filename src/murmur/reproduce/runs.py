@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from murmur.algorithms.ssfn import LayerwiseConfig
 from murmur.config import Config, load_experiment
 from murmur.errors import UsageError
 from murmur.experiment import run
@@ -67,6 +68,8 @@ def estimate_seconds(configs: Sequence[Config]) -> float:
     for config in configs:
         algorithm = config.algorithm
         if algorithm.name in SECONDS_PER_LAYER:
+            if not isinstance(algorithm, LayerwiseConfig):
+                raise TypeError(f"{algorithm.name}'s config is not a layer-wise one")
             layers = algorithm.layers + 1
             size = config.topology.agents / 20 * ((algorithm.nodes + 20) / 120) ** 2
             digits = -math.log10(algorithm.tolerance) / 4 if algorithm.tolerance > 0 else 1.0

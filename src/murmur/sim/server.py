@@ -48,7 +48,9 @@ from murmur.training.setup import SgdSetup
 OnRecord = Callable[[dict[str, Any]], None]
 
 
-def run_server(setup: SgdSetup, config: WorkersConfig, on_record: OnRecord, progress: bool) -> Outcome:
+def run_server(
+    setup: SgdSetup, config: WorkersConfig, on_record: OnRecord, progress: bool
+) -> Outcome:
     """Train ``config`` (asysg-con, sync-ps or asysg-incon) on ``setup``."""
     return _ServerRun(setup, config, on_record, progress).train()
 
