@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from murmur.errors import UsageError, one_line
 
 if TYPE_CHECKING:
-    from murmur.config import Config
+    from murmur.config import Config, Experiment
+    from murmur.training.setup import Setup
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,7 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train networks across many learners that talk rarely and asynchronously.",
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_run(commands)
+    _add_launch(commands)
+    commands.add_parser("presets", help="list the presets shipped with murmur")
+    commands.add_parser("datasets", help="list the datasets and their sizes")
+    _add_report(commands)
+    return parser
 
+
+def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
     run = commands.add_parser(
         "run", help="run a preset or a TOML config in the simulator (or as one torchrun rank)"
     )
@@ -47,8 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--check",
         action="store_true",
-        help="check the config, data, graph and memory estimate, print what would run, "
-        "and stop: nothing is trained or written",
+        help="check the config, data, graph and memory estimate, print each run's plan "
+        "(what was chosen automatically included), and stop: nothing is trained or written",
+    )
+    run.add_argument(
+        "--plan",
+        metavar="FILE",
+        help="with --runtime distributed: the plan murmur launch made for every rank, "
+        "instead of a preset",
     )
     run.add_argument(
         "--resume",
@@ -67,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_agents_per_rank(run)
     _add_timeout(run)
 
+
+def _add_launch(commands: argparse._SubParsersAction[_Parser]) -> None:
     launch = commands.add_parser(
         "launch", help="run a preset as one process per agent on this machine (torchrun)"
     )
@@ -97,9 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_agents_per_rank(launch)
     _add_timeout(launch)
 
-    commands.add_parser("presets", help="list the presets shipped with murmur")
-    commands.add_parser("datasets", help="list the datasets and their sizes")
 
+def _add_report(commands: argparse._SubParsersAction[_Parser]) -> None:
     report = commands.add_parser("report", help="tables and plots from run folders")
     report.add_argument("runs", nargs="+", help="run folders (or folders of runs)")
     report.add_argument(
@@ -119,7 +135,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the report, plots and runs go (default: runs/reproduce-PAPER-TIMESTAMP)",
     )
     reproduce.add_argument("--quiet", action="store_true", help="no estimate or progress bar")
-    return parser
 
 
 def _add_overrides(parser: argparse.ArgumentParser, help: str) -> None:
@@ -170,54 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "run":
-            if args.runtime != "distributed" and args.agents_per_rank != 1:
-                raise UsageError(
-                    "--agents-per-rank sets the agents of each rank of --runtime distributed; "
-                    "the simulator holds every agent in one process: drop it"
-                )
-            if args.resume is not None:
-                return _resume(args)
-            args.preset = args.preset or "default"
-            if args.runtime == "distributed":
-                return _run_distributed(
-                    args.preset,
-                    args.overrides,
-                    args.out,
-                    not args.quiet,
-                    args.timeout,
-                    args.agents_per_rank,
-                )
-            return _run(
-                args.preset, args.overrides, args.out, progress=not args.quiet, check=args.check
-            )
-        if args.command == "launch":
-            from murmur.distributed.launch import launch
-
-            if args.resume is not None and (args.preset or args.overrides or args.out):
-                raise UsageError(
-                    "--resume continues a run in its own folder with its own config.toml; "
-                    "drop the preset, --set and --out"
-                )
-            return launch(
-                args.nproc,
-                args.preset,
-                args.overrides,
-                args.out,
-                port=args.port,
-                timeout=args.timeout,
-                progress=not args.quiet,
-                max_restarts=args.max_restarts,
-                resume=args.resume,
-                agents_per_rank=args.agents_per_rank,
-            )
-        if args.command == "presets":
-            return _presets()
-        if args.command == "datasets":
-            return _datasets()
-        if args.command == "reproduce":
-            return _reproduce(args.paper, args.out, quick=args.quick, progress=not args.quiet)
-        return _report(args.runs, args.out)
+        return _command(args)
     except UsageError as error:
         _error_line(str(error))
         return 2
@@ -228,13 +196,90 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f": {_shown_path(error.filename)}" if error.filename is not None else ""
         _error_line(f"{error.strerror or error}{where}")
         return 2
-    except RuntimeError as error:
-        from murmur.distributed.mailbox import PeerFailure
-
-        if not isinstance(error, PeerFailure):
+    except (RuntimeError, MemoryError) as error:
+        # A peer that failed, or memory that could not be had: the run's folder says so
+        # in its summary.json, and one line here. Anything else is a bug: its traceback.
+        line = _failure_line(error)
+        if line is None:
             raise
-        _error_line(str(error))
+        _error_line(line)
         return 1
+
+
+_NO_MEMORY = ("can't allocate memory", "cannot allocate memory", "out of memory")
+"""What torch's allocators say when the memory a tensor needs cannot be had."""
+
+
+def _failure_line(error: BaseException) -> str | None:
+    """Why a run stopped, in one line, when a peer failed or memory ran out; None for
+    any other error."""
+    from murmur.distributed.mailbox import PeerFailure
+
+    if isinstance(error, PeerFailure):
+        return str(error)
+    text = str(error).strip()
+    if isinstance(error, MemoryError) or any(words in text.lower() for words in _NO_MEMORY):
+        first = text.splitlines()[0] if text else "no memory left"
+        return (
+            f"the run ran out of memory ({first}); make it smaller (fewer topology.agents, "
+            "a smaller model or data.batch_size)"
+        )
+    return None
+
+
+def _command(args: argparse.Namespace) -> int:
+    """Run the command ``args`` names; UsageError for bad input."""
+    if args.command == "run":
+        return _run_command(args)
+    if args.command == "launch":
+        return _launch(args)
+    if args.command == "presets":
+        return _presets()
+    if args.command == "datasets":
+        return _datasets()
+    if args.command == "reproduce":
+        return _reproduce(args.paper, args.out, quick=args.quick, progress=not args.quiet)
+    return _report(args.runs, args.out)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """``murmur run``: in the simulator, or as one rank of a torchrun job."""
+    if args.runtime != "distributed" and args.agents_per_rank != 1:
+        raise UsageError(
+            "--agents-per-rank sets the agents of each rank of --runtime distributed; "
+            "the simulator holds every agent in one process: drop it"
+        )
+    if args.plan is not None and args.runtime != "distributed":
+        raise UsageError("--plan is for the ranks of --runtime distributed; drop it")
+    if args.resume is not None:
+        return _resume(args)
+    if args.runtime == "distributed":
+        return _run_distributed(args)
+    source = "default" if args.preset is None else args.preset
+    return _run(source, args.overrides, args.out, progress=not args.quiet, check=args.check)
+
+
+def _launch(args: argparse.Namespace) -> int:
+    """``murmur launch``: torchrun on this machine."""
+    from murmur.distributed.launch import launch
+
+    if args.resume is not None and (args.preset or args.overrides or args.out):
+        raise UsageError(
+            "--resume continues a run in its own folder with its own config.toml; "
+            "drop the preset, --set and --out"
+        )
+    return launch(
+        args.nproc,
+        args.preset,
+        args.overrides,
+        args.out,
+        port=args.port,
+        timeout=args.timeout,
+        progress=not args.quiet,
+        max_restarts=args.max_restarts,
+        resume=args.resume,
+        agents_per_rank=args.agents_per_rank,
+    )
 
 
 def _error_line(message: str) -> None:
@@ -252,29 +297,46 @@ def _run(
     source: str, overrides: list[str], out: str | None, progress: bool, check: bool = False
 ) -> int:
     from murmur.config import load_experiment
-    from murmur.experiment import run
-    from murmur.metrics.report import format_table
-    from murmur.training.runs import check_run, check_run_dir
+    from murmur.training.plan import plan
+    from murmur.training.runs import check_run_dir
+    from murmur.training.setup import prepare
 
     experiment = load_experiment(source, overrides)
-    setups = [check_run(config) for _, config in experiment.runs]  # all before any starts
+    plans = [plan(config) for _, config in experiment.runs]  # all before any starts
+    setups = [prepare(checked) for checked in plans]  # the data files and graphs too
     root = (
         Path(out) if out else Path("runs") / f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     check_run_dir(root)
     several = len(experiment.runs) > 1
     if check:
-        for (label, config), setup in zip(experiment.runs, setups, strict=True):
-            print(_plan_line(label, config, setup))
+        for (label, _), setup in zip(experiment.runs, setups, strict=True):
+            print(_plan_line(label, setup))
         print(f"checked: {len(setups)} run{'s' * several}; nothing was trained or written")
         return 0
+    _create_root(root)  # before the first line: a folder that cannot be made is one error
+    return _run_all(experiment, setups, root, progress)
+
+
+def _create_root(root: Path) -> None:
+    from murmur.training.runs import create_run_dir
+
+    create_run_dir(root)
+
+
+def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progress: bool) -> int:
+    """Train the runs of ``experiment`` one after the other; print the table."""
+    from murmur.experiment import run
+    from murmur.metrics.report import format_table
+
+    several = len(experiment.runs) > 1
     summaries = []
     for (label, config), setup in zip(experiment.runs, setups, strict=True):
         run_dir = root / label if several else root
         if progress:
             print(f"{label}: {config.algorithm.name} on {config.data.dataset}", file=sys.stderr)
         result = run(
-            config, run_dir, name=label, preset=experiment.name, progress=progress, setup=setup
+            setup.plan, run_dir, name=label, preset=experiment.name, progress=progress, setup=setup
         )
         summaries.append(result.to_dict())
         _warn_caps(label, summaries[-1], config)
@@ -307,12 +369,14 @@ def _resume(args: argparse.Namespace) -> int:
         )
     if args.runtime == "distributed":
         from murmur.distributed.runtime import resume_distributed
+        from murmur.training.plan import read_plan_file
 
         result = resume_distributed(
             Path(args.resume),
             progress=not args.quiet,
             timeout=args.timeout,
             agents_per_rank=args.agents_per_rank,
+            checked=read_plan_file(Path(args.plan))[0] if args.plan is not None else None,
         )
         if result.run_dir is not None:
             print(format_table([result.to_dict()]))
@@ -324,11 +388,11 @@ def _resume(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_line(label: str, config: Config, setup: Any) -> str:
-    """What ``murmur run --check`` says one run would do."""
+def _plan_line(label: str, setup: Setup) -> str:
+    """What ``murmur run --check`` says one run would do, and what its plan chose."""
     from murmur.metrics.report import human_bytes
 
-    graph = setup.graph
+    config, graph = setup.config, setup.graph
     learners = (
         f"{graph.name} of {graph.agents} agents ({graph.num_edges} edges)"
         if graph.agents > 1
@@ -336,7 +400,8 @@ def _plan_line(label: str, config: Config, setup: Any) -> str:
     )
     return (
         f"{label}: {config.algorithm.name} on {config.data.dataset}, {learners}, "
-        f"{config.run.iterations} iterations, about {human_bytes(setup.memory)} of memory"
+        f"{config.run.iterations} iterations, about {human_bytes(setup.memory)} of memory; "
+        f"{setup.plan.choices()}"
     )
 
 
@@ -350,35 +415,40 @@ def _warn_caps(label: str, summary: dict[str, Any], config: Config) -> None:
             sys.stderr.write(f"murmur: {label}: {line}\n")
 
 
-def _run_distributed(
-    source: str,
-    overrides: list[str],
-    out: str | None,
-    progress: bool,
-    timeout: float,
-    agents_per_rank: int = 1,
-) -> int:
-    """One rank of a torchrun job; rank 0 writes the run folder and prints the table."""
+def _run_distributed(args: argparse.Namespace) -> int:
+    """One rank of a torchrun job; rank 0 writes the run folder and prints the table.
+    The run is the plan ``murmur launch`` made (``--plan``), or the preset's."""
     from murmur.config import load_experiment
     from murmur.distributed.launch import default_run_dir, single_run
     from murmur.distributed.runtime import run_distributed
     from murmur.metrics.report import format_table
+    from murmur.training.plan import Plan, read_plan_file
 
-    experiment = load_experiment(source, overrides)
-    label, config = single_run(experiment)
-    root = Path(out) if out else default_run_dir(experiment.name)
+    config: Config | Plan
+    if args.plan is not None:
+        if args.preset is not None or args.overrides:
+            raise UsageError("--plan holds the run's config; drop the preset and --set")
+        config, label, preset = read_plan_file(Path(args.plan))
+        root = Path(args.out) if args.out else default_run_dir(preset or label)
+    else:
+        experiment = load_experiment(
+            "default" if args.preset is None else args.preset, args.overrides
+        )
+        label, config = single_run(experiment)
+        preset = experiment.name
+        root = Path(args.out) if args.out else default_run_dir(experiment.name)
     result = run_distributed(
         config,
         root,
         name=label,
-        preset=experiment.name,
-        progress=progress,
-        timeout=timeout,
-        agents_per_rank=agents_per_rank,
+        preset=preset,
+        progress=not args.quiet,
+        timeout=args.timeout,
+        agents_per_rank=args.agents_per_rank,
     )
     if result.run_dir is not None:
         print(format_table([result.to_dict()]))
-        _warn_caps(label, result.to_dict(), config)
+        _warn_caps(label, result.to_dict(), config.config if isinstance(config, Plan) else config)
     return 0
 
 

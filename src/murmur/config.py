@@ -152,7 +152,7 @@ def _build_section(section: str, cls: type, values: Any) -> Any:
     for key, value in values.items():
         if key not in valid:
             where = f"{section}.{key}"
-            if section == "algorithm":
+            if issubclass(cls, AlgorithmConfig):
                 where += f" (for algorithm '{cls.name}')"
             raise UsageError(f"unknown key {where}; valid keys: {', '.join(valid) or 'none'}")
         kwargs[key] = _coerce(f"{section}.{key}", hints[key], value)

@@ -1,10 +1,11 @@
 """Run an experiment on this machine: the simulator, or Hogwild's processes.
 
-    config -> prepare (training.setup) -> the runner of the algorithm's kind
+    config -> plan (training.plan) -> prepare (training.setup)
+           -> the runner of the algorithm's family
            -> metrics.jsonl + summary.json (training.runs) -> RunResult
 
-The distributed runtime (``murmur.distributed``) trains the same prepared runs with
-runners of its own.
+The distributed runtime (``murmur.distributed``) trains the same plans with runners of
+its own.
 """
 
 from __future__ import annotations
@@ -16,25 +17,37 @@ from torch import nn
 
 from murmur.config import Config
 from murmur.errors import UsageError
-from murmur.metrics.records import RunResult
+from murmur.metrics.records import Outcome, RunResult
 from murmur.procs.hogwild import run_hogwild
-from murmur.registry import ALGORITHMS
 from murmur.sim.runners import run_layerwise, run_sgd
 from murmur.sim.server import run_server
-from murmur.training.runs import Runner, check_resumable, check_run, train_run
-from murmur.training.setup import Setup, prepare
+from murmur.training.plan import Plan, plan
+from murmur.training.runs import OnRecord, check_resumable, train_run
+from murmur.training.setup import (
+    HogwildSetup,
+    LayerSetup,
+    RoundsSetup,
+    ServerSetup,
+    Setup,
+    prepare,
+)
 
-RUNNERS: dict[str, Runner] = {
-    "sgd": run_sgd,
-    "layerwise": run_layerwise,
-    "server": run_server,
-    "hogwild": run_hogwild,
-}
-"""How each kind of algorithm (``AlgorithmSpec.kind``) is trained on this machine."""
+
+def simulate(setup: Setup, on_record: OnRecord, progress: bool) -> Outcome:
+    """Train ``setup`` on this machine with the runner of its family."""
+    if isinstance(setup, LayerSetup):
+        return run_layerwise(setup, setup.solver, on_record, progress)
+    if isinstance(setup, ServerSetup):
+        return run_server(setup, setup.workers, on_record, progress)
+    if isinstance(setup, HogwildSetup):
+        return run_hogwild(setup, setup.workers, on_record, progress)
+    if isinstance(setup, RoundsSetup):
+        return run_sgd(setup, setup.algorithm, on_record, progress)
+    raise TypeError(f"no runner trains a {type(setup).__name__}")
 
 
 def run(
-    config: Config,
+    config: Config | Plan,
     out_dir: str | Path | None = None,
     *,
     name: str = "",
@@ -45,7 +58,9 @@ def run(
 ) -> RunResult:
     """Train one run on this machine; write its folder when ``out_dir`` is given.
 
-    ``setup`` is ``prepare(config)`` when the caller has already built it.
+    ``config``: the run's config, or its plan (``training.plan.plan(config)``) when the
+    caller has already checked it; ``setup``: ``prepare(plan)`` when the caller has
+    already built it too.
 
     ``model``: any ``torch.nn.Module`` to train instead of the network ``config.model``
     names (mini-batch algorithms; every agent starts from a copy of its parameters,
@@ -58,12 +73,12 @@ def run(
     same module again (``murmur run --resume`` cannot rebuild it and says so).
     """
     if model is not None:
-        config = dataclasses.replace(config, model=dataclasses.replace(config.model, name="custom"))
-        setup = prepare(config, model)
-    runner = RUNNERS[ALGORITHMS[config.algorithm.name].kind]
-    return train_run(
-        config, out_dir, name=name, preset=preset, progress=progress, setup=setup, runner=runner
-    )
+        base = config.config if isinstance(config, Plan) else config
+        custom = dataclasses.replace(base, model=dataclasses.replace(base.model, name="custom"))
+        setup = prepare(plan(custom, module=model), model)
+    elif setup is None:
+        setup = prepare(config if isinstance(config, Plan) else plan(config))
+    return train_run(setup, out_dir, name=name, preset=preset, progress=progress, runner=simulate)
 
 
 def resume(
@@ -81,15 +96,12 @@ def resume(
             f"{folder} holds a run of model.name = {config.model.name}, which builds its own "
             "network; resume it without a model"
         )
-    setup = check_run(config, model)
-    runner = RUNNERS[ALGORITHMS[config.algorithm.name].kind]
     return train_run(
-        config,
+        prepare(plan(config, module=model), model),
         folder,
         name=checkpoint["name"],
         preset=checkpoint["preset"],
         progress=progress,
-        setup=setup,
-        runner=runner,
+        runner=simulate,
         resume=checkpoint,
     )

@@ -1,11 +1,26 @@
-"""Names -> algorithms: the one place that knows every algorithm by name, how it is
-built, and which runtimes run it (with what to run instead where one does not)."""
+"""Names -> algorithms, grouped in families: the one place that knows every algorithm
+by name, how it is built, and what it can do, as data.
+
+A :class:`Family` is a way of training: synchronous mini-batch rounds (``sgd``),
+layer-wise SSFN (``layerwise``), workers and a parameter server (``server``), or
+real processes on one shared-memory model (``hogwild``). It builds what its runners
+train (``Family[B]``: an :class:`~murmur.algorithms.protocols.Algorithm`, a
+:class:`~murmur.algorithms.protocols.LayerSolver`, or the workers' own config, from
+which the runner builds the server or the processes), and gives its members default
+:class:`Capabilities`. A :class:`Member` is one algorithm: its config class, a typed
+builder, and the capabilities where it differs from its family's. Adding an algorithm
+is one ``add`` call; adding a capability is one field of :class:`Capabilities`.
+
+Nothing here checks a run: :mod:`murmur.training.plan` reads these capabilities and
+refuses, in one line, what a run asks for that its algorithm or runtime cannot do.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal, TypeVar
+from dataclasses import dataclass, field
+from typing import Generic, Literal, TypeVar
 
 from murmur.algorithms.arock import AsyncSolver, DssfnAsyncConfig
 from murmur.algorithms.asysg import AsysgConfig, AsysgInconConfig, SyncPsConfig, WorkersConfig
@@ -19,381 +34,303 @@ from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.protocols import Algorithm, BuildContext, LayerSolver
 from murmur.algorithms.sparq import Sparq, SparqConfig
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
-from murmur.errors import UsageError
-from murmur.sections import AlgorithmConfig, FaultsConfig, RunConfig
+from murmur.sections import AlgorithmConfig
 from murmur.topology import Graph
 
 C = TypeVar("C", bound=AlgorithmConfig)
+B = TypeVar("B", covariant=True)
 Kind = Literal["sgd", "layerwise", "server", "hogwild"]
 Runtime = Literal["simulator", "distributed"]
-Built = Algorithm | LayerSolver | WorkersConfig | HogwildConfig
-"""What a spec builds, by kind: an ``Algorithm`` (sgd), a ``LayerSolver``
-(layerwise), or the workers' config from which the runner builds the parameter
-server or the shared-memory processes (server, hogwild), since those need the
-run's initial model and length too."""
+Fault = Literal["drop", "link_down", "crashes"]
+FAULTS: tuple[Fault, ...] = ("drop", "link_down", "crashes")
+BOTH: tuple[Runtime, ...] = ("simulator", "distributed")
+SIMULATOR: tuple[Runtime, ...] = ("simulator",)
 
 
 @dataclass(frozen=True)
-class AlgorithmSpec:
-    """How to build one algorithm, what it needs from the run, where it runs."""
+class Capabilities:
+    """What runs of an algorithm can be: each field one capability, with the reason
+    given where it is missing."""
 
-    config: type[AlgorithmConfig]
-    build: Callable[[AlgorithmConfig, Graph, BuildContext], Built]
-    summary: str
-    decentralized: bool
-    """False: one learner on all data, or workers sharing one model."""
-    kind: Kind = "sgd"
-    """How it is trained: ``sgd``: synchronous rounds; ``layerwise``: SSFN;
-    ``server``: workers and a parameter server; ``hogwild``: real processes on one
-    shared-memory model (``murmur run`` starts them itself)."""
-    runtimes: tuple[Runtime, ...] = ("simulator", "distributed")
+    runtimes: tuple[Runtime, ...] = BOTH
+    """The runtimes that run it."""
+    instead: str = ""
+    """Where the distributed runtime does not run it: why, and what to run instead."""
+    faults: frozenset[Fault] = frozenset(FAULTS)
+    """The faults the simulator injects into it (``[faults]``)."""
+    no_faults: str = ""
+    """Why it refuses the faults it refuses."""
     varying: bool = False
     """Whether it runs on a time-varying graph (``topology.varying``): it derives its
     mixing weights from each iteration's graph, or, being one learner, has none."""
-    instead: str = ""
-    """Where the distributed runtime does not run it: why, and what to run instead."""
+    no_varying: str = ""
+    """Why it refuses a time-varying graph."""
+    checkpoints: tuple[Runtime, ...] = BOTH
+    """The runtimes that save its checkpoints and resume it (``run.checkpoint_every``)."""
+    compiles: bool = False
+    """Whether the simulator steps it through the fused, compiled pass (``run.compile``)."""
+    blocks: bool = False
+    """Whether a distributed rank may hold a block of its agents (``--agents-per-rank``)."""
+    cuda: bool = False
+    """Whether the simulator computes its gradients on a GPU (``run.device = cuda``)."""
+
+
+@dataclass(frozen=True)
+class Member(Generic[B]):
+    """One algorithm of a family: its config class, builder and capabilities."""
+
+    name: str
+    config: type[AlgorithmConfig]
+    summary: str
+    decentralized: bool
+    """False: one learner on all data, or workers sharing one model."""
+    kind: Kind
+    capabilities: Capabilities
+    build: Callable[[AlgorithmConfig, Graph, BuildContext], B]
+    """What the family's runners train, from the algorithm's config (checked to be of
+    ``config``), the run's graph and the rest of the run."""
+
+
+@dataclass(frozen=True)
+class FamilyInfo:
+    """A way of training and its members' default capabilities."""
+
+    kind: Kind
+    title: str
+    """What a message calls the family's runs: "synchronous SGD"."""
+    unit: str
+    """What its runs count and checkpoint: "iteration", "layer" or "update"."""
+    crash_unit: Literal["iteration", "layer"]
+    """What ``faults.crash_at`` and ``faults.rejoin_at`` count in its runs."""
+    defaults: Capabilities
 
     def processes(self, config: AlgorithmConfig, agents: int) -> int:
         """Ranks a distributed run needs: one per agent, or the workers and a server."""
-        if self.kind == "server" and isinstance(config, WorkersConfig):
+        if isinstance(config, WorkersConfig) and self.kind == "server":
             return config.workers + 1
         return agents
 
 
-def _detsgrad(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
-    return Detsgrad(_as(config, DetsgradConfig), graph, context)
+@dataclass(frozen=True)
+class Family(FamilyInfo, Generic[B]):
+    """A family and its members, by name."""
+
+    members: dict[str, Member[B]] = field(default_factory=dict)
+
+    def add(
+        self,
+        config: type[C],
+        build: Callable[[C, Graph, BuildContext], B],
+        summary: str,
+        *,
+        decentralized: bool,
+        **capabilities: object,
+    ) -> None:
+        """Add the algorithm ``config.name``, built by ``build``; ``capabilities``:
+        the fields of :class:`Capabilities` where it differs from the family's."""
+        self.members[config.name] = Member(
+            config.name,
+            config,
+            summary,
+            decentralized,
+            self.kind,
+            dataclasses.replace(self.defaults, **capabilities),  # type: ignore[arg-type]
+            _checked(config, build),
+        )
+
+    def build(self, config: AlgorithmConfig, graph: Graph, context: BuildContext) -> B:
+        """What this family's runners train for the algorithm ``config`` configures."""
+        return self.members[config.name].build(config, graph, context)
 
 
-def _detsgrad_gt(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
-    return DetsgradGt(_as(config, DetsgradGtConfig), graph, context)
+def _checked(
+    cls: type[C], build: Callable[[C, Graph, BuildContext], B]
+) -> Callable[[AlgorithmConfig, Graph, BuildContext], B]:
+    """``build``, taking any algorithm config and refusing one not of ``cls``."""
+
+    def checked(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> B:
+        if not isinstance(config, cls):
+            raise TypeError(f"expected a {cls.__name__}, not a {type(config).__name__}")
+        return build(config, graph, context)
+
+    return checked
 
 
-def _choco(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
-    return Choco(_as(config, ChocoConfig), graph, context)
-
-
-def _sparq(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
-    return Sparq(_as(config, SparqConfig), graph, context)
-
-
-def _dsgd(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
-    return Dsgd(_as(config, DsgdConfig), graph)
-
-
-def _centralized(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
-    return Centralized(_as(config, CentralizedConfig))
-
-
-def _workers(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
-    return _as(config, WorkersConfig)
-
-
-def _hogwild(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
-    return _as(config, HogwildConfig)
-
-
-def _ssfn(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
-    return CentralSolver(_as(config, SsfnConfig))
-
-
-def _dssfn(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
-    return SyncSolver(_as(config, DssfnConfig), graph)
-
-
-def _dssfn_async(config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Built:
-    return AsyncSolver(_as(config, DssfnAsyncConfig), graph)
-
-
-def _as(config: AlgorithmConfig, cls: type[C]) -> C:
-    if not isinstance(config, cls):
-        raise TypeError(f"expected a {cls.__name__}, not a {type(config).__name__}")
+def _itself(config: C, graph: Graph, context: BuildContext) -> C:
+    """The workers of a server or shared-memory run: the runner builds them from their
+    config, with the run's initial model and length."""
     return config
 
 
-_ONE_LEARNER = ("simulator",)
-
-ALGORITHMS: dict[str, AlgorithmSpec] = {
-    "detsgrad": AlgorithmSpec(
-        DetsgradConfig,
-        _detsgrad,
-        "event-triggered decentralized SGD",
-        decentralized=True,
-        varying=True,
+SGD: Family[Algorithm] = Family(
+    "sgd",
+    "synchronous SGD",
+    unit="iteration",
+    crash_unit="iteration",
+    defaults=Capabilities(
+        no_varying="its mixing weights and consensus step are fixed for the run's graph "
+        "when it is built",
+        compiles=True,
+        blocks=True,
+        cuda=True,
     ),
-    "dsgd": AlgorithmSpec(
-        DsgdConfig,
-        _dsgd,
-        "decentralized SGD, every agent sends every step",
-        decentralized=True,
-        varying=True,
+)
+SGD.add(
+    DetsgradConfig,
+    Detsgrad,
+    "event-triggered decentralized SGD",
+    decentralized=True,
+    varying=True,
+)
+SGD.add(
+    DsgdConfig,
+    lambda config, graph, context: Dsgd(config, graph),
+    "decentralized SGD, every agent sends every step",
+    decentralized=True,
+    varying=True,
+)
+SGD.add(
+    DetsgradGtConfig,
+    DetsgradGt,
+    "event-triggered decentralized SGD with gradient tracking",
+    decentralized=True,
+)
+SGD.add(
+    ChocoConfig,
+    Choco,
+    "decentralized SGD with compressed gossip of differences to public estimates",
+    decentralized=True,
+)
+SGD.add(
+    SparqConfig,
+    Sparq,
+    "local steps, event-triggered and compressed gossip (CHOCO-SGD with triggers)",
+    decentralized=True,
+)
+SGD.add(
+    CentralizedConfig,
+    lambda config, graph, context: Centralized(config),
+    "one learner on all the data",
+    decentralized=False,
+    runtimes=SIMULATOR,
+    instead="it is one learner: `murmur run centralized`",
+    varying=True,
+    blocks=False,
+)
+
+SERVER: Family[WorkersConfig] = Family(
+    "server",
+    "the parameter server",
+    unit="update",
+    crash_unit="iteration",
+    defaults=Capabilities(
+        faults=frozenset({"crashes"}),
+        no_faults="a parameter server's pushes and pulls have no model of lost messages "
+        "or down links",
+        no_varying="its workers talk to one server, over no graph",
+        cuda=True,
     ),
-    "detsgrad-gt": AlgorithmSpec(
-        DetsgradGtConfig,
-        _detsgrad_gt,
-        "event-triggered decentralized SGD with gradient tracking",
-        decentralized=True,
-    ),
-    "choco-sgd": AlgorithmSpec(
-        ChocoConfig,
-        _choco,
-        "decentralized SGD with compressed gossip of differences to public estimates",
-        decentralized=True,
-    ),
-    "sparq-sgd": AlgorithmSpec(
-        SparqConfig,
-        _sparq,
-        "local steps, event-triggered and compressed gossip (CHOCO-SGD with triggers)",
-        decentralized=True,
-    ),
-    "centralized": AlgorithmSpec(
-        CentralizedConfig,
-        _centralized,
-        "one learner on all the data",
-        decentralized=False,
-        runtimes=_ONE_LEARNER,
-        instead="it is one learner: `murmur run centralized`",
-        varying=True,
-    ),
-    "asysg-con": AlgorithmSpec(
-        AsysgConfig,
-        _workers,
-        "asynchronous SGD, parameter server applying stale gradients as they arrive",
-        decentralized=False,
-        kind="server",
-    ),
-    "sync-ps": AlgorithmSpec(
-        SyncPsConfig,
-        _workers,
-        "synchronous parameter server: waits for all workers every update",
-        decentralized=False,
-        kind="server",
-    ),
-    "asysg-incon": AlgorithmSpec(
-        AsysgInconConfig,
-        _workers,
-        "asynchronous SGD in shared memory, reads mixing recent versions",
-        decentralized=False,
-        kind="server",
-        runtimes=_ONE_LEARNER,
-        instead="its workers share one model in memory: its real-process form is "
-        "`murmur run hogwild`, processes on one machine",
-    ),
-    "hogwild": AlgorithmSpec(
-        HogwildConfig,
-        _hogwild,
-        "Hogwild!: lock-free SGD of W processes on one shared-memory model",
-        decentralized=False,
-        kind="hogwild",
-        runtimes=_ONE_LEARNER,
-        instead="it already runs real processes on one machine: `murmur run hogwild`",
-    ),
-    "ssfn": AlgorithmSpec(
-        SsfnConfig,
-        _ssfn,
-        "SSFN, layers solved by ADMM on all the data",
-        decentralized=False,
-        kind="layerwise",
-        runtimes=_ONE_LEARNER,
-        instead="it is one learner: `murmur run` it, or dssfn / dssfn-async distributed",
-    ),
-    "dssfn": AlgorithmSpec(
-        DssfnConfig,
-        _dssfn,
-        "decentralized SSFN, synchronous ADMM with gossip",
-        decentralized=True,
-        kind="layerwise",
-    ),
-    "dssfn-async": AlgorithmSpec(
-        DssfnAsyncConfig,
-        _dssfn_async,
-        "decentralized SSFN, asynchronous ADMM (ARock)",
-        decentralized=True,
-        kind="layerwise",
-    ),
-}
-
-
-def check_runtime(name: str, runtime: Runtime) -> AlgorithmSpec:
-    """The spec of ``name``; UsageError, saying what to run instead, unless ``runtime``
-    runs it."""
-    spec = ALGORITHMS[name]
-    if runtime not in spec.runtimes:
-        raise UsageError(f"the {runtime} runtime does not run {name}: {spec.instead}")
-    return spec
-
-
-def check_faults(name: str, faults: FaultsConfig, runtime: Runtime, varying: str = "none") -> None:
-    """UsageError, saying why and what runs them, unless ``runtime`` can inject
-    ``faults`` into a run of ``name`` and vary its graph as ``varying``
-    (``topology.varying``) asks: only the simulator can. Synchronous SGD rounds
-    take every fault (centralized SGD sends nothing and never crashes, so that a
-    comparison with it runs under the same faults); asynchronous dSSFN loses
-    pushes (centralized SSFN sends none); a time-varying graph needs an algorithm
-    that derives its weights from each iteration's graph."""
-    asked = [faults.describe()] if faults.active else []
-    if varying != "none":
-        asked.append(f"topology.varying = {varying}")
-    if not asked:
-        return
-    what = ", ".join(asked)
-    injected = {"drop": faults.drop > 0, "link_down": faults.link_down > 0}
-    injected["crashes"] = faults.crash_count > 0
-    wanted = [fault for fault, on in injected.items() if on]
-    faulty = ", ".join(
-        other
-        for other, spec in ALGORITHMS.items()
-        if (spec.decentralized or spec.kind == "server")
-        and all(_takes_fault(other, fault) for fault in wanted)
-    )
-    if runtime == "distributed":
-        raise UsageError(
-            f"the distributed runtime does not inject faults ({what}): "
-            f"its messages travel for real; run {faulty} in the simulator with `murmur run`"
-        )
-    spec = ALGORITHMS[name]
-    if not all(_takes_fault(name, fault) for fault in wanted):
-        raise UsageError(
-            f"{name} cannot run with {faults.describe()}: {_no_faults(name)}; "
-            f"the simulator injects them into {faulty}"
-        )
-    if spec.kind == "layerwise" and faults.crash_count > 0:
-        _check_layer_crashes(faults)
-    if varying != "none" and not spec.varying:
-        varied = ", ".join(
-            name for name, spec in ALGORITHMS.items() if spec.varying and spec.decentralized
-        )
-        why = (
-            "its mixing weights and consensus step are fixed for the run's graph when it is built"
-            if spec.kind == "sgd"
-            else _NO_VARYING[spec.kind]
-        )
-        raise UsageError(
-            f"{name} cannot run with topology.varying = {varying}: {why}; "
-            f"the simulator varies the graph of {varied}"
-        )
-
-
-CHECKPOINTED: tuple[Kind, ...] = ("sgd", "layerwise", "server")
-"""The kinds of algorithm whose simulated runs save checkpoints and resume."""
-
-
-DISTRIBUTED_LAYERWISE_CHECKPOINTED = ("dssfn",)
-"""The layer-wise algorithms whose distributed runs save checkpoints and continue
-from them: synchronous dSSFN, whose ranks finish every layer together."""
-
-
-def checkpointed_distributed(name: str) -> bool:
-    """Whether the distributed runtime saves checkpoints of ``name`` and resumes it."""
-    kind = ALGORITHMS[name].kind
-    return kind in ("sgd", "server") or name in DISTRIBUTED_LAYERWISE_CHECKPOINTED
-
-
-def distributed_checkpointed_names() -> str:
-    """The algorithms the distributed runtime checkpoints, for a message."""
-    synchronous = ", ".join(
-        other
-        for other, spec in ALGORITHMS.items()
-        if spec.kind == "sgd" and "distributed" in spec.runtimes
-    )
-    layerwise = ", ".join(DISTRIBUTED_LAYERWISE_CHECKPOINTED)
-    servers = ", ".join(
-        other
-        for other, spec in ALGORITHMS.items()
-        if spec.kind == "server" and "distributed" in spec.runtimes
-    )
-    return (
-        f"synchronous SGD ({synchronous}), synchronous dSSFN ({layerwise}) "
-        f"and the parameter server ({servers})"
-    )
-
-
-def check_checkpoints(name: str, run: RunConfig, runtime: Runtime) -> None:
-    """UsageError unless ``runtime`` saves checkpoints of a run of ``name``, when
-    ``run.checkpoint_every`` asks for them."""
-    if run.checkpoint_every == 0:
-        return
-    if runtime == "distributed" and not checkpointed_distributed(name):
-        raise UsageError(
-            f"the distributed runtime saves no checkpoints of {name} (run.checkpoint_every = "
-            f"{run.checkpoint_every}), only of {distributed_checkpointed_names()}; set it to 0, "
-            "or run in the simulator with `murmur run`"
-        )
-    if ALGORITHMS[name].kind not in CHECKPOINTED:
-        kinds = ", ".join(other for other, spec in ALGORITHMS.items() if spec.kind in CHECKPOINTED)
-        raise UsageError(
-            f"{name} saves no checkpoints (run.checkpoint_every = {run.checkpoint_every}); "
-            f"set it to 0: the simulator saves checkpoints of {kinds}"
-        )
-
-
-def check_compile(name: str, run: RunConfig, runtime: Runtime) -> None:
-    """UsageError when ``run.compile = true`` asks for a fused step that ``runtime``
-    does not take for ``name``: only the simulator's synchronous SGD rounds compile."""
-    if run.compile is not True:
-        return
-    if runtime == "distributed":
-        raise UsageError(
-            "run.compile = true is for the simulator: the distributed runtime steps eagerly; "
-            'set run.compile = "auto" or false'
-        )
-    if ALGORITHMS[name].kind != "sgd":
-        compiled = ", ".join(other for other, spec in ALGORITHMS.items() if spec.kind == "sgd")
-        raise UsageError(
-            f"run.compile = true has no compiled step for {name}, only for {compiled}; "
-            'set run.compile = "auto" or false'
-        )
-
-
-_BEYOND_SGD: dict[str, tuple[str, ...]] = {
-    "drop": ("ssfn", "dssfn-async"),
-    "link_down": (),
-    "crashes": ("asysg-con", "asysg-incon", "dssfn-async"),
-}
-"""Besides synchronous SGD, the algorithms that run under each fault: centralized SSFN
-sends nothing to lose, asynchronous dSSFN's nodes act on whatever news arrives, and
-an asynchronous server's updates fill from whichever workers push."""
-
-_WHY_NOT: dict[str, str] = {
-    "dssfn": "synchronous dSSFN's consensus ADMM takes each gossip round's average as "
-    "exact, and needs every node in every round",
-    "ssfn": "centralized SSFN is one learner, with no links to take down, whose crash "
-    "would end the run",
-    "dssfn-async": "asynchronous dSSFN has no model of links that go down and come back "
-    "(faults.link_down counts synchronous rounds)",
-    "sync-ps": "its barrier waits for every worker, and its pushes and pulls have no model "
+)
+SERVER.add(
+    AsysgConfig,
+    _itself,
+    "asynchronous SGD, parameter server applying stale gradients as they arrive",
+    decentralized=False,
+)
+SERVER.add(
+    SyncPsConfig,
+    _itself,
+    "synchronous parameter server: waits for all workers every update",
+    decentralized=False,
+    faults=frozenset(),
+    no_faults="its barrier waits for every worker, and its pushes and pulls have no model "
     "of lost messages or down links",
-    "server": "a parameter server's pushes and pulls have no model of lost messages or down links",
-    "hogwild": "its workers are real processes that share one model in memory",
+)
+SERVER.add(
+    AsysgInconConfig,
+    _itself,
+    "asynchronous SGD in shared memory, reads mixing recent versions",
+    decentralized=False,
+    runtimes=SIMULATOR,
+    instead="its workers share one model in memory: its real-process form is "
+    "`murmur run hogwild`, processes on one machine",
+)
+
+HOGWILD: Family[HogwildConfig] = Family(
+    "hogwild",
+    "shared-memory processes",
+    unit="iteration",
+    crash_unit="iteration",
+    defaults=Capabilities(
+        runtimes=SIMULATOR,
+        instead="it already runs real processes on one machine: `murmur run hogwild`",
+        faults=frozenset(),
+        no_faults="its workers are real processes that share one model in memory",
+        no_varying="its workers share one model in memory, over no graph",
+        checkpoints=(),
+    ),
+)
+HOGWILD.add(
+    HogwildConfig,
+    _itself,
+    "Hogwild!: lock-free SGD of W processes on one shared-memory model",
+    decentralized=False,
+)
+
+LAYERWISE: Family[LayerSolver] = Family(
+    "layerwise",
+    "synchronous dSSFN",
+    unit="layer",
+    crash_unit="layer",
+    defaults=Capabilities(
+        faults=frozenset(),
+        no_varying="layer-wise SSFN solves each layer over one fixed graph",
+        checkpoints=SIMULATOR,
+    ),
+)
+LAYERWISE.add(
+    SsfnConfig,
+    lambda config, graph, context: CentralSolver(config),
+    "SSFN, layers solved by ADMM on all the data",
+    decentralized=False,
+    runtimes=SIMULATOR,
+    instead="it is one learner: `murmur run` it, or dssfn / dssfn-async distributed",
+    faults=frozenset({"drop"}),
+    no_faults="centralized SSFN is one learner, with no links to take down, whose crash "
+    "would end the run",
+)
+LAYERWISE.add(
+    DssfnConfig,
+    lambda config, graph, context: SyncSolver(config, graph),
+    "decentralized SSFN, synchronous ADMM with gossip",
+    decentralized=True,
+    no_faults="synchronous dSSFN's consensus ADMM takes each gossip round's average as "
+    "exact, and needs every node in every round",
+    checkpoints=BOTH,
+)
+LAYERWISE.add(
+    DssfnAsyncConfig,
+    lambda config, graph, context: AsyncSolver(config, graph),
+    "decentralized SSFN, asynchronous ADMM (ARock)",
+    decentralized=True,
+    faults=frozenset({"drop", "crashes"}),
+    no_faults="asynchronous dSSFN has no model of links that go down and come back "
+    "(faults.link_down counts synchronous rounds)",
+)
+
+FAMILIES: dict[Kind, FamilyInfo] = {
+    family.kind: family for family in (SGD, SERVER, HOGWILD, LAYERWISE)
 }
-"""Why an algorithm (or, failing its name, its kind) refuses the faults it refuses."""
+"""Every family, by kind."""
 
-
-def _check_layer_crashes(faults: FaultsConfig) -> None:
-    """Layer-wise nodes crash at the start of a layer after the first, for good."""
-    if faults.crash_at < 1:
-        raise UsageError(
-            "faults.crash_at counts layers in a layer-wise run and must be at least 1: a "
-            "node that crashes before layer 0 never had a model"
-        )
-    if faults.rejoin_at > 0:
-        raise UsageError(
-            "faults.rejoin_at must be 0 in a layer-wise run: a crashed node lacks the "
-            "features of the layers it missed and cannot rejoin"
-        )
-
-
-_NO_VARYING: dict[Kind, str] = {
-    "layerwise": "layer-wise SSFN solves each layer over one fixed graph",
-    "server": "its workers talk to one server, over no graph",
-    "hogwild": "its workers share one model in memory, over no graph",
+ALGORITHMS: dict[str, Member[object]] = {
+    name: member
+    for family in (SGD, SERVER, HOGWILD, LAYERWISE)
+    for name, member in family.members.items()
 }
-"""Why each kind of algorithm but synchronous SGD refuses a time-varying graph."""
+"""Every algorithm by name, in the order of ``murmur presets`` and error messages."""
 
 
-def _takes_fault(name: str, fault: str) -> bool:
-    return ALGORITHMS[name].kind == "sgd" or name in _BEYOND_SGD[fault]
-
-
-def _no_faults(name: str) -> str:
-    """Why ``name`` refuses the faults it refuses."""
-    return _WHY_NOT.get(name) or _WHY_NOT[ALGORITHMS[name].kind]
+def family_of(name: str) -> FamilyInfo:
+    """The family of the algorithm called ``name``."""
+    return FAMILIES[ALGORITHMS[name].kind]

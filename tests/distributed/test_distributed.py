@@ -327,8 +327,12 @@ def test_launch_refuses_an_algorithm_without_a_distributed_form_saying_what_to_r
 def test_the_registry_decides_which_runtimes_run_an_algorithm(capsys, tmp_path, monkeypatch):
     """An algorithm whose registry entry leaves out the distributed runtime is refused
     by it, with the entry's word on what to run instead."""
+    member = ALGORITHMS["dsgd"]
     spec = dataclasses.replace(
-        ALGORITHMS["dsgd"], runtimes=("simulator",), instead="run it in the simulator"
+        member,
+        capabilities=dataclasses.replace(
+            member.capabilities, runtimes=("simulator",), instead="run it in the simulator"
+        ),
     )
     monkeypatch.setitem(ALGORITHMS, "dsgd", spec)
     path = write_config(tmp_path, DSGD)

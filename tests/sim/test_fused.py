@@ -10,11 +10,11 @@ from murmur.cli import main
 from murmur.config import apply_overrides, build_config, read_preset
 from murmur.errors import UsageError
 from murmur.experiment import run
-from murmur.registry import check_compile
-from murmur.sim import runners
 from murmur.sim.fused import NeighbourTable
 from murmur.sim.transport import InMemoryTransport
 from murmur.topology import as_sparse, erdos_renyi
+from murmur.training import plan as planning
+from murmur.training.plan import plan
 from murmur.training.setup import prepare
 
 
@@ -136,10 +136,10 @@ def test_compiled_and_eager_runs_agree_over_100_steps(preset, extra):
 def test_auto_compiles_only_runs_long_enough_to_pay_for_it(monkeypatch):
     config = _small("detsgrad", ["run.compile=auto"], compile_=False)
     setup = prepare(config)
-    assert not runners._compiled(setup)
+    assert not plan(config).compiled
     work = setup.graph.agents * setup.initial.shape[1] * config.run.iterations
-    monkeypatch.setattr(runners, "COMPILE_WORTH", work)
-    assert runners._compiled(setup) == runners.compiler_available()
+    monkeypatch.setattr(planning, "COMPILE_WORTH", work)
+    assert plan(config).compiled == planning.compiler_available()
 
 
 def test_compile_true_is_refused_where_the_step_stays_eager():
@@ -168,5 +168,5 @@ def test_compile_true_where_nothing_compiles_is_one_line_and_exit_2(argv, words,
 def test_the_distributed_runtime_refuses_compile_true():
     config = _small("detsgrad", [], compile_=True)
     with pytest.raises(UsageError, match="distributed runtime steps eagerly"):
-        check_compile(config.algorithm.name, config.run, "distributed")
-    check_compile(config.algorithm.name, config.run, "simulator")
+        plan(config, "distributed")
+    assert plan(config, "simulator").compiled

@@ -10,7 +10,7 @@ from murmur.cli import main
 from murmur.config import load_experiment
 from murmur.errors import UsageError
 from murmur.experiment import run
-from murmur.training.setup import check_device
+from murmur.training.plan import plan
 
 NO_GPU = not torch.cuda.is_available()
 SMALL = ["data.dataset=blobs", "topology.agents=4", "run.iterations=20", "run.eval_every=10"]
@@ -23,7 +23,7 @@ def _config(preset: str, settings: list[str]):
 
 def test_the_cpu_is_the_default_and_needs_no_check():
     assert _config("dsgd", SMALL).run.device == "cpu"
-    assert check_device(_config("dsgd", SMALL), "distributed") is None
+    assert plan(_config("dsgd", SMALL), "distributed").device == "cpu"
 
 
 @pytest.mark.skipif(not NO_GPU, reason="this machine has a CUDA GPU")
@@ -44,7 +44,7 @@ def test_cuda_without_a_gpu_is_one_line_and_exit_2(capsys, tmp_path):
 def test_cuda_is_refused_where_the_run_computes_on_the_cpu(preset, runtime):
     config = _config(preset, ["run.device=cuda"])
     with pytest.raises(UsageError, match="computes on the CPU: use run.device = cpu"):
-        check_device(config, runtime)
+        plan(config, runtime)
 
 
 def test_launch_refuses_cuda_in_one_line(capsys):

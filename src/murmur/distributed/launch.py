@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,20 +17,19 @@ from murmur.distributed.checkpoints import check_agents_per_rank, check_resumabl
 from murmur.distributed.mailbox import (
     first_line,
 )
-from murmur.distributed.runtime import check_same_run, check_world, loopback_interface
+from murmur.distributed.runtime import check_same_run, loopback_interface
 from murmur.distributed.transport import DEFAULT_TIMEOUT
 from murmur.errors import UsageError
-from murmur.registry import (
-    ALGORITHMS,
-    check_checkpoints,
-    check_compile,
-    check_faults,
-    check_runtime,
-    checkpointed_distributed,
+from murmur.registry import ALGORITHMS, FAMILIES
+from murmur.training.plan import (
+    Plan,
+    check_capabilities,
     distributed_checkpointed_names,
+    plan,
+    write_plan_file,
 )
-from murmur.training.runs import check_run, check_run_dir
-from murmur.training.setup import check_device
+from murmur.training.runs import check_run_dir
+from murmur.training.setup import prepare
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 29500
@@ -58,6 +58,49 @@ def launch(
     (``source``, ``overrides`` and ``out`` are then None or empty).
     ``agents_per_rank``: each rank holds a block of that many agents.
     """
+    _check_arguments(nproc, agents_per_rank, timeout, port, max_restarts)
+    if resume is not None:
+        checked, done = check_resumable_launch(Path(resume), nproc, agents_per_rank)
+        if progress:
+            unit = FAMILIES[checked.kind].unit
+            print(f"resuming {resume} from {unit} {done}", file=sys.stderr)
+        rank_argv, name, preset = ["--resume", resume], "", ""
+    else:
+        if nproc is None or source is None:
+            raise UsageError("murmur launch needs --nproc and a preset (or --resume DIR)")
+        experiment = load_experiment(source, overrides)
+        name, config = single_run(experiment)
+        checked = plan(
+            config,
+            "distributed",
+            world=nproc,
+            world_name="--nproc",
+            agents_per_rank=agents_per_rank,
+        )
+        prepare(checked)  # the data files are read before any rank starts
+        root = Path(out) if out else default_run_dir(experiment.name)
+        check_run_dir(root)
+        rank_argv, preset = [f"--out={root}"], experiment.name
+    check_restarts(checked, max_restarts)
+    check_port_free(LOOPBACK, port)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    interface = loopback_interface()
+    if interface is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+    with tempfile.TemporaryDirectory(prefix="murmur-launch-") as folder:
+        plan_file = Path(folder) / "plan.json"
+        write_plan_file(plan_file, checked, name, preset)
+        return _torchrun(
+            _torchrun_argv(
+                checked, port, max_restarts, timeout, progress, [*rank_argv, f"--plan={plan_file}"]
+            )
+        )
+
+
+def _check_arguments(
+    nproc: int | None, agents_per_rank: int, timeout: float, port: int, max_restarts: int
+) -> None:
+    """UsageError, in one line, for a number out of its range."""
     if nproc is not None and nproc < 1:
         raise UsageError(f"--nproc must be at least 1, not {nproc}")
     if agents_per_rank < 1:
@@ -68,34 +111,21 @@ def launch(
         raise UsageError(f"--port must be a port number (1..65535), not {port}")
     if max_restarts < 0:
         raise UsageError(f"--max-restarts must be 0 or more, not {max_restarts}")
-    if resume is not None:
-        config, done = check_resumable_launch(Path(resume), nproc, agents_per_rank)
-        if progress:
-            unit = _STEP.get(ALGORITHMS[config.algorithm.name].kind, "iteration")
-            print(f"resuming {resume} from {unit} {done}", file=sys.stderr)
-        rank_argv = ["--resume", resume]
-    else:
-        if nproc is None or source is None:
-            raise UsageError("murmur launch needs --nproc and a preset (or --resume DIR)")
-        experiment = load_experiment(source, overrides)
-        _, config = single_run(experiment)
-        check_runtime(config.algorithm.name, "distributed")
-        check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
-        check_checkpoints(config.algorithm.name, config.run, "distributed")
-        check_compile(config.algorithm.name, config.run, "distributed")
-        check_device(config, "distributed")
-        check_world(config, nproc, what="--nproc", agents_per_rank=agents_per_rank)
-        check_run(config)
-        root = Path(out) if out else default_run_dir(experiment.name)
-        check_run_dir(root)
-        rank_argv = [source, f"--out={root}", *(f"--set={item}" for item in overrides)]
-    check_restarts(config, max_restarts)
-    check_port_free(LOOPBACK, port)
-    world = ALGORITHMS[config.algorithm.name].processes(config.algorithm, config.topology.agents)
-    world //= agents_per_rank
-    torchrun_argv = [
+
+
+def _torchrun_argv(
+    checked: Plan,
+    port: int,
+    max_restarts: int,
+    timeout: float,
+    progress: bool,
+    rank_argv: list[str],
+) -> list[str]:
+    """torchrun's arguments: its ranks on loopback, each running ``murmur run`` with
+    ``rank_argv``."""
+    return [
         "--nnodes=1",
-        f"--nproc-per-node={world}",
+        f"--nproc-per-node={checked.processes}",
         f"--master-addr={LOOPBACK}",
         f"--master-port={port}",
         f"--max-restarts={max_restarts}",
@@ -104,25 +134,16 @@ def launch(
         "run",
         *rank_argv,
         "--runtime=distributed",
-        f"--agents-per-rank={agents_per_rank}",
+        f"--agents-per-rank={checked.agents_per_rank}",
         f"--timeout={timeout:g}",
         *(() if progress else ("--quiet",)),
     ]
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    interface = loopback_interface()
-    if interface is not None:
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
-    return _torchrun(torchrun_argv)
-
-
-_STEP = {"layerwise": "layer", "server": "update"}
-"""What a checkpoint's number counts, by the kind of algorithm (iterations otherwise)."""
 
 
 def check_resumable_launch(
     run_dir: Path, nproc: int | None, agents_per_rank: int = 1
-) -> tuple[Config, int]:
-    """The config of the stopped distributed run in ``run_dir`` and the iteration it
+) -> tuple[Plan, int]:
+    """The plan of the stopped distributed run in ``run_dir`` and the iteration it
     resumes from, every rank's checkpoints read and checked; UsageError, in one line,
     otherwise. Nothing is written."""
     if not run_dir.is_dir():
@@ -131,31 +152,25 @@ def check_resumable_launch(
     if not config_file.is_file():
         raise UsageError(f"{run_dir} has no config.toml: it is not a run folder")
     config = load_experiment(str(config_file)).runs[0][1]
-    check_runtime(config.algorithm.name, "distributed")
-    check_checkpoints(config.algorithm.name, config.run, "distributed")
-    check_device(config, "distributed")
+    check_capabilities(ALGORITHMS[config.algorithm.name], config, "distributed")
     check_same_run(run_dir, config)
+    world = None
     if nproc is not None or agents_per_rank > 1:
-        check_world(
-            config,
-            config.topology.agents // agents_per_rank if nproc is None else nproc,
-            what="--nproc",
-            agents_per_rank=agents_per_rank,
-        )
-    world = ALGORITHMS[config.algorithm.name].processes(config.algorithm, config.topology.agents)
-    world //= agents_per_rank
-    check_run(config)
+        world = config.topology.agents // agents_per_rank if nproc is None else nproc
+    checked = plan(
+        config, "distributed", world=world, world_name="--nproc", agents_per_rank=agents_per_rank
+    )
+    prepare(checked)
     check_agents_per_rank(run_dir, config, agents_per_rank)
-    if ALGORITHMS[config.algorithm.name].kind == "server":
-        world = 1  # only the server saves
-    return config, check_resumable_ranks(run_dir, world, config)
+    saving = 1 if checked.kind == "server" else checked.processes  # only the server saves
+    return checked, check_resumable_ranks(run_dir, saving, config)
 
 
-def check_restarts(config: Config, max_restarts: int) -> None:
+def check_restarts(checked: Plan, max_restarts: int) -> None:
     """UsageError when restarted ranks could not continue: only those of the algorithms
     the distributed runtime checkpoints can."""
-    name = config.algorithm.name
-    if max_restarts > 0 and not checkpointed_distributed(name):
+    name = checked.config.algorithm.name
+    if max_restarts > 0 and "distributed" not in ALGORITHMS[name].capabilities.checkpoints:
         raise UsageError(
             f"--max-restarts restarts runs of {distributed_checkpointed_names()} only, "
             f"not {name}; drop it"

@@ -43,7 +43,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -70,19 +69,22 @@ from murmur.distributed.mailbox import (
 from murmur.distributed.server import newest_server_checkpoint, server_runner
 from murmur.distributed.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
 from murmur.errors import UsageError
+from murmur.metrics.counters import MessageCounters
 from murmur.metrics.records import Outcome, RunResult
-from murmur.registry import (
-    ALGORITHMS,
-    check_checkpoints,
-    check_compile,
-    check_faults,
-    check_runtime,
-    checkpointed_distributed,
-)
-from murmur.training.checkpoint import header, read_checkpoint, restore_tuple, to_plain
+from murmur.registry import ALGORITHMS
+from murmur.training.checkpoint import header, read_checkpoint
+from murmur.training.plan import Plan, check_world, plan
 from murmur.training.reducer import AgentRows, AgentTotals, run_outcome, sgd_record
-from murmur.training.runs import Runner, check_run_dir, finished, train_run
-from murmur.training.setup import SgdSetup, check_device, prepare
+from murmur.training.runs import OnRecord, Runner, check_run_dir, finished, train_run
+from murmur.training.setup import (
+    LayerSetup,
+    RoundsSetup,
+    ServerSetup,
+    Setup,
+    SgdSetup,
+    prepare,
+)
+from murmur.training.sgd_checkpoint import resume_sgd, sgd_snapshot
 from murmur.training.sgd_loop import Evaluation, SgdProgress, SgdTrained, train_sgd
 
 
@@ -125,73 +127,8 @@ class RankEnvironment:
         return cls(rank, world, environ["MASTER_ADDR"], port, agent_store, attempt)
 
 
-def check_world(
-    config: Config, world: int, what: str = "WORLD_SIZE", agents_per_rank: int = 1
-) -> None:
-    """UsageError unless ``world`` processes (``what``: how the user set that number)
-    are the ranks the algorithm needs (``AlgorithmSpec.processes``), each holding
-    ``agents_per_rank`` agents."""
-    algorithm = config.algorithm
-    spec = ALGORITHMS[algorithm.name]
-    check_blocks(config, agents_per_rank)
-    agents = config.topology.agents
-    if agents_per_rank > 1:
-        if world * agents_per_rank != agents:
-            raise UsageError(
-                f"{what} is {world} with --agents-per-rank {agents_per_rank}, "
-                f"{world * agents_per_rank} agents, but topology.agents is {agents} "
-                f"(--nproc {agents // agents_per_rank} for {agents_per_rank} agents per rank)"
-            )
-        return
-    needed = spec.processes(algorithm, agents)
-    if world == needed:
-        return
-    if spec.kind == "server":
-        raise UsageError(
-            f"{what} is {world} but {algorithm.name} with algorithm.workers = {needed - 1} "
-            f"needs {needed} ranks (the server on rank 0 and one per worker)"
-        )
-    raise UsageError(
-        f"{what} is {world} but topology.agents is {needed}; the distributed runtime runs "
-        f"one agent per process (--nproc {needed} or --set topology.agents={world}) "
-        "unless --agents-per-rank says more"
-    )
-
-
-def block_algorithms() -> list[str]:
-    """The algorithms whose ranks may hold a block of agents: synchronous SGD."""
-    return [
-        name
-        for name, spec in ALGORITHMS.items()
-        if spec.kind == "sgd" and "distributed" in spec.runtimes
-    ]
-
-
-def check_blocks(config: Config, agents_per_rank: int) -> None:
-    """UsageError unless ranks of ``config`` can hold ``agents_per_rank`` agents each:
-    at least 1, dividing topology.agents, and more than 1 only for synchronous SGD
-    (:func:`block_algorithms`)."""
-    if agents_per_rank < 1:
-        raise UsageError(f"--agents-per-rank must be at least 1, not {agents_per_rank}")
-    if agents_per_rank == 1:
-        return
-    name = config.algorithm.name
-    agents = config.topology.agents
-    supported = block_algorithms()
-    if name not in supported:
-        raise UsageError(
-            f"--agents-per-rank {agents_per_rank}: blocks of agents per rank run "
-            f"{', '.join(supported)} only, not {name}; drop --agents-per-rank to run "
-            "one agent (or worker) per rank"
-        )
-    if agents % agents_per_rank != 0:
-        raise UsageError(
-            f"--agents-per-rank {agents_per_rank} does not divide topology.agents = {agents}"
-        )
-
-
 def run_distributed(
-    config: Config,
+    config: Config | Plan,
     out_dir: str | Path | None = None,
     *,
     name: str = "",
@@ -204,9 +141,10 @@ def run_distributed(
 ) -> RunResult:
     """Run this process's rank of ``config``; rank 0 writes ``out_dir``.
 
-    Every rank returns the gathered result; only rank 0's holds the run folder
-    and the stacked final parameters (agents, P). Raises UsageError for bad
-    input (before any training) and PeerFailure when a peer fails mid-run.
+    ``config``: the run's config, or the plan ``murmur launch`` made of it for every
+    rank (with its own ``agents_per_rank``). Every rank returns the gathered result;
+    only rank 0's holds the run folder and the final parameters (agents, P). Raises
+    UsageError for bad input (before any training), PeerFailure when a peer fails.
 
     ``resume``: continue the stopped run in ``out_dir`` from the newest iteration
     every rank saved (:mod:`murmur.distributed.checkpoints`). A rank that torchrun
@@ -218,66 +156,131 @@ def run_distributed(
     """
     if timeout <= 0:
         raise UsageError(f"the timeout must be positive, not {timeout:g}")
-    spec = check_runtime(config.algorithm.name, "distributed")
-    check_faults(config.algorithm.name, config.faults, "distributed", config.topology.varying)
-    check_checkpoints(config.algorithm.name, config.run, "distributed")
-    check_compile(config.algorithm.name, config.run, "distributed")
-    check_device(config, "distributed")
+    if isinstance(config, Plan):
+        checked = config
+    else:
+        checked = plan(config, "distributed", agents_per_rank=agents_per_rank)
     if resume and out_dir is None:
         raise ValueError("a resumed run needs its run folder")
     env = RankEnvironment.from_environ(environ)
-    start: Start = "resume" if resume else "restart" if env.attempt > 0 else "new"
-    if not checkpointed_distributed(config.algorithm.name) or out_dir is None:
-        start = "new"
-    if env.rank == 0 and config.timing != TimingConfig():
-        print(
-            "murmur: note: [timing] sets the simulator's virtual clock; a distributed run "
-            "takes real time and ignores it",
-            file=sys.stderr,
-        )
-    check_world(config, env.world, agents_per_rank=agents_per_rank)
-    setup = prepare(config)
-    saves = RankCheckpoints(
-        every=config.run.checkpoint_every,
-        path=Path(out_dir) / FOLDER if out_dir is not None else None,
-        header=header(config, name, preset),
-        records=lambda: 0,
-        rank=env.rank,
-        keep=kept_checkpoints(
-            setup.graph,
-            config.run.checkpoint_every,
-            span=config.algorithm.steps_per_exchange(),
-        ),
-    )
-    runner = _RANK_RUNNERS[spec.kind](config, env.rank, timeout, saves, start)
-    if agents_per_rank > 1:  # check_world let only synchronous SGD through
-        runner = partial(runner, block=agents_per_rank)
+    check_world(checked.config, env.world, agents_per_rank=checked.agents_per_rank)
+    start = _start(checked, env, resume, out_dir)
+    if env.rank == 0:
+        _note_timing(checked.config)
+    setup = prepare(checked)
+    saves = _rank_saves(checked, out_dir, env.rank, setup, name, preset)
     run_dir = Path(out_dir) if out_dir is not None and env.rank == 0 else None
-    folder_kept = None
-    if run_dir is not None and start != "new" and (run_dir / "config.toml").is_file():
-        check_same_run(run_dir, config)
-        folder_kept = {"records": 0}  # rank 0 writes every record at the end
-        if spec.kind == "server":  # the server writes them as it goes
-            saved = newest_server_checkpoint(saves, config)
-            folder_kept["records"] = saved["state"]["records"] if saved is not None else 0
-    elif run_dir is not None:
-        check_run_dir(run_dir)
+    folder_kept = _rank_zero_folder(checked, run_dir, start, saves)
     _init_group(env, timeout)
     try:
         return train_run(
-            config,
+            setup,
             run_dir,
             name=name,
             preset=preset,
             progress=progress and env.rank == 0,
-            setup=setup,
-            runner=runner,
+            runner=_rank_runner(checked, env.rank, timeout, saves, start),
             resume=folder_kept,
         )
     except PeerFailure as failure:
         raise PeerFailure(failure.ranks, f"rank {env.rank} stopped: {failure}") from None
     finally:
         dist.destroy_process_group()
+
+
+def _note_timing(config: Config) -> None:
+    """A note on stderr that the distributed runtime ignores ``[timing]``."""
+    if config.timing != TimingConfig():
+        print(
+            "murmur: note: [timing] sets the simulator's virtual clock; a distributed run "
+            "takes real time and ignores it",
+            file=sys.stderr,
+        )
+
+
+def _start(checked: Plan, env: RankEnvironment, resume: bool, out_dir: str | Path | None) -> Start:
+    """How this rank starts: afresh, resumed by the user, or restarted by torchrun (which
+    continue from checkpoints only where the run saves them)."""
+    saved = "distributed" in ALGORITHMS[checked.config.algorithm.name].capabilities.checkpoints
+    if out_dir is None or not saved:
+        return "new"
+    return "resume" if resume else "restart" if env.attempt > 0 else "new"
+
+
+def _rank_saves(
+    checked: Plan, out_dir: str | Path | None, rank: int, setup: Setup, name: str, preset: str
+) -> RankCheckpoints:
+    """Where and how often this rank saves its part of the run."""
+    config = checked.config
+    return RankCheckpoints(
+        every=config.run.checkpoint_every,
+        path=Path(out_dir) / FOLDER if out_dir is not None else None,
+        header=header(config, name, preset),
+        records=lambda: 0,
+        rank=rank,
+        keep=kept_checkpoints(
+            setup.graph,
+            config.run.checkpoint_every,
+            span=config.algorithm.steps_per_exchange(),
+        ),
+    )
+
+
+def _rank_zero_folder(
+    checked: Plan, run_dir: Path | None, start: Start, saves: RankCheckpoints
+) -> dict[str, Any] | None:
+    """Rank 0's folder: checked to be empty for a new run; for one that continues,
+    checked to be its own, with how many of its records it keeps."""
+    if run_dir is None:
+        return None
+    config = checked.config
+    if start == "new" or not (run_dir / "config.toml").is_file():
+        check_run_dir(run_dir)
+        return None
+    check_same_run(run_dir, config)
+    kept = {"records": 0}  # rank 0 writes every record at the end
+    if checked.kind == "server":  # the server writes them as it goes
+        saved = newest_server_checkpoint(saves, config)
+        kept["records"] = saved["state"]["records"] if saved is not None else 0
+    return kept
+
+
+def _rank_runner(
+    checked: Plan, rank: int, timeout: float, saves: RankCheckpoints, start: Start
+) -> Runner:
+    """The runner of this rank, by the run's family: a block of synchronous SGD agents,
+    a dSSFN node, or the parameter server (rank 0) or a worker."""
+
+    def train(setup: Setup, on_record: OnRecord, progress: bool) -> Outcome:
+        if isinstance(setup, LayerSetup):
+            return run_layerwise_rank(
+                setup,
+                setup.solver,
+                on_record,
+                progress,
+                rank=rank,
+                timeout=timeout,
+                saves=saves,
+                start=start,
+            )
+        if isinstance(setup, ServerSetup):
+            serve = server_runner(setup.config, rank, checked.processes, timeout, saves, start)
+            return serve(setup, setup.workers, on_record, progress)
+        if not isinstance(setup, RoundsSetup):
+            raise TypeError(f"no rank trains a {type(setup).__name__}")
+        return _train_rank(
+            setup,
+            setup.algorithm,
+            on_record,
+            progress,
+            rank=rank,
+            timeout=timeout,
+            saves=saves,
+            start=start,
+            block=checked.agents_per_rank,
+        )
+
+    return train
 
 
 def resume_distributed(
@@ -287,11 +290,12 @@ def resume_distributed(
     timeout: float = DEFAULT_TIMEOUT,
     environ: Mapping[str, str] = os.environ,
     agents_per_rank: int = 1,
+    checked: Plan | None = None,
 ) -> RunResult:
     """Continue this process's rank of the stopped run in ``run_dir`` (``murmur run
     --resume DIR --runtime distributed``): its config.toml is the config, and every rank
     restores the newest iteration all ranks saved. ``agents_per_rank``: as the stopped
-    run had it."""
+    run had it. ``checked``: the plan ``murmur launch --resume`` made of it."""
     config_file = run_dir / "config.toml"
     if not config_file.is_file():
         raise UsageError(f"{run_dir} has no config.toml: it is not a run folder")
@@ -309,7 +313,7 @@ def resume_distributed(
         )
     saved = read_checkpoint(rank_file(folder, rank, iterations[-1]), config, run_dir)
     return run_distributed(
-        config,
+        checked if checked is not None else config,
         run_dir,
         name=saved["name"],
         preset=saved["preset"],
@@ -366,8 +370,11 @@ def _train_rank(
     "restart" continue from the newest iteration every rank saved; a restart starts
     over when there is none.
     """
+    group = dist.group.WORLD
+    if group is None:
+        raise RuntimeError("the process group is not initialized")
     transport = DistributedTransport(
-        dist.group.WORLD,
+        group,
         setup.graph,
         rank,
         algorithm.published(setup.initial),
@@ -425,21 +432,17 @@ def _restore(
             f"per rank, this run {block}; resume with --agents-per-rank "
             f"{saved.get('agents_per_rank', 1)}"
         )
+    initial = setup.initial[transport.agents[0] : transport.agents[-1] + 1]
+    resumed = resume_sgd(
+        saved,
+        done,
+        algorithm,
+        initial,
+        transport,
+        setup.problem.sampler,
+        where=f"rank {rank}: its checkpoint",
+    )
     try:
-        transport.load_state_dict(saved["transport"])
-        setup.problem.sampler.load_state_dict(saved["sampler"])
-        initial = setup.initial[transport.agents[0] : transport.agents[-1] + 1]
-        state = restore_tuple(algorithm.init(initial), saved["algorithm"])
-        loop = saved["loop"]
-        start = SgdProgress(
-            done,
-            state,
-            loop["samples"],
-            loop["virtual_seconds"],
-            loop["loss_sum"],
-            loop["loss_steps"],
-            loop["train_seconds"],
-        )
         rows = saved["rows"]
         if rows and not isinstance(rows[0][0], list):  # one agent per rank, before blocks
             rows = [[row] for row in rows]
@@ -449,7 +452,7 @@ def _restore(
         log = _RankLog(rows=rows, snapshots=list(snapshots.unbind()))
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
         raise UsageError(f"rank {rank}: its checkpoint does not fit this run: {error}") from None
-    return start, log
+    return resumed, log
 
 
 def _train(
@@ -470,36 +473,18 @@ def _train(
 
     def evaluate(at: Evaluation) -> None:
         accuracy, loss = problem.model.evaluate(at.params, problem.x_test, problem.y_test)
-        counters = transport.counters
-        train_loss = at.train_loss if at.train_loss is not None else float("nan")
-        log.rows.append(
-            [
-                [
-                    at.iteration,
-                    at.samples // block,  # every agent draws one batch an iteration
-                    at.wall_seconds,
-                    float(accuracy[i]) if accuracy is not None else float("nan"),
-                    float(loss[i]),
-                    train_loss,  # the block's mean: the mean over every block is the run's
-                    int(counters.events_per_agent[i]),
-                    int(counters.messages_per_agent[i]),
-                    int(counters.bytes_per_agent[i]),
-                ]
-                for i in range(block)
-            ]
-        )
+        log.rows.append(_block_rows(at, accuracy, loss, transport.counters, block))
         log.snapshots.append(at.params.clone())
 
     def snapshot(at: SgdProgress) -> dict[str, Any]:
-        return {
-            "loop": at.counts(),
-            "algorithm": to_plain(at.state),
-            "transport": transport.state_dict(),
-            "sampler": problem.sampler.state_dict(),
-            "rows": [[list(row) for row in rows] for rows in log.rows],
-            "snapshots": torch.stack(log.snapshots),
-            "agents_per_rank": block,
-        }
+        return sgd_snapshot(
+            at,
+            transport,
+            problem.sampler,
+            rows=[[list(row) for row in rows] for rows in log.rows],
+            snapshots=torch.stack(log.snapshots),
+            agents_per_rank=block,
+        )
 
     log.trained = train_sgd(
         problem,
@@ -517,6 +502,31 @@ def _train(
     )
 
 
+def _block_rows(
+    at: Evaluation,
+    accuracy: torch.Tensor | None,
+    loss: torch.Tensor,
+    counters: MessageCounters,
+    block: int,
+) -> list[list[float]]:
+    """One row of ``_COLUMNS`` per agent of the block at the evaluation ``at``."""
+    train_loss = at.train_loss if at.train_loss is not None else float("nan")
+    return [
+        [
+            at.iteration,
+            at.samples // block,  # every agent draws one batch an iteration
+            at.wall_seconds,
+            float(accuracy[i]) if accuracy is not None else float("nan"),
+            float(loss[i]),
+            train_loss,  # the block's mean: the mean over every block is the run's
+            int(counters.events_per_agent[i]),
+            int(counters.messages_per_agent[i]),
+            int(counters.bytes_per_agent[i]),
+        ]
+        for i in range(block)
+    ]
+
+
 def _gather(
     setup: SgdSetup,
     log: _RankLog,
@@ -526,27 +536,13 @@ def _gather(
     """Every rank's records and counters to every rank, parameters to rank 0."""
     world, rank = dist.get_world_size(), dist.get_rank()
     trained = log.trained
+    if trained is None:
+        raise RuntimeError("the rank gathers its results before it trained")
     block = len(transport.agents)
     # (world, evals, block, columns) -> (evals, agents, columns), agents in order
     rows = all_gather(torch.tensor(log.rows, dtype=torch.float64))
     rows = rows.transpose(0, 1).reshape(rows.shape[1], world * block, len(_COLUMNS))
-    counters = transport.counters
-    own_totals = torch.stack(
-        [
-            counters.events_per_agent.to(torch.float64),
-            counters.messages_per_agent.to(torch.float64),
-            counters.bytes_per_agent.to(torch.float64),
-        ],
-        dim=1,
-    )
-    agent_totals = all_gather(own_totals).reshape(world * block, 3)  # (agents, 3)
-    rank_totals = [
-        transport.control_messages,
-        transport.rejected,
-        trained.train_seconds,
-        trained.samples,
-    ]
-    totals = all_gather(torch.tensor(rank_totals, dtype=torch.float64))  # (world, totals)
+    per_agent, train_seconds = _gathered_totals(transport, trained, world * block)
     consensus = _consensus_distances(torch.stack(log.snapshots), world * block)
     params = trained.params.contiguous()
     gathered = [torch.empty_like(params) for _ in range(world)] if rank == 0 else None
@@ -554,16 +550,13 @@ def _gather(
     records = [_record(rows[e], consensus[e]) for e in range(rows.shape[0])]
     for record in records:
         on_record(record)
-    total = {name: totals[:, i] for i, name in enumerate(_TOTALS[3:])}
-    total.update({name: agent_totals[:, i] for i, name in enumerate(_TOTALS[:3])})
-    per_agent = {name: values.to(torch.int64).tolist() for name, values in total.items()}
     iterations = setup.config.run.iterations
     return run_outcome(
         records[-1],
         AgentTotals(per_agent["events"], per_agent["messages"], per_agent["bytes"]),
         topology=setup.graph.name,
         iterations=iterations,
-        train_seconds=float(total["train_seconds"].max()),
+        train_seconds=train_seconds,
         samples=sum(per_agent["samples"]),
         parameters=torch.cat(gathered) if gathered is not None else None,
         extra={
@@ -578,6 +571,34 @@ def _gather(
         },
         rounds=iterations,
     )
+
+
+def _gathered_totals(
+    transport: DistributedTransport, trained: SgdTrained, agents: int
+) -> tuple[dict[str, list[int]], float]:
+    """Every agent's message counts and every rank's counted totals (``_TOTALS``), on
+    every rank; and the slowest rank's training seconds."""
+    counters = transport.counters
+    own_totals = torch.stack(
+        [
+            counters.events_per_agent.to(torch.float64),
+            counters.messages_per_agent.to(torch.float64),
+            counters.bytes_per_agent.to(torch.float64),
+        ],
+        dim=1,
+    )
+    agent_totals = all_gather(own_totals).reshape(agents, 3)  # (agents, 3)
+    rank_totals = [
+        transport.control_messages,
+        transport.rejected,
+        trained.train_seconds,
+        trained.samples,
+    ]
+    totals = all_gather(torch.tensor(rank_totals, dtype=torch.float64))  # (world, totals)
+    total = {name: totals[:, i] for i, name in enumerate(_TOTALS[3:])}
+    total.update({name: agent_totals[:, i] for i, name in enumerate(_TOTALS[:3])})
+    counts = {name: values.to(torch.int64).tolist() for name, values in total.items()}
+    return counts, float(total["train_seconds"].max())
 
 
 def _consensus_distances(snapshots: torch.Tensor, agents: int) -> list[float]:
@@ -714,38 +735,3 @@ def _bind_gloo_to_loopback(address: str) -> None:
 def loopback_interface() -> str | None:
     """The name of the loopback network interface (``lo`` on Linux, ``lo0`` on macOS)."""
     return next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
-
-
-def _sgd_ranks(
-    config: Config, rank: int, timeout: float, saves: RankCheckpoints, start: Start
-) -> Runner:
-    return partial(_train_rank, rank=rank, timeout=timeout, saves=saves, start=start)
-
-
-def _layerwise_ranks(
-    config: Config, rank: int, timeout: float, saves: RankCheckpoints, start: Start
-) -> Runner:
-    return partial(run_layerwise_rank, rank=rank, timeout=timeout, saves=saves, start=start)
-
-
-def _server_ranks(
-    config: Config, rank: int, timeout: float, saves: RankCheckpoints, start: Start
-) -> Runner:
-    """A parameter server on rank 0, workers on the others."""
-    return server_runner(
-        config,
-        rank,
-        ALGORITHMS[config.algorithm.name].processes(config.algorithm, config.topology.agents),
-        timeout,
-        saves,
-        start,
-    )
-
-
-_RANK_RUNNERS: dict[str, Callable[[Config, int, float, RankCheckpoints, Start], Runner]] = {
-    "sgd": _sgd_ranks,
-    "layerwise": _layerwise_ranks,
-    "server": _server_ranks,
-}
-"""The runner of one rank, by the kind of algorithm (``AlgorithmSpec.kind``); synchronous
-SGD, synchronous dSSFN and the parameter server save and continue from checkpoints."""

@@ -17,23 +17,11 @@ whose eager path is the reference the tests hold the compiled one to.
 
 from __future__ import annotations
 
-import shutil
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-
-COMPILE_WORTH = 1e10
-"""Agents x parameters x iterations from which ``run.compile = "auto"`` compiles.
-
-Compiling takes about 8 s the first time on one core (2 to 3 s once inductor's
-on-disk cache holds the kernels). The fused step saves about 2 ns per parameter
-of every agent and iteration for DETSGRAD and 0.4 ns for DSGD (784-100-10 MLP,
-64 agents, one thread), so compiling pays from about 4e9 for the one and 1e10
-(with a warm cache) for the other.
-"""
-
 
 VARIANTS = 128
 """How many compiled variants (shapes, dtypes, flags) the kernel may have in one process."""
@@ -151,8 +139,3 @@ class FusedMixing:
                 keep_drift and grads is not None,
             )
         return norms if drift else None
-
-
-def compiler_available() -> bool:
-    """Whether inductor has a C++ compiler to build its kernels with."""
-    return shutil.which("g++") is not None or shutil.which("c++") is not None

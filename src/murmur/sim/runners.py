@@ -10,42 +10,39 @@ from murmur.algorithms.protocols import Algorithm, LayerSolver
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.records import Outcome
-from murmur.registry import ALGORITHMS
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.sim.faults import FaultyAlgorithm, NetworkSchedule, crashed_agents
-from murmur.sim.fused import COMPILE_WORTH, compiler_available
 from murmur.sim.layerwise import SimulatedNetwork
 from murmur.sim.lossy import LossyTransport
 from murmur.sim.simulator import RoundClock, simulate
 from murmur.sim.transport import InMemoryTransport
-from murmur.training.checkpoint import restore_tuple, to_plain
 from murmur.training.layerwise import LayerProgress, layerwise_extra, train_layerwise_run
 from murmur.training.reducer import AgentTotals, run_outcome
+from murmur.training.runs import OnRecord
 from murmur.training.setup import LayerSetup, SgdSetup
-from murmur.training.sgd_loop import SgdProgress
+from murmur.training.sgd_checkpoint import resume_sgd, sgd_snapshot
+from murmur.training.sgd_loop import SgdProgress, SgdTrained
 
 
 def run_sgd(
     setup: SgdSetup,
     algorithm: Algorithm,
-    on_record: Callable[[dict[str, Any]], None],
+    on_record: OnRecord,
     progress: bool,
 ) -> Outcome:
     """Synchronous mini-batch algorithms, stepped by the simulator."""
     config = setup.config
-    spec = ALGORITHMS[config.algorithm.name]
     schedule = _schedule(setup)
     transport = _transport(setup, algorithm, schedule)
     if schedule is not None and isinstance(transport, LossyTransport):
         algorithm = FaultyAlgorithm(algorithm, schedule, transport, config.faults.rejoin_from)
-    parameters = setup.initial.shape[1]
     clock = RoundClock(
         compute=ComputeTimes(
             config.timing, setup.graph.agents, derive_seed(config.run.seed, "timing")
         ),
         links=LinkDelays(config.timing),
-        flops_per_agent=6.0 * parameters * setup.problem.sampler.batch_size,
+        flops_per_agent=6.0 * setup.initial.shape[1] * setup.problem.sampler.batch_size,
     )
     records: list[dict[str, Any]] = []
 
@@ -57,21 +54,19 @@ def run_sgd(
         on_record(record)
 
     def snapshot(at: SgdProgress) -> dict[str, Any]:
-        return {
-            "loop": at.counts(),
-            "algorithm": to_plain(at.state),
-            "transport": transport.state_dict(),
-            "schedule": schedule.state_dict() if schedule is not None else None,
-            "sampler": setup.problem.sampler.state_dict(),
-            "clock": clock.compute.state_dict(),
-        }
+        return sgd_snapshot(
+            at,
+            transport,
+            setup.problem.sampler,
+            schedule=schedule.state_dict() if schedule is not None else None,
+            clock=clock.compute.state_dict(),
+        )
 
     checkpoints = setup.checkpoints
     resumed = checkpoints.resumed if checkpoints is not None else None
     start = None
     if resumed is not None:
-        start = _resume_sgd(resumed, setup, algorithm, transport, schedule, clock)
-
+        start = _resume(resumed, setup, algorithm, transport, schedule, clock)
     trained = simulate(
         setup.problem,
         algorithm,
@@ -86,24 +81,36 @@ def run_sgd(
         checkpoints=checkpoints,
         snapshot=snapshot,
     )
+    return _sgd_outcome(setup, trained, records, _fault_counts(transport, schedule), transport)
+
+
+def _sgd_outcome(
+    setup: SgdSetup,
+    trained: SgdTrained,
+    records: list[dict[str, Any]],
+    faults: dict[str, int],
+    transport: InMemoryTransport | LossyTransport,
+) -> Outcome:
+    """What a simulated SGD run hands back: its last record and totals."""
+    iterations = setup.config.run.iterations
     return run_outcome(
         records[-1],
         AgentTotals.of(transport.counters),
-        topology=_topology_name(setup) if spec.decentralized else "none",
-        iterations=config.run.iterations,
+        topology=_topology_name(setup) if setup.plan.decentralized else "none",
+        iterations=iterations,
         train_seconds=trained.train_seconds,
         samples=trained.samples,
         parameters=trained.params,
         extra={
             "virtual_seconds": trained.virtual_seconds,
-            **_fault_counts(transport, schedule),
+            **faults,
             **{key: records[-1][key] for key in _LIVE if key in records[-1]},
         },
-        rounds=config.run.iterations,
+        rounds=iterations,
     )
 
 
-def _resume_sgd(
+def _resume(
     checkpoint: dict[str, Any],
     setup: SgdSetup,
     algorithm: Algorithm,
@@ -111,28 +118,19 @@ def _resume_sgd(
     schedule: NetworkSchedule | None,
     clock: RoundClock,
 ) -> SgdProgress:
-    """Put the transport, schedule, batch streams and clock where ``checkpoint`` left
-    them; the loop's progress from there."""
+    """Put the simulator where ``checkpoint`` left it: the SGD family's state
+    (:func:`~murmur.training.sgd_checkpoint.resume_sgd`), the fault schedule and the
+    clock; the loop's progress from there."""
     saved = checkpoint["state"]
     try:
-        transport.load_state_dict(saved["transport"])
         if schedule is not None:
             schedule.load_state_dict(saved["schedule"])
-        setup.problem.sampler.load_state_dict(saved["sampler"])
         clock.compute.load_state_dict(saved["clock"])
-        state = restore_tuple(algorithm.init(setup.initial), saved["algorithm"])
-        loop = saved["loop"]
-        return SgdProgress(
-            checkpoint["done"],
-            state,
-            loop["samples"],
-            loop["virtual_seconds"],
-            loop["loss_sum"],
-            loop["loss_steps"],
-            loop.get("train_seconds", 0.0),
-        )
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
         raise UsageError(f"the checkpoint does not fit this run: {error}") from None
+    return resume_sgd(
+        saved, checkpoint["done"], algorithm, setup.initial, transport, setup.problem.sampler
+    )
 
 
 def _topology_name(setup: SgdSetup) -> str:
@@ -149,7 +147,7 @@ def _schedule(setup: SgdSetup) -> NetworkSchedule | None:
     config = setup.config
     faults, topology = config.faults, config.topology
     changing = faults.link_down > 0 or faults.crash_count > 0 or topology.varying != "none"
-    if not changing or not ALGORITHMS[config.algorithm.name].decentralized:
+    if not changing or not setup.plan.decentralized:
         return None
     return NetworkSchedule(faults, topology, setup.graph, config.run.seed)
 
@@ -158,24 +156,15 @@ def _transport(
     setup: SgdSetup, algorithm: Algorithm, schedule: NetworkSchedule | None
 ) -> InMemoryTransport | LossyTransport:
     """Lossless delivery over a fixed graph, or one mailbox per directed edge (of every
-    link the schedule may use) when messages get lost or the rounds change."""
+    link the schedule may use) when messages get lost or the rounds change, as the
+    plan chose."""
     published = algorithm.published(setup.initial)
-    config = setup.config
-    if not config.faults.active and schedule is None:
-        return InMemoryTransport(setup.graph, published, compiled=_compiled(setup))
+    plan = setup.plan
+    if plan.transport == "in-memory":
+        return InMemoryTransport(setup.graph, published, compiled=plan.compiled)
     links = schedule.links if schedule is not None else setup.graph
-    stream = generator(config.run.seed, "faults")
-    return LossyTransport(links, published, config.faults.drop, stream)
-
-
-def _compiled(setup: SgdSetup) -> bool:
-    """Whether the run steps through the fused, compiled mixing (``run.compile``; the
-    cases ``true`` cannot have were refused when the run was prepared)."""
-    wanted = setup.config.run.compile
-    if wanted != "auto":
-        return bool(wanted)
-    work = setup.graph.agents * setup.initial.shape[1] * setup.config.run.iterations
-    return work >= COMPILE_WORTH and compiler_available()
+    stream = generator(plan.config.run.seed, "faults")
+    return LossyTransport(links, published, plan.config.faults.drop, stream)
 
 
 def _fault_counts(
@@ -211,19 +200,7 @@ def run_layerwise(
     """SSFN and its decentralized forms, layer by layer on the virtual clock."""
     config, graph = setup.config, setup.graph
     drop = config.faults.drop
-    network = SimulatedNetwork(
-        graph=graph,
-        counters=MessageCounters(graph.agents),
-        clock=EventLoop(),
-        compute=ComputeTimes(config.timing, graph.agents, derive_seed(config.run.seed, "timing")),
-        links=LinkDelays(config.timing),
-        drop=drop,
-        faults=generator(config.run.seed, "faults") if drop > 0 else None,
-        crashes=(
-            crashed_agents(config.faults, graph.agents, config.run.seed),
-            config.faults.crash_at,
-        ),
-    )
+    network = _network(setup)
     records: list[dict[str, Any]] = []
 
     def faults() -> dict[str, int]:
@@ -240,14 +217,7 @@ def run_layerwise(
         records.append(record)
         on_record(record)
 
-    checkpoint = setup.checkpoints.resumed if setup.checkpoints is not None else None
-    start = None
-    if checkpoint is not None:
-        try:
-            network.load_state_dict(checkpoint["state"]["network"])
-            start = LayerProgress.from_plain(checkpoint["state"]["layers"])
-        except (KeyError, TypeError, ValueError, RuntimeError) as error:
-            raise UsageError(f"the checkpoint does not fit this run: {error}") from None
+    start = _resume_layers(setup, network)
 
     def snapshot(at: LayerProgress) -> dict[str, Any]:
         return {"layers": at.to_plain(), "network": network.state_dict()}
@@ -255,7 +225,7 @@ def run_layerwise(
     trained = train_layerwise_run(
         setup, solver, network, setup.shards, keep, progress, start, snapshot
     )
-    decentralized = ALGORITHMS[config.algorithm.name].decentralized
+    decentralized = setup.plan.decentralized
     return run_outcome(
         trained.last_record,
         AgentTotals.of(network.counters),
@@ -271,3 +241,36 @@ def run_layerwise(
             **{key: records[-1][key] for key in _LIVE if key in records[-1]},
         },
     )
+
+
+def _network(setup: LayerSetup) -> SimulatedNetwork:
+    """The simulated network of a layer-wise run: its clock, links, lost pushes and
+    crashed nodes."""
+    config, graph = setup.config, setup.graph
+    drop = config.faults.drop
+    return SimulatedNetwork(
+        graph=graph,
+        counters=MessageCounters(graph.agents),
+        clock=EventLoop(),
+        compute=ComputeTimes(config.timing, graph.agents, derive_seed(config.run.seed, "timing")),
+        links=LinkDelays(config.timing),
+        drop=drop,
+        faults=generator(config.run.seed, "faults") if drop > 0 else None,
+        crashes=(
+            crashed_agents(config.faults, graph.agents, config.run.seed),
+            config.faults.crash_at,
+        ),
+    )
+
+
+def _resume_layers(setup: LayerSetup, network: SimulatedNetwork) -> LayerProgress | None:
+    """Put ``network`` where the run's checkpoint left it; the layers done by then
+    (None: the run starts afresh)."""
+    checkpoint = setup.checkpoints.resumed if setup.checkpoints is not None else None
+    if checkpoint is None:
+        return None
+    try:
+        network.load_state_dict(checkpoint["state"]["network"])
+        return LayerProgress.from_plain(checkpoint["state"]["layers"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise UsageError(f"the checkpoint does not fit this run: {error}") from None

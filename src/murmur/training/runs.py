@@ -31,57 +31,44 @@ from murmur.config import Config, load_experiment, save_config
 from murmur.errors import RunFailed, UsageError, one_line
 from murmur.metrics.evaluation import accuracy_summary
 from murmur.metrics.records import MetricsWriter, Outcome, RunResult, write_failure
-from murmur.registry import ALGORITHMS
 from murmur.training.checkpoint import CHECKPOINT, Checkpoints, header, read_checkpoint
-from murmur.training.setup import Setup, build_context, prepare
+from murmur.training.plan import plan
+from murmur.training.setup import Setup, prepare
 
-Runner = Callable[[Setup, Any, Callable[[dict[str, Any]], None], bool], Outcome]
-"""Trains a prepared run: ``(setup, algorithm, on_record, progress) -> Outcome``."""
+OnRecord = Callable[[dict[str, Any]], None]
+"""Takes each evaluation's record as the run makes it."""
+
+Runner = Callable[[Setup, OnRecord, bool], Outcome]
+"""Trains a prepared run: ``(setup, on_record, progress) -> Outcome``; each runtime's
+runner builds what the run's family trains (``registry.Family.build``)."""
 
 
 def train_run(
-    config: Config,
+    setup: Setup,
     out_dir: str | Path | None = None,
     *,
     name: str = "",
     preset: str = "",
     progress: bool = False,
-    setup: Setup | None = None,
     runner: Runner,
     resume: dict[str, Any] | None = None,
 ) -> RunResult:
-    """Train one run with ``runner``; write its folder when ``out_dir`` is given.
+    """Train the prepared run ``setup`` (``prepare(plan)``) with ``runner``; write its
+    folder when ``out_dir`` is given.
 
-    ``setup`` is ``prepare(config)`` when the caller has already built it.
     ``resume``: the checkpoint (from :func:`check_resumable`) from which to continue
     the run whose folder is ``out_dir``.
     """
     started = time.perf_counter()
-    setup = setup if setup is not None else prepare(config)
-    spec = ALGORITHMS[config.algorithm.name]
-    algorithm = spec.build(config.algorithm, setup.graph, build_context(setup))
-    kept: list[dict[str, Any]] = []
-    if resume is not None:
-        if out_dir is None:
-            raise ValueError("a resumed run needs its run folder")
-        run_dir: Path | None = Path(out_dir)
-        kept = keep_records(Path(out_dir) / "metrics.jsonl", resume["records"])
-        for partial in Path(out_dir).glob(f".{CHECKPOINT}.*"):  # a save the kill cut short
-            partial.unlink()
-    else:
-        run_dir = create_run_dir(out_dir) if out_dir is not None else None
-        if run_dir is not None:
-            save_config(config, run_dir / "config.toml")
+    config = setup.config
+    run_dir, kept = _open_folder(config, out_dir, resume)
     writer = MetricsWriter(run_dir / "metrics.jsonl" if run_dir is not None else None, kept)
-    setup = dataclasses.replace(
-        setup,
-        checkpoints=Checkpoints(
-            every=config.run.checkpoint_every,
-            path=run_dir / CHECKPOINT if run_dir is not None else None,
-            header=header(config, name, preset),
-            records=lambda: len(writer.records),
-            resumed=resume,
-        ),
+    checkpoints = Checkpoints(
+        every=config.run.checkpoint_every,
+        path=run_dir / CHECKPOINT if run_dir is not None else None,
+        header=header(config, name, preset),
+        records=lambda: len(writer.records),
+        resumed=resume,
     )
 
     def on_record(record: dict[str, Any]) -> None:
@@ -89,7 +76,7 @@ def train_run(
         writer.write(record)
 
     try:
-        outcome = runner(setup, algorithm, on_record, progress)
+        outcome = runner(dataclasses.replace(setup, checkpoints=checkpoints), on_record, progress)
     except BaseException as error:
         if run_dir is not None:
             write_failure(
@@ -107,10 +94,45 @@ def train_run(
         raise
     finally:
         writer.close()
+    result = _result(config, outcome, name, preset, time.perf_counter() - started, run_dir)
+    if run_dir is not None:
+        result.write(run_dir / "summary.json")
+    return result
+
+
+def _open_folder(
+    config: Config, out_dir: str | Path | None, resume: dict[str, Any] | None
+) -> tuple[Path | None, list[dict[str, Any]]]:
+    """The run folder (None: none is written) and the records a resumed run keeps: a
+    new run's folder is created and its config saved; a resumed one keeps its records
+    up to the checkpoint."""
+    if resume is None:
+        run_dir = create_run_dir(out_dir) if out_dir is not None else None
+        if run_dir is not None:
+            save_config(config, run_dir / "config.toml")
+        return run_dir, []
+    if out_dir is None:
+        raise ValueError("a resumed run needs its run folder")
+    run_dir = Path(out_dir)
+    kept = keep_records(run_dir / "metrics.jsonl", resume["records"])
+    for partial in run_dir.glob(f".{CHECKPOINT}.*"):  # a save the kill cut short
+        partial.unlink()
+    return run_dir, kept
+
+
+def _result(
+    config: Config,
+    outcome: Outcome,
+    name: str,
+    preset: str,
+    wall_seconds: float,
+    run_dir: Path | None,
+) -> RunResult:
+    """What ``summary.json`` says of a finished run."""
     last = outcome.last_record
     accuracy = last.get("test_accuracy")
     losses = last.get("test_loss") or [float("nan")]
-    result = RunResult(
+    return RunResult(
         name=name or config.algorithm.name,
         preset=preset,
         algorithm=config.algorithm.name,
@@ -127,7 +149,7 @@ def train_run(
         bytes=outcome.bytes,
         communication_saving=outcome.communication_saving,
         consensus_distance=last.get("consensus_distance", 0.0),
-        wall_seconds=time.perf_counter() - started,
+        wall_seconds=wall_seconds,
         train_seconds=outcome.train_seconds,
         samples=outcome.samples,
         samples_per_second=outcome.samples / max(outcome.train_seconds, 1e-9),
@@ -135,9 +157,6 @@ def train_run(
         parameters=outcome.parameters,
         extra=outcome.extra,
     )
-    if run_dir is not None:
-        result.write(run_dir / "summary.json")
-    return result
 
 
 def check_finite_record(record: dict[str, Any]) -> None:
@@ -162,16 +181,10 @@ def failure_reason(error: BaseException) -> str:
 
 
 def check_run(config: Config, module: nn.Module | None = None) -> Setup:
-    """Build and check everything a run needs, algorithm included; start nothing.
-
-    What this accepts can still fail only while training (a diverging step);
-    the algorithm built to check it is dropped, ``train_run`` builds its own.
-    ``module``: the network to train instead of the one ``config.model`` names.
-    """
-    setup = prepare(config, module)
-    spec = ALGORITHMS[config.algorithm.name]
-    spec.build(config.algorithm, setup.graph, build_context(setup))
-    return setup
+    """Plan and build the simulator run of ``config``: everything checked, nothing
+    started (``module``: the network to train instead of the one ``config.model``
+    names)."""
+    return prepare(plan(config, module=module), module)
 
 
 def check_resumable(run_dir: Path) -> tuple[Config, dict[str, Any]]:

@@ -1,18 +1,20 @@
-"""A run, built and checked before anything starts: data, split, graph, model.
+"""A run, built from its plan before anything starts: data, split, graph, model.
 
-    config -> dataset -> partition -> graph -> model -> initial parameters
+    plan -> dataset -> partition -> graph -> model -> initial parameters
 
 Both runtimes build the same run from the config and its seed (every rank of a
 distributed run builds all of it), so they agree on every agent's shard, batch
-stream and starting point without a message. Everything that can be wrong with
-the input is checked here, before a run folder is created or training starts.
+stream and starting point without a message. The input was checked by
+:func:`~murmur.training.plan.plan`, before a run folder is created or training
+starts; only reading the data files can still fail here.
 """
 
 from __future__ import annotations
 
 import copy
-import shutil
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -20,21 +22,20 @@ from torch import nn
 from murmur.algorithms.asysg import WorkersConfig
 from murmur.algorithms.estimates import Segments
 from murmur.algorithms.hogwild import HogwildConfig
-from murmur.algorithms.protocols import BuildContext
+from murmur.algorithms.protocols import Algorithm, BuildContext, LayerSolver
 from murmur.config import Config
-from murmur.data import DATASETS, load_dataset, partition
+from murmur.data import load_dataset, partition
 from murmur.data.batches import BatchSampler
 from murmur.data.datasets import Dataset
-from murmur.data.partition import check_agents
-from murmur.errors import UsageError, one_line
 from murmur.models import build_model
-from murmur.models.stacked import StackedModel, check_buffers
-from murmur.registry import ALGORITHMS, check_checkpoints, check_compile, check_faults
+from murmur.models.stacked import StackedModel
+from murmur.registry import HOGWILD, LAYERWISE, SERVER, SGD
 from murmur.sections import TopologyConfig
 from murmur.seeding import derive_seed
 from murmur.topology import Graph, build_graph, ring
 from murmur.training.checkpoint import Checkpoints
-from murmur.training.memory import check_memory
+from murmur.training.plan import Plan
+from murmur.training.plan import plan as make_plan
 
 
 @dataclass
@@ -53,6 +54,8 @@ class Problem:
 class Setup:
     """A run, fully built and checked, not yet started: what every family's runs share."""
 
+    plan: Plan
+    """The run's checks passed and its automatic choices (``training.plan``)."""
     config: Config
     dataset: Dataset
     graph: Graph
@@ -78,79 +81,95 @@ class SgdSetup(Setup):
 
 
 @dataclass(kw_only=True)
+class RoundsSetup(SgdSetup):
+    """A run of synchronous mini-batch rounds (the ``sgd`` family)."""
+
+    algorithm: Algorithm
+    """The rule every agent steps by."""
+
+
+@dataclass(kw_only=True)
+class ServerSetup(SgdSetup):
+    """A run of workers and a parameter server (the ``server`` family)."""
+
+    workers: WorkersConfig
+    """The workers and the server's rule; the runner builds them with the run's model."""
+
+
+@dataclass(kw_only=True)
+class HogwildSetup(SgdSetup):
+    """A run of real processes on one shared-memory model (the ``hogwild`` family)."""
+
+    workers: HogwildConfig
+
+
+@dataclass(kw_only=True)
 class LayerSetup(Setup):
     """A layer-wise (SSFN) run: it builds its own layers from the data, no model."""
 
-
-def _check_compile(config: Config) -> None:
-    """UsageError when ``run.compile = true`` cannot be had."""
-    if config.run.compile is not True:
-        return
-    if config.faults.active or config.topology.varying != "none":
-        raise UsageError(
-            "run.compile = true needs a run without [faults] and with a fixed graph "
-            '(those step eagerly); set run.compile = "auto" or false'
-        )
-    if shutil.which("g++") is None and shutil.which("c++") is None:
-        raise UsageError(
-            "run.compile = true needs a C++ compiler (g++) for torch.compile; none found"
-        )
+    solver: LayerSolver
+    """What solves each layer's problem for the nodes of this process."""
 
 
-def prepare(config: Config, module: nn.Module | None = None) -> Setup:
-    """Build and check everything a run needs; raises UsageError on bad input.
+PreparedSetup = RoundsSetup | ServerSetup | HogwildSetup | LayerSetup
+"""A run ready for its family's runner."""
+
+
+def prepare(run: Plan | Config, module: nn.Module | None = None) -> PreparedSetup:
+    """Build the run ``run`` plans (checked by :func:`~murmur.training.plan.plan`, so
+    nothing here checks the input again, but for the data files and what only the
+    built graph tells, such as a consensus step too large for it); a config is planned
+    for the simulator first. What the family trains is built last (``Family.build``).
 
     ``module``: the network every agent trains a copy of, instead of the one
     ``config.model`` names (a copy is trained; the module is left as it was).
     """
+    plan = run if isinstance(run, Plan) else make_plan(run, module=module)
+    config = plan.config
     torch.set_num_threads(config.run.threads)
-    spec = ALGORITHMS[config.algorithm.name]
-    check_faults(config.algorithm.name, config.faults, "simulator", config.topology.varying)
-    check_checkpoints(config.algorithm.name, config.run, "simulator")
-    check_compile(config.algorithm.name, config.run, "simulator")
-    device = check_device(config, "simulator")
-    if module is not None:
-        if spec.kind == "layerwise":
-            raise UsageError(
-                f"{config.algorithm.name} builds its own layers and takes no model; "
-                "give a model to the mini-batch algorithms only"
-            )
-        check_buffers(module)
-        module = copy.deepcopy(module).cpu()  # checked and measured on the CPU first
-    varying = config.topology.varying
-    if varying != "none" and getattr(config.algorithm, "weights", None) == "uniform":
-        raise UsageError(
-            f"uniform weights 1/(d+1) need a regular graph in every iteration, and "
-            f"topology.varying = {varying} does not give one in general; use "
-            "algorithm.weights=metropolis (or laplacian)"
-        )
-    _check_compile(config)
-    memory = _check_sizes(config, module)
     dataset = load_dataset(config.data.dataset, root=config.data.root or None)
-    if spec.kind == "layerwise" and dataset.task != "classification":
-        raise UsageError(
-            f"{config.algorithm.name} needs a classification dataset; "
-            f"{config.data.dataset} is {dataset.task}"
-        )
-    graph, shards, batch_size = _learners(config, dataset)
-    if isinstance(config.algorithm, WorkersConfig | HogwildConfig):
-        config.timing.check_units(config.algorithm.workers, "workers")
-        config.faults.check_agents(config.algorithm.workers, "workers")
-    else:
-        config.timing.check_units(graph.agents, "agents")
-    if spec.decentralized:
-        config.faults.check_agents(graph.agents)
-    if spec.kind == "layerwise":
-        return LayerSetup(
-            config=config, dataset=dataset, graph=graph, shards=shards, memory=memory
-        )
+    graph, shards, batch_size = _learners(plan, dataset)
+    common = Setup(
+        plan=plan, config=config, dataset=dataset, graph=graph, shards=shards, memory=plan.memory
+    )
+    if plan.kind == "layerwise":
+        solver = LAYERWISE.build(config.algorithm, graph, _context(common, None))
+        return LayerSetup(**_fields(common), solver=solver)
+    problem = _problem(plan, dataset, shards, batch_size, module)
+    # One model per agent; the workers of a server or shared-memory run share one.
+    initial = problem.model.initial().cpu().expand(graph.agents, -1).contiguous()
+    context = _context(common, problem)
+    fields = {**_fields(common), "problem": problem, "initial": initial}
+    if plan.kind == "server":
+        return ServerSetup(**fields, workers=SERVER.build(config.algorithm, graph, context))
+    if plan.kind == "hogwild":
+        return HogwildSetup(**fields, workers=HOGWILD.build(config.algorithm, graph, context))
+    return RoundsSetup(**fields, algorithm=SGD.build(config.algorithm, graph, context))
+
+
+def _fields(setup: Setup) -> dict[str, Any]:
+    """The fields every family's setup shares, by name."""
+    return {field.name: getattr(setup, field.name) for field in dataclasses.fields(Setup)}
+
+
+def _problem(
+    plan: Plan,
+    dataset: Dataset,
+    shards: list[torch.Tensor],
+    batch_size: int,
+    module: nn.Module | None,
+) -> Problem:
+    """The model every agent trains a copy of, the data on the plan's device, and the
+    batch streams."""
+    config = plan.config
     if module is None:
         module = _build(config, dataset.features, dataset.outputs)
     else:
-        _check_module(module, dataset.features, dataset.outputs)
+        module = copy.deepcopy(module).cpu()
+    device = torch.device(plan.device) if plan.device != "cpu" else None
     model = StackedModel(module, dataset.task, device=device)
     move = (lambda tensor: tensor.to(device)) if device is not None else (lambda tensor: tensor)
-    problem = Problem(
+    return Problem(
         model=model,
         x_train=move(dataset.x_train),
         y_train=move(dataset.y_train),
@@ -158,84 +177,22 @@ def prepare(config: Config, module: nn.Module | None = None) -> Setup:
         y_test=move(dataset.y_test),
         sampler=BatchSampler(shards, batch_size, seed=config.run.seed),
     )
-    # One model per agent; the workers of a server or shared-memory run share one.
-    initial = model.initial().cpu().expand(graph.agents, -1).contiguous()
-    return SgdSetup(
-        config=config,
-        dataset=dataset,
-        graph=graph,
-        shards=shards,
-        memory=memory,
-        problem=problem,
-        initial=initial,
-    )
 
 
-def check_device(config: Config, runtime: str) -> torch.device | None:
-    """The device ``run.device`` asks for (None: the CPU); UsageError, in one line, when
-    this machine or this kind of run cannot use it."""
-    if config.run.device == "cpu":
-        return None
-    name = config.algorithm.name
-    kind = ALGORITHMS[name].kind
-    if runtime != "simulator" or kind not in ("sgd", "server"):
-        where = f"{name} ({kind} training)" if runtime == "simulator" else "the distributed runtime"
-        raise UsageError(
-            f"run.device = {config.run.device} is for the simulator's mini-batch and "
-            f"server algorithms; {where} computes on the CPU: use run.device = cpu"
-        )
-    if not torch.cuda.is_available():
-        raise UsageError(
-            "run.device = cuda but torch finds no CUDA GPU on this machine "
-            f"(torch {torch.__version__}); use run.device = cpu"
-        )
-    return torch.device(config.run.device)
+def _context(setup: Setup, problem: Problem | None) -> BuildContext:
+    """What the algorithm is built with besides its config and graph."""
+    segments = Segments(problem.model.layout.sizes) if problem is not None else None
+    return BuildContext(seed=setup.config.run.seed, segments=segments)
+
+
+def build_context(setup: Setup) -> BuildContext:
+    """What the algorithm of ``setup`` is built with besides its config and graph."""
+    return _context(setup, setup.problem if isinstance(setup, SgdSetup) else None)
 
 
 def _build(config: Config, features: int, outputs: int) -> nn.Module:
     """The network ``config.model`` names, initialized from the run's seed."""
     return build_model(config.model, features, outputs, seed=derive_seed(config.run.seed, "model"))
-
-
-def _check_module(module: nn.Module, features: int, outputs: int | None) -> None:
-    """UsageError when ``module`` does not map rows of ``features`` to ``outputs`` values
-    (any width when None)."""
-    rows = f"rows of {features} features (shape (rows, {features}))"
-    try:
-        with torch.no_grad():
-            got = module(torch.zeros(2, features))
-    except Exception as error:
-        raise UsageError(
-            f"the model cannot read {rows}: {type(error).__name__}: {one_line(str(error))}"
-        ) from None
-    shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-    if shape != (2, outputs if outputs is not None else shape[-1]):
-        raise UsageError(
-            f"the model maps {rows} to {shape}; it must give (rows, {outputs or 'outputs'}) outputs"
-        )
-
-
-def _check_sizes(config: Config, module: nn.Module | None) -> int:
-    """Sizes against the dataset and this machine's memory, before anything is built."""
-    info = DATASETS.get(config.data.dataset)
-    if info is None:
-        return 0  # load_dataset names the valid datasets
-    if ALGORITHMS[config.algorithm.name].decentralized:
-        check_agents(config.topology.agents, info.train)
-    if module is not None:
-        _check_module(module, info.features, info.classes or None)
-    elif ALGORITHMS[config.algorithm.name].kind != "layerwise":
-        if config.model.name in ("cnn", "custom"):  # refused here, before the data loads
-            module = _build(config, info.features, max(info.classes, 1))
-    return check_memory(config, info, module).total
-
-
-def build_context(setup: Setup) -> BuildContext:
-    """What the algorithm of ``setup`` is built with besides its config and graph."""
-    segments = (
-        Segments(setup.problem.model.layout.sizes) if isinstance(setup, SgdSetup) else None
-    )
-    return BuildContext(seed=setup.config.run.seed, segments=segments)
 
 
 def topology_graph(topology: TopologyConfig, seed: int) -> Graph:
@@ -251,11 +208,11 @@ def topology_graph(topology: TopologyConfig, seed: int) -> Graph:
     )
 
 
-def _learners(config: Config, dataset: Dataset) -> tuple[Graph, list[torch.Tensor], int]:
+def _learners(plan: Plan, dataset: Dataset) -> tuple[Graph, list[torch.Tensor], int]:
     """The graph, each learner's training indices and the batch size of a step."""
-    spec = ALGORITHMS[config.algorithm.name]
+    config = plan.config
     everything = torch.arange(dataset.y_train.shape[0])
-    if spec.decentralized:
+    if plan.decentralized:
         graph = topology_graph(config.topology, derive_seed(config.run.seed, "graph"))
         labels = dataset.y_train if dataset.task == "classification" else None
         shards = partition(
@@ -269,9 +226,8 @@ def _learners(config: Config, dataset: Dataset) -> tuple[Graph, list[torch.Tenso
             num_samples=dataset.y_train.shape[0],
         )
         return graph, shards, config.data.batch_size
-    algorithm = config.algorithm
-    if isinstance(algorithm, WorkersConfig | HogwildConfig):
+    if plan.workers:
         # W workers on one shared model, each drawing its own batches from all the data.
-        return ring(1), [everything] * algorithm.workers, config.data.batch_size
+        return ring(1), [everything] * plan.workers, config.data.batch_size
     # One learner on all the data, as many samples per step as all agents together.
     return ring(1), [everything], config.data.batch_size * config.topology.agents

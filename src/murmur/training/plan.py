@@ -1,0 +1,544 @@
+"""One plan per run: every check of the input, and every choice made automatically,
+before anything is built or written.
+
+    config, runtime -> plan -> Plan -> prepare (training.setup) -> a runner
+
+:func:`plan` reads the algorithm's capabilities (:mod:`murmur.registry`) and refuses,
+in one line, what the run asks for that its algorithm or runtime cannot do: faults,
+a varying graph, checkpoints, a compiled step, a device, blocks of agents per rank, a
+model, sizes beyond the data or this machine's memory. It resolves what
+``"auto"`` and the run's shape leave open (whether the step compiles, the transport,
+the ranks, the memory estimate). The runners read those choices from the plan and
+check nothing again; ``murmur launch`` hands its plan to every rank.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import tomllib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+
+from murmur.config import Config, build_config
+from murmur.data import DATASETS
+from murmur.data.datasets import DatasetInfo
+from murmur.data.partition import check_agents
+from murmur.errors import UsageError, one_line
+from murmur.models import build_model
+from murmur.models.stacked import check_buffers
+from murmur.registry import ALGORITHMS, FAMILIES, FAULTS, Kind, Member, Runtime
+from murmur.seeding import derive_seed
+from murmur.training.memory import check_memory, parameter_count
+
+COMPILE_WORTH = 1e10
+"""Agents x parameters x iterations from which ``run.compile = "auto"`` compiles.
+
+Compiling takes about 8 s the first time on one core (2 to 3 s once inductor's
+on-disk cache holds the kernels). The fused step saves about 2 ns per parameter
+of every agent and iteration for DETSGRAD and 0.4 ns for DSGD (784-100-10 MLP,
+64 agents, one thread), so compiling pays from about 4e9 for the one and 1e10
+(with a warm cache) for the other."""
+
+TransportKind = Literal["in-memory", "per-edge", "gossip", "server", "shared memory", "gloo"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A run, checked, with everything chosen automatically resolved."""
+
+    config: Config
+    runtime: Runtime
+    kind: Kind
+    """The algorithm's family (``registry.FAMILIES``)."""
+    decentralized: bool
+    learners: int
+    """Agents of the graph (1: one learner, or workers sharing one model)."""
+    workers: int
+    """Workers sharing one model (server and shared-memory runs), else 0."""
+    parameters: int
+    """Parameters of one model (0 for layer-wise runs, which build their own layers)."""
+    compiled: bool
+    """Whether the simulator steps through the fused, compiled pass (``run.compile``)."""
+    transport: TransportKind
+    """How messages travel: the simulator's ``in-memory`` (lossless, fixed graph) or
+    ``per-edge`` mailboxes (lost messages, down links, crashes, varying graphs), its
+    layer-wise ``gossip``, a ``server`` on its virtual clock, ``shared memory``
+    between processes, or ``gloo`` between ranks."""
+    processes: int
+    """Ranks of a distributed run (1 in the simulator)."""
+    agents_per_rank: int
+    device: str
+    memory: int
+    """Estimated bytes of memory the run needs (``training.memory``)."""
+
+    def to_json(self) -> str:
+        """The plan, config included as TOML, for ranks started elsewhere."""
+        fields = asdict(self)
+        fields["config"] = self.config.to_toml()
+        return json.dumps(fields)
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        """A plan :meth:`to_json` wrote; ValueError for anything else."""
+        fields = json.loads(text)
+        fields["config"] = build_config(tomllib.loads(fields["config"]))
+        return cls(**fields)
+
+    def choices(self) -> str:
+        """What was chosen for the run, in a few words (``murmur run --check``)."""
+        ranks = ""
+        if self.runtime == "distributed":
+            ranks = f", {self.processes} ranks of {self.agents_per_rank} agents"
+        steps = "compiled" if self.compiled else "eager"
+        return (
+            f"{self.kind} family, {self.transport} transport{ranks}, {steps} steps on {self.device}"
+        )
+
+
+def plan(
+    config: Config,
+    runtime: Runtime = "simulator",
+    *,
+    world: int | None = None,
+    world_name: str = "WORLD_SIZE",
+    agents_per_rank: int = 1,
+    module: nn.Module | None = None,
+) -> Plan:
+    """Check ``config`` for ``runtime`` and resolve its automatic choices; UsageError,
+    in one line, for anything it cannot run.
+
+    ``world``: the ranks a distributed run will have (``world_name``: how the user set
+    that number, for the message), each holding ``agents_per_rank`` agents; None: not
+    known yet. ``module``: the network to train instead of the one ``config.model``
+    names (it is read, never changed).
+    """
+    member = ALGORITHMS[config.algorithm.name]
+    check_capabilities(member, config, runtime)
+    device = _device(member, config, runtime)
+    if module is not None:
+        module = _checked_module(member, module)
+    _check_weights(config)
+    _check_compiler(config)
+    info = _dataset(config)
+    parameters, memory = _sizes(member, config, info, module)
+    if member.kind == "layerwise" and info.classes == 0:
+        raise UsageError(
+            f"{config.algorithm.name} needs a classification dataset; "
+            f"{config.data.dataset} is regression"
+        )
+    learners, workers = _learners(member, config)
+    _check_units(member, config, learners, workers)
+    processes = 1
+    if runtime == "distributed":
+        processes = _ranks(member, config, agents_per_rank)
+        if world is not None:
+            check_world(config, world, world_name, agents_per_rank)
+    return Plan(
+        config=config,
+        runtime=runtime,
+        kind=member.kind,
+        decentralized=member.decentralized,
+        learners=learners,
+        workers=workers,
+        parameters=parameters,
+        compiled=_compiled(member, config, runtime, learners * parameters),
+        transport=_transport(member, config, runtime),
+        processes=processes,
+        agents_per_rank=agents_per_rank,
+        device=device,
+        memory=memory,
+    )
+
+
+def check_capabilities(member: Member[object], config: Config, runtime: Runtime) -> None:
+    """UsageError unless ``runtime`` runs ``member`` with the faults, graph, checkpoints
+    and compiled step ``config`` asks for."""
+    capabilities = member.capabilities
+    if runtime not in capabilities.runtimes:
+        raise UsageError(
+            f"the {runtime} runtime does not run {member.name}: {capabilities.instead}"
+        )
+    _check_faults(member, config, runtime)
+    _check_checkpoints(member, config, runtime)
+    _check_compile(member, config, runtime)
+
+
+def _check_faults(member: Member[object], config: Config, runtime: Runtime) -> None:
+    """UsageError, saying why and what runs them, unless ``runtime`` can inject the
+    run's faults into ``member`` and vary its graph as ``topology.varying`` asks: only
+    the simulator can."""
+    faults, varying = config.faults, config.topology.varying
+    asked = [faults.describe()] if faults.active else []
+    if varying != "none":
+        asked.append(f"topology.varying = {varying}")
+    if not asked:
+        return
+    on = {"drop": faults.drop > 0, "link_down": faults.link_down > 0}
+    on["crashes"] = faults.crash_count > 0
+    wanted = {fault for fault in FAULTS if on[fault]}
+    faulty = ", ".join(
+        other.name
+        for other in ALGORITHMS.values()
+        if (other.decentralized or other.kind == "server") and wanted <= other.capabilities.faults
+    )
+    if runtime == "distributed":
+        raise UsageError(
+            f"the distributed runtime does not inject faults ({', '.join(asked)}): "
+            f"its messages travel for real; run {faulty} in the simulator with `murmur run`"
+        )
+    capabilities = member.capabilities
+    if not wanted <= capabilities.faults:
+        raise UsageError(
+            f"{member.name} cannot run with {faults.describe()}: {capabilities.no_faults}; "
+            f"the simulator injects them into {faulty}"
+        )
+    if FAMILIES[member.kind].crash_unit == "layer" and faults.crash_count > 0:
+        _check_layer_crashes(config)
+    if varying != "none" and not capabilities.varying:
+        varied = ", ".join(
+            other.name
+            for other in ALGORITHMS.values()
+            if other.capabilities.varying and other.decentralized
+        )
+        raise UsageError(
+            f"{member.name} cannot run with topology.varying = {varying}: "
+            f"{capabilities.no_varying}; the simulator varies the graph of {varied}"
+        )
+
+
+def _check_layer_crashes(config: Config) -> None:
+    """Layer-wise nodes crash at the start of a layer after the first, for good."""
+    if config.faults.crash_at < 1:
+        raise UsageError(
+            "faults.crash_at counts layers in a layer-wise run and must be at least 1: a "
+            "node that crashes before layer 0 never had a model"
+        )
+    if config.faults.rejoin_at > 0:
+        raise UsageError(
+            "faults.rejoin_at must be 0 in a layer-wise run: a crashed node lacks the "
+            "features of the layers it missed and cannot rejoin"
+        )
+
+
+def _check_checkpoints(member: Member[object], config: Config, runtime: Runtime) -> None:
+    """UsageError unless ``runtime`` saves checkpoints of ``member``, when
+    ``run.checkpoint_every`` asks for them."""
+    every = config.run.checkpoint_every
+    if every == 0 or runtime in member.capabilities.checkpoints:
+        return
+    if runtime == "distributed":
+        raise UsageError(
+            f"the distributed runtime saves no checkpoints of {member.name} "
+            f"(run.checkpoint_every = {every}), only of {distributed_checkpointed_names()}; "
+            "set it to 0, or run in the simulator with `murmur run`"
+        )
+    kinds = ", ".join(
+        other.name for other in ALGORITHMS.values() if runtime in other.capabilities.checkpoints
+    )
+    raise UsageError(
+        f"{member.name} saves no checkpoints (run.checkpoint_every = {every}); "
+        f"set it to 0: the simulator saves checkpoints of {kinds}"
+    )
+
+
+def distributed_checkpointed_names() -> str:
+    """The algorithms the distributed runtime checkpoints, by family, for a message."""
+    groups = []
+    for family in FAMILIES.values():
+        names = [
+            member.name
+            for member in ALGORITHMS.values()
+            if member.kind == family.kind
+            and "distributed" in member.capabilities.checkpoints
+            and "distributed" in member.capabilities.runtimes
+        ]
+        if names:
+            groups.append(f"{family.title} ({', '.join(names)})")
+    return ", ".join(groups[:-1]) + f" and {groups[-1]}" if len(groups) > 1 else groups[0]
+
+
+def _check_compile(member: Member[object], config: Config, runtime: Runtime) -> None:
+    """UsageError when ``run.compile = true`` asks for a fused step that ``runtime``
+    does not take for ``member``: only the simulator's synchronous SGD rounds compile."""
+    if config.run.compile is not True:
+        return
+    if runtime == "distributed":
+        raise UsageError(
+            "run.compile = true is for the simulator: the distributed runtime steps eagerly; "
+            'set run.compile = "auto" or false'
+        )
+    if not member.capabilities.compiles:
+        compiled = ", ".join(
+            other.name for other in ALGORITHMS.values() if other.capabilities.compiles
+        )
+        raise UsageError(
+            f"run.compile = true has no compiled step for {member.name}, only for {compiled}; "
+            'set run.compile = "auto" or false'
+        )
+
+
+def _check_compiler(config: Config) -> None:
+    """UsageError when ``run.compile = true`` cannot be had: faults and varying graphs
+    step eagerly, and inductor needs a C++ compiler."""
+    if config.run.compile is not True:
+        return
+    if config.faults.active or config.topology.varying != "none":
+        raise UsageError(
+            "run.compile = true needs a run without [faults] and with a fixed graph "
+            '(those step eagerly); set run.compile = "auto" or false'
+        )
+    if not compiler_available():
+        raise UsageError(
+            "run.compile = true needs a C++ compiler (g++) for torch.compile; none found"
+        )
+
+
+def compiler_available() -> bool:
+    """Whether inductor has a C++ compiler to build its kernels with."""
+    return shutil.which("g++") is not None or shutil.which("c++") is not None
+
+
+def _compiled(member: Member[object], config: Config, runtime: Runtime, work: int) -> bool:
+    """Whether the run steps through the fused, compiled mixing (``run.compile``; the
+    cases ``true`` cannot have are refused before)."""
+    wanted = config.run.compile
+    if runtime != "simulator" or not member.capabilities.compiles or wanted is False:
+        return False
+    if config.faults.active or config.topology.varying != "none":
+        return False
+    if wanted is True:
+        return True
+    return work * config.run.iterations >= COMPILE_WORTH and compiler_available()
+
+
+def _device(member: Member[object], config: Config, runtime: Runtime) -> str:
+    """The device ``run.device`` asks for; UsageError, in one line, when this machine or
+    this kind of run cannot use it."""
+    if config.run.device == "cpu":
+        return "cpu"
+    if runtime != "simulator" or not member.capabilities.cuda:
+        where = (
+            f"{member.name} ({member.kind} training)"
+            if runtime == "simulator"
+            else "the distributed runtime"
+        )
+        raise UsageError(
+            f"run.device = {config.run.device} is for the simulator's mini-batch and "
+            f"server algorithms; {where} computes on the CPU: use run.device = cpu"
+        )
+    if not torch.cuda.is_available():
+        raise UsageError(
+            "run.device = cuda but torch finds no CUDA GPU on this machine "
+            f"(torch {torch.__version__}); use run.device = cpu"
+        )
+    return config.run.device
+
+
+def _checked_module(member: Member[object], module: nn.Module) -> nn.Module:
+    """``module``, or its copy on the CPU, once it is known to be a model murmur can
+    train in ``member``'s family."""
+    if member.kind == "layerwise":
+        raise UsageError(
+            f"{member.name} builds its own layers and takes no model; "
+            "give a model to the mini-batch algorithms only"
+        )
+    check_buffers(module)
+    if any(parameter.device.type != "cpu" for parameter in module.parameters()):
+        module = copy.deepcopy(module).cpu()  # checked and measured on the CPU
+    return module
+
+
+def _check_weights(config: Config) -> None:
+    """Uniform weights need a regular graph in every iteration."""
+    varying = config.topology.varying
+    if varying != "none" and getattr(config.algorithm, "weights", None) == "uniform":
+        raise UsageError(
+            f"uniform weights 1/(d+1) need a regular graph in every iteration, and "
+            f"topology.varying = {varying} does not give one in general; use "
+            "algorithm.weights=metropolis (or laplacian)"
+        )
+
+
+def _dataset(config: Config) -> DatasetInfo:
+    """What ``data.dataset`` names; UsageError listing the datasets otherwise."""
+    info = DATASETS.get(config.data.dataset)
+    if info is None:
+        raise UsageError(
+            f"data.dataset={config.data.dataset!r} is not a dataset; "
+            f"choose one of: {', '.join(DATASETS)}"
+        )
+    return info
+
+
+def _sizes(
+    member: Member[object], config: Config, info: DatasetInfo, module: nn.Module | None
+) -> tuple[int, int]:
+    """Parameters of one model and the memory estimate, the sizes checked against the
+    dataset and this machine's memory."""
+    if member.decentralized:
+        check_agents(config.topology.agents, info.train)
+    if module is not None:
+        check_module_shape(module, info.features, info.classes or None)
+    elif member.kind != "layerwise" and config.model.name in ("cnn", "custom"):
+        # refused here, before the data loads
+        module = build_model(
+            config.model,
+            info.features,
+            max(info.classes, 1),
+            seed=derive_seed(config.run.seed, "model"),
+        )
+    memory = check_memory(config, info, module).total
+    if member.kind == "layerwise":
+        return 0, memory
+    if module is not None:
+        return sum(parameter.numel() for parameter in module.parameters()), memory
+    return parameter_count(config, info), memory
+
+
+def check_module_shape(module: nn.Module, features: int, outputs: int | None) -> None:
+    """UsageError when ``module`` does not map rows of ``features`` to ``outputs`` values
+    (any width when None)."""
+    rows = f"rows of {features} features (shape (rows, {features}))"
+    try:
+        with torch.no_grad():
+            got = module(torch.zeros(2, features))
+    except Exception as error:
+        raise UsageError(
+            f"the model cannot read {rows}: {type(error).__name__}: {one_line(str(error))}"
+        ) from None
+    shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+    if shape != (2, outputs if outputs is not None else shape[-1]):
+        raise UsageError(
+            f"the model maps {rows} to {shape}; it must give (rows, {outputs or 'outputs'}) outputs"
+        )
+
+
+def _learners(member: Member[object], config: Config) -> tuple[int, int]:
+    """Agents of the graph, and workers sharing one model (0: none)."""
+    workers = getattr(config.algorithm, "workers", 0)
+    if member.decentralized:
+        return config.topology.agents, 0
+    return 1, workers if member.kind in ("server", "hogwild") else 0
+
+
+def _check_units(member: Member[object], config: Config, learners: int, workers: int) -> None:
+    """The clock's speeds and stragglers and the crashes against the agents or workers."""
+    if workers:
+        config.timing.check_units(workers, "workers")
+        config.faults.check_agents(workers, "workers")
+    else:
+        config.timing.check_units(learners, "agents")
+    if member.decentralized:
+        config.faults.check_agents(learners)
+
+
+def _transport(member: Member[object], config: Config, runtime: Runtime) -> TransportKind:
+    """How the run's messages travel."""
+    if runtime == "distributed":
+        return "gloo"
+    if member.kind == "layerwise":
+        return "gossip"
+    if member.kind == "server":
+        return "server"
+    if member.kind == "hogwild":
+        return "shared memory"
+    faults, topology = config.faults, config.topology
+    scheduled = member.decentralized and (
+        faults.link_down > 0 or faults.crash_count > 0 or topology.varying != "none"
+    )
+    return "per-edge" if faults.active or scheduled else "in-memory"
+
+
+def block_algorithms() -> list[str]:
+    """The algorithms whose ranks may hold a block of agents: synchronous SGD."""
+    return [
+        member.name
+        for member in ALGORITHMS.values()
+        if member.capabilities.blocks and "distributed" in member.capabilities.runtimes
+    ]
+
+
+def _ranks(member: Member[object], config: Config, agents_per_rank: int) -> int:
+    """Ranks of a distributed run, each holding ``agents_per_rank`` agents."""
+    check_blocks(config, agents_per_rank)
+    needed = FAMILIES[member.kind].processes(config.algorithm, config.topology.agents)
+    return needed // agents_per_rank
+
+
+def check_blocks(config: Config, agents_per_rank: int) -> None:
+    """UsageError unless ranks of ``config`` can hold ``agents_per_rank`` agents each:
+    at least 1, dividing topology.agents, and more than 1 only for synchronous SGD
+    (:func:`block_algorithms`)."""
+    if agents_per_rank < 1:
+        raise UsageError(f"--agents-per-rank must be at least 1, not {agents_per_rank}")
+    if agents_per_rank == 1:
+        return
+    name = config.algorithm.name
+    agents = config.topology.agents
+    supported = block_algorithms()
+    if name not in supported:
+        raise UsageError(
+            f"--agents-per-rank {agents_per_rank}: blocks of agents per rank run "
+            f"{', '.join(supported)} only, not {name}; drop --agents-per-rank to run "
+            "one agent (or worker) per rank"
+        )
+    if agents % agents_per_rank != 0:
+        raise UsageError(
+            f"--agents-per-rank {agents_per_rank} does not divide topology.agents = {agents}"
+        )
+
+
+def check_world(
+    config: Config, world: int, what: str = "WORLD_SIZE", agents_per_rank: int = 1
+) -> None:
+    """UsageError unless ``world`` processes (``what``: how the user set that number)
+    are the ranks the algorithm needs, each holding ``agents_per_rank`` agents."""
+    algorithm = config.algorithm
+    member = ALGORITHMS[algorithm.name]
+    check_blocks(config, agents_per_rank)
+    agents = config.topology.agents
+    if agents_per_rank > 1:
+        if world * agents_per_rank != agents:
+            raise UsageError(
+                f"{what} is {world} with --agents-per-rank {agents_per_rank}, "
+                f"{world * agents_per_rank} agents, but topology.agents is {agents} "
+                f"(--nproc {agents // agents_per_rank} for {agents_per_rank} agents per rank)"
+            )
+        return
+    needed = FAMILIES[member.kind].processes(algorithm, agents)
+    if world == needed:
+        return
+    if member.kind == "server":
+        raise UsageError(
+            f"{what} is {world} but {algorithm.name} with algorithm.workers = {needed - 1} "
+            f"needs {needed} ranks (the server on rank 0 and one per worker)"
+        )
+    raise UsageError(
+        f"{what} is {world} but topology.agents is {needed}; the distributed runtime runs "
+        f"one agent per process (--nproc {needed} or --set topology.agents={world}) "
+        "unless --agents-per-rank says more"
+    )
+
+
+def write_plan_file(path: Path, checked: Plan, name: str, preset: str) -> None:
+    """Write ``checked`` with the run's name and preset, for ranks that start elsewhere
+    (``murmur run --plan FILE``)."""
+    path.write_text(json.dumps({"plan": checked.to_json(), "name": name, "preset": preset}))
+
+
+def read_plan_file(path: Path) -> tuple[Plan, str, str]:
+    """The plan, name and preset :func:`write_plan_file` wrote; UsageError, in one line,
+    for a file that is not one."""
+    try:
+        saved = json.loads(path.read_text())
+        return Plan.from_json(saved["plan"]), str(saved["name"]), str(saved["preset"])
+    except OSError as error:
+        raise UsageError(f"cannot read the plan {path}: {error.strerror or error}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise UsageError(f"{path} is not a plan murmur launch wrote: {error}") from None
