@@ -500,3 +500,66 @@ def test_a_report_folder_that_cannot_be_made_is_one_line(capsys, tmp_path):
     argv = ["report", str(tmp_path / "run"), "--out", str(tmp_path / "file" / "report")]
     line = assert_one_line_error(capsys, main(argv))
     assert line.startswith(f"murmur: error: cannot create report folder {tmp_path / 'file'}")
+
+
+def test_an_empty_preset_name_is_refused_not_the_default(capsys):
+    line = assert_one_line_error(capsys, main(["run", "", *FAST]))
+    assert "unknown preset ''" in line
+
+
+@pytest.mark.parametrize("where", ["under a file", "in /proc", "a dangling link"])
+def test_a_run_folder_that_cannot_be_made_is_the_only_line(capsys, tmp_path, where):
+    """The folder is made before the first progress line, so only the error is printed."""
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    out = {
+        "under a file": tmp_path / "file" / "run",
+        "in /proc": Path("/proc/murmur-run"),
+        "a dangling link": tmp_path / "link",
+    }[where]
+    argv = ["run", "dsgd", *(arg for item in FAST_OVERRIDES for arg in ("--set", item))]
+    line = assert_one_line_error(capsys, main([*argv, "--out", str(out)]))
+    assert "run folder" in line or "not a folder" in line, line
+
+
+def test_memory_that_cannot_be_had_while_training_is_one_line_and_a_failed_summary(
+    capsys, tmp_path, monkeypatch
+):
+    def no_memory(*args, **kwargs):
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate "
+            "memory: you tried to allocate 1271520000 bytes. Error code 12"
+        )
+
+    monkeypatch.setattr("murmur.experiment.run_sgd", no_memory)
+    code = main(["run", "dsgd", *FAST, "--out", str(tmp_path / "run")])
+    _, err = capsys.readouterr()
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert "ran out of memory" in err and "can't allocate memory" in err
+    summary = read_summary(tmp_path / "run")
+    assert summary["status"] == "failed" and "can't allocate memory" in summary["error"]
+
+
+def test_another_runtime_error_keeps_its_traceback(monkeypatch):
+    """Only lost peers and memory that cannot be had are failures of the run: any other
+    error is a bug, and its traceback says where."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("murmur.experiment.run_sgd", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["run", "dsgd", *FAST])
+
+
+def test_report_refuses_a_metrics_file_that_is_a_folder(capsys, tmp_path):
+    run_ok(capsys, "run", "dsgd", *FAST, "--out", str(tmp_path / "run"))
+    (tmp_path / "run" / "metrics.jsonl").unlink()
+    (tmp_path / "run" / "metrics.jsonl").mkdir()
+    line = assert_one_line_error(capsys, main(["report", str(tmp_path / "run")]))
+    assert "metrics.jsonl is not a file of records" in line
+
+
+def test_a_plan_file_is_for_distributed_ranks_only(capsys, tmp_path):
+    line = assert_one_line_error(capsys, main(["run", "--plan", str(tmp_path / "p.json")]))
+    assert "--plan is for the ranks of --runtime distributed" in line

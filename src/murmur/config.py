@@ -288,6 +288,11 @@ def read_preset(source: str) -> tuple[str, dict[str, Any]]:
 
 def _read_preset(source: str, seen: tuple[tuple[str, str], ...]) -> tuple[str, dict[str, Any]]:
     """``seen``: (identity, as written) of the presets that extend this one, in order."""
+    if not source.strip():
+        raise UsageError(
+            f"unknown preset {_shown(source)}: a preset name cannot be empty; valid presets: "
+            f"{', '.join(preset_names())} (or give a path to a .toml file)"
+        )
     path = Path(source)
     kind = _path_kind(path, source)
     identity = str(path.resolve()) if kind == "file" else source

@@ -112,8 +112,10 @@ def failed_line(run: Run) -> str:
 
 
 def _read_records(metrics_path: Path) -> list[dict[str, Any]]:
-    if not metrics_path.is_file():
+    if not metrics_path.exists() and not metrics_path.is_symlink():
         return []
+    if not metrics_path.is_file():
+        raise UsageError(f"{metrics_path} is not a file of records; {_DAMAGED}")
     records = []
     for number, line in enumerate(
         read_utf8(metrics_path, str(metrics_path), _DAMAGED).split("\n"), start=1
