@@ -21,6 +21,7 @@ from murmur.training.setup import (
     LayerSetup,
     RoundsSetup,
     ServerSetup,
+    build_context,
     prepare,
 )
 
@@ -45,16 +46,11 @@ def test_a_family_builds_what_its_runners_train():
     config = _config("detsgrad")
     setup = prepare(plan(config))
     assert isinstance(setup, RoundsSetup) and isinstance(setup.algorithm, Detsgrad)
-    built: Algorithm = SGD.build(config.algorithm, setup.graph, planning_context(setup))
+    context = build_context(setup)
+    built: Algorithm = SGD.build(config.algorithm, setup.graph, context)
     assert type(built) is Detsgrad
     with pytest.raises(TypeError, match="expected a DetsgradConfig"):
-        SGD.members["detsgrad"].build(_config("dsgd").algorithm, setup.graph, planning_context(setup))
-
-
-def planning_context(setup):
-    from murmur.training.setup import build_context
-
-    return build_context(setup)
+        SGD.members["detsgrad"].build(_config("dsgd").algorithm, setup.graph, context)
 
 
 @pytest.mark.parametrize(
