@@ -401,8 +401,13 @@ def _plan_line(label: str, setup: Setup) -> str:
     return (
         f"{label}: {config.algorithm.name} on {config.data.dataset}, {learners}, "
         f"{config.run.iterations} iterations, about {human_bytes(setup.memory)} of memory; "
-        f"{setup.plan.choices()}"
+        f"{setup.plan.choices()}{_steps(setup.steps)}"
     )
+
+
+def _steps(steps: dict[str, float]) -> str:
+    """The chosen step sizes as ``--check`` prints them: ``, b = 0.6667``."""
+    return "".join(f", {name} = {value:.4g}" for name, value in steps.items())
 
 
 def _warn_caps(label: str, summary: dict[str, Any], config: Config) -> None:

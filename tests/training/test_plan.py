@@ -153,3 +153,16 @@ def test_check_prints_what_the_plan_chose(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "sgd family, per-edge transport, eager steps on cpu" in out
     assert not (tmp_path / "out").exists()
+
+
+def test_the_summary_says_what_auto_steps_became(tmp_path):
+    """On a ring of 4 agents the Laplacian's eigenvalues are 0, 2, 2 and 4, so the
+    fastest consensus step 2 / (lambda_2 + lambda_max) is 1/3; DETSGRAD-GT takes half."""
+    from murmur.experiment import run
+
+    result = run(_config("detsgrad"), tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["steps"] == {"b": pytest.approx(1 / 3)} == result.extra["steps"]
+    assert prepare(plan(_config("detsgrad-gt"))).steps == {"b": pytest.approx(1 / 6)}
+    assert prepare(plan(_config("dsgd", "algorithm.b=0.25"))).steps == {"b": 0.25}
+    assert prepare(plan(_config("centralized"))).steps == {}

@@ -34,6 +34,9 @@ class Centralized:
     def __init__(self, config: CentralizedConfig) -> None:
         self.gradient_step = config.gradient_step()
 
+    def chosen_steps(self) -> dict[str, float]:
+        return {}  # one learner mixes nothing
+
     def init(self, params: torch.Tensor) -> CentralizedState:
         return CentralizedState(x=params.clone())
 

@@ -79,6 +79,15 @@ class GossipSetup(NamedTuple):
     gamma: float
     compressor: Compressor
     segments: Segments
+    beta: float | None = None
+    """The Laplacian weights' step b (None: other weights)."""
+
+    def chosen_steps(self) -> dict[str, float]:
+        """gamma, and b where the weights have one."""
+        steps = {"gamma": self.gamma}
+        if self.beta is not None:
+            steps["b"] = self.beta
+        return steps
 
 
 def gossip_setup(config: GossipConfig, graph: Graph, context: BuildContext) -> GossipSetup:
@@ -94,7 +103,7 @@ def gossip_setup(config: GossipConfig, graph: Graph, context: BuildContext) -> G
     )
     difference = mixing - torch.eye(graph.agents, dtype=mixing.dtype)
     return GossipSetup(
-        as_sparse(difference), gamma, compressor, Segments.whole(context.segments.total)
+        as_sparse(difference), gamma, compressor, Segments.whole(context.segments.total), beta
     )
 
 
@@ -112,6 +121,9 @@ class Choco:
         self.gradient_step = config.gradient_step()
         self.gossip = gossip_setup(config, graph, context)
         self.seed = context.seed
+
+    def chosen_steps(self) -> dict[str, float]:
+        return self.gossip.chosen_steps()
 
     def init(self, params: torch.Tensor) -> ChocoState:
         return ChocoState(x=params.clone())

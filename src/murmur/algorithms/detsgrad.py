@@ -117,6 +117,9 @@ class Detsgrad:
         self.shares = torch.tensor([math.sqrt(n / sum(sizes)) for n in sizes], dtype=torch.float64)
         """Each segment's event threshold relative to v_k."""
 
+    def chosen_steps(self) -> dict[str, float]:
+        return {"b": self.consensus.value[1].scale}
+
     def segments(self, parameters: int) -> Segments:
         """What an event covers: each tensor, or the whole model."""
         return self.layers if self.layers is not None else Segments.whole(parameters)

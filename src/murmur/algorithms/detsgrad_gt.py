@@ -118,6 +118,9 @@ class DetsgradGt:
         self.vy = config.vy
         self.momentum = config.momentum
 
+    def chosen_steps(self) -> dict[str, float]:
+        return {"b": self.consensus_step.scale}
+
     def init(self, params: torch.Tensor) -> DetsgradGtState:
         return DetsgradGtState(pair=self.published(params))
 

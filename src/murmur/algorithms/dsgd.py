@@ -59,14 +59,21 @@ class Dsgd:
     """DSGD; see the module docstring."""
 
     def __init__(self, config: DsgdConfig, graph: Graph) -> None:
+        self.steps: dict[str, float] = {}
+
         def mixing(graph: Graph) -> torch.Tensor:
             beta = consensus_step(graph, config.b) if config.weights == "laplacian" else None
+            if beta is not None and not self.steps:  # the run's graph comes first
+                self.steps["b"] = beta
             return as_sparse(mixing_matrix(graph, config.weights, beta))
 
         self.mixing = PerGraph(mixing, graph)
         """W, sparse, for each graph the agents talk over."""
         self.gradient_step = config.gradient_step()
         self.adapt_first = config.order == "atc"
+
+    def chosen_steps(self) -> dict[str, float]:
+        return dict(self.steps)
 
     def init(self, params: torch.Tensor) -> DsgdState:
         return DsgdState(x=params.clone())

@@ -16,7 +16,9 @@ first:
 - ``params(state)``: the parameters whose gradients are taken and evaluated;
 - ``step(state, grads, iteration, transport)``: the next state, given the
   stacked mini-batch gradients at ``params(state)``. Communication goes through
-  ``transport`` only.
+  ``transport`` only;
+- ``chosen_steps()``: the step sizes it chose for the run's graph (what ``"auto"``
+  became), which the run's summary and ``murmur run --check`` report.
 
 The state's tensors are large (agents x parameters), so ``step`` updates them in
 place and may use ``grads`` as scratch space: the state passed in is consumed.
@@ -115,6 +117,11 @@ class Algorithm(Protocol):
     def step(
         self, state: Any, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> Any: ...
+
+    def chosen_steps(self) -> dict[str, float]:
+        """The step sizes chosen for the run's graph where the config said ``"auto"``
+        (or a number): ``{"b": ..., "gamma": ...}``, the scale of each schedule."""
+        ...
 
 
 # ---------------------------------------------------------------- layer-wise training

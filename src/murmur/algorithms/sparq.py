@@ -78,6 +78,9 @@ class Sparq:
         self.threshold = config.threshold
         self.growth = config.threshold_growth
 
+    def chosen_steps(self) -> dict[str, float]:
+        return self.gossip.chosen_steps()
+
     def init(self, params: torch.Tensor) -> SparqState:
         return SparqState(x=params.clone())
 

@@ -146,6 +146,12 @@ OPTIONAL: dict[str, Field] = {
     "failed_workers": _list_of(COUNT),
     "single_process": _object_of(samples_per_second=SECONDS, accuracy=_nullable(FRACTION)),
     "speedup": SECONDS,
+    "steps": Field(
+        "an object of finite numbers",
+        lambda v: (
+            isinstance(v, dict) and all(_is_number(x) and math.isfinite(x) for x in v.values())
+        ),
+    ),
     **FAULT_COUNTS,
 }
 """Algorithm-specific fields the report reads, checked where a run wrote them."""

@@ -215,6 +215,9 @@ class FaultyAlgorithm:
         self.transport = transport
         self.rejoin_from = rejoin_from
 
+    def chosen_steps(self) -> dict[str, float]:
+        return self.algorithm.chosen_steps()
+
     def init(self, params: torch.Tensor) -> Any:
         return self.algorithm.init(params)
 

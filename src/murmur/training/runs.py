@@ -94,6 +94,8 @@ def train_run(
         raise
     finally:
         writer.close()
+    if setup.steps:
+        outcome.extra["steps"] = setup.steps
     result = _result(config, outcome, name, preset, time.perf_counter() - started, run_dir)
     if run_dir is not None:
         result.write(run_dir / "summary.json")

@@ -67,6 +67,11 @@ class Setup:
     """Where the run saves its state and the checkpoint it resumes from (``train_run``
     sets them); None: it saves none."""
 
+    @property
+    def steps(self) -> dict[str, float]:
+        """The step sizes chosen for the run's graph (what ``"auto"`` became)."""
+        return {}
+
 
 @dataclass(kw_only=True)
 class SgdSetup(Setup):
@@ -86,6 +91,10 @@ class RoundsSetup(SgdSetup):
 
     algorithm: Algorithm
     """The rule every agent steps by."""
+
+    @property
+    def steps(self) -> dict[str, float]:
+        return self.algorithm.chosen_steps()
 
 
 @dataclass(kw_only=True)
