@@ -319,9 +319,9 @@ LAYERWISE.add(
 )
 
 FAMILIES: dict[Kind, FamilyInfo] = {
-    family.kind: family for family in (SGD, SERVER, HOGWILD, LAYERWISE)
+    family.kind: family for family in (SGD, LAYERWISE, SERVER, HOGWILD)
 }
-"""Every family, by kind."""
+"""Every family, by kind, in the order messages list them."""
 
 ALGORITHMS: dict[str, Member[object]] = {
     name: member

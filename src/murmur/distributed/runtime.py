@@ -67,7 +67,12 @@ from murmur.distributed.mailbox import (
     first_line,
 )
 from murmur.distributed.server import newest_server_checkpoint, server_runner
-from murmur.distributed.transport import DEFAULT_TIMEOUT, DistributedTransport, all_gather
+from murmur.distributed.transport import (
+    DEFAULT_TIMEOUT,
+    DistributedTransport,
+    all_gather,
+    world_group,
+)
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.records import Outcome, RunResult
@@ -264,7 +269,7 @@ def _rank_runner(
                 start=start,
             )
         if isinstance(setup, ServerSetup):
-            serve = server_runner(setup.config, rank, checked.processes, timeout, saves, start)
+            serve = server_runner(rank, timeout, saves, start)
             return serve(setup, setup.workers, on_record, progress)
         if not isinstance(setup, RoundsSetup):
             raise TypeError(f"no rank trains a {type(setup).__name__}")
@@ -370,11 +375,8 @@ def _train_rank(
     "restart" continue from the newest iteration every rank saved; a restart starts
     over when there is none.
     """
-    group = dist.group.WORLD
-    if group is None:
-        raise RuntimeError("the process group is not initialized")
     transport = DistributedTransport(
-        group,
+        world_group(),
         setup.graph,
         rank,
         algorithm.published(setup.initial),

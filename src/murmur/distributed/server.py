@@ -110,30 +110,17 @@ def _workers(config: Config) -> int:
     return algorithm.workers
 
 
-def check_world(config: Config, world: int) -> None:
-    """UsageError unless ``world`` is the workers plus the server."""
-    workers = _workers(config)
-    if world != workers + 1:
-        raise UsageError(
-            f"WORLD_SIZE is {world} but {config.algorithm.name} with algorithm.workers = "
-            f"{workers} needs {workers + 1} ranks (the server on rank 0 and one per worker)"
-        )
-
-
 def server_runner(
-    config: Config,
     rank: int,
-    world: int,
     timeout: float,
     saves: RankCheckpoints | None = None,
     start: Start = "new",
 ) -> Callable:
     """The runner of this rank of an AsySG-con or sync-ps run: the server on rank 0,
-    a worker on the others. UsageError unless ``world`` is the workers plus one.
+    a worker on the others (the plan checked that the ranks are the workers plus one).
     ``saves``: where and how often the server saves the run (every k updates);
     ``start``: "resume" and "restart" continue from the server's newest checkpoint
     (:func:`_resumed`)."""
-    check_world(config, world)
     if rank == SERVER:
         return partial(_serve, timeout=timeout, saves=saves, start=start)
     return partial(_work, rank=rank, timeout=timeout, start=start, saves=saves)
