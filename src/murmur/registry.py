@@ -39,7 +39,7 @@ from murmur.topology import Graph
 
 C = TypeVar("C", bound=AlgorithmConfig)
 B = TypeVar("B", covariant=True)
-Kind = Literal["sgd", "layerwise", "server", "hogwild"]
+FamilyKind = Literal["sgd", "layerwise", "server", "hogwild"]
 Runtime = Literal["simulator", "distributed"]
 Fault = Literal["drop", "link_down", "crashes"]
 FAULTS: tuple[Fault, ...] = ("drop", "link_down", "crashes")
@@ -84,7 +84,7 @@ class Member(Generic[B]):
     summary: str
     decentralized: bool
     """False: one learner on all data, or workers sharing one model."""
-    kind: Kind
+    kind: FamilyKind
     capabilities: Capabilities
     build: Callable[[AlgorithmConfig, Graph, BuildContext], B]
     """What the family's runners train, from the algorithm's config (checked to be of
@@ -95,7 +95,7 @@ class Member(Generic[B]):
 class FamilyInfo:
     """A way of training and its members' default capabilities."""
 
-    kind: Kind
+    kind: FamilyKind
     title: str
     """What a message calls the family's runs: "synchronous SGD"."""
     unit: str
@@ -318,7 +318,7 @@ LAYERWISE.add(
     "(faults.link_down counts synchronous rounds)",
 )
 
-FAMILIES: dict[Kind, FamilyInfo] = {
+FAMILIES: dict[FamilyKind, FamilyInfo] = {
     family.kind: family for family in (SGD, LAYERWISE, SERVER, HOGWILD)
 }
 """Every family, by kind, in the order messages list them."""

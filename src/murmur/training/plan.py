@@ -32,7 +32,7 @@ from murmur.data.partition import check_agents
 from murmur.errors import UsageError, one_line
 from murmur.models import build_model
 from murmur.models.stacked import check_buffers
-from murmur.registry import ALGORITHMS, FAMILIES, FAULTS, Kind, Member, Runtime
+from murmur.registry import ALGORITHMS, FAMILIES, FAULTS, FamilyKind, Member, Runtime
 from murmur.seeding import derive_seed
 from murmur.training.memory import check_memory, parameter_count
 
@@ -54,7 +54,7 @@ class Plan:
 
     config: Config
     runtime: Runtime
-    kind: Kind
+    kind: FamilyKind
     """The algorithm's family (``registry.FAMILIES``)."""
     decentralized: bool
     learners: int
