@@ -17,175 +17,33 @@ infinite) may be any number.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeGuard
+from collections.abc import Mapping
+from typing import Any
 
 from murmur.errors import UsageError
+from murmur.metrics.fields import Field, fields_of
+from murmur.metrics.record_types import EvaluationRecord, FailedSummary, RunSummary
 
 __all__ = ["check_record", "check_summary"]
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _SHOWN_CHARACTERS = 40
 """Longest value text a message quotes; longer ones are cut."""
 _REMAKE = "the file is damaged, remake the run"
 
+FINISHED, OPTIONAL = fields_of(RunSummary)
+"""Fields every finished run writes; algorithm-specific fields the report reads,
+checked where a run wrote them (the fault counts among them)."""
 
-@dataclass(frozen=True)
-class Field:
-    """What one JSON value must be: ``test`` passes it, ``words`` say what it must be.
-
-    A list's elements must each be ``items``; an object must have every one of
-    ``fields``, each as its field says.
-    """
-
-    words: str
-    test: Callable[[object], bool]
-    items: Field | None = None
-    fields: Mapping[str, Field] | None = None
-
-
-def _is_number(value: object) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_integer(value: object) -> TypeGuard[int]:
-    return (
-        isinstance(value, int) and not isinstance(value, bool) and _INT64_MIN <= value <= _INT64_MAX
-    )
-
-
-def _is_unicode(text: str) -> bool:
-    """No lone surrogate (JSON's "\\ud800"): such a string cannot be written as UTF-8."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _nullable(field: Field) -> Field:
-    return dataclasses.replace(
-        field, words=f"{field.words} or null", test=lambda v: v is None or field.test(v)
-    )
-
-
-def _list_of(item: Field) -> Field:
-    return Field("a list", lambda v: isinstance(v, list), items=item)
-
-
-def _object_of(**fields: Field) -> Field:
-    return Field("an object", lambda v: isinstance(v, dict), fields=fields)
-
-
-TEXT = Field("a string of valid Unicode", lambda v: isinstance(v, str) and _is_unicode(v))
-INTEGER = Field("an integer from -2**63 to 2**63 - 1", _is_integer)
-COUNT = Field("an integer from 0 to 2**63 - 1", lambda v: _is_integer(v) and v >= 0)
-POSITIVE = Field("an integer from 1 to 2**63 - 1", lambda v: _is_integer(v) and v >= 1)
-NUMBER = Field("a number", _is_number)
-FINITE = Field("a finite number", lambda v: _is_number(v) and math.isfinite(v))
-SECONDS = Field("a finite number >= 0", lambda v: _is_number(v) and 0 <= v < math.inf)
-FRACTION = Field("a number from 0 to 1", lambda v: _is_number(v) and 0 <= v <= 1)
-ACCURACY = _object_of(
-    mean=_nullable(FRACTION),
-    min=_nullable(FRACTION),
-    max=_nullable(FRACTION),
-    per_agent=_nullable(_list_of(FRACTION)),
-)
-
-FINISHED: dict[str, Field] = {
-    "name": TEXT,
-    "preset": TEXT,
-    "algorithm": TEXT,
-    "dataset": TEXT,
-    "agents": POSITIVE,
-    "topology": TEXT,
-    "iterations": COUNT,
-    "seed": INTEGER,
-    "accuracy": ACCURACY,
-    "test_loss": _nullable(NUMBER),
-    "events": COUNT,
-    "events_per_agent": _list_of(COUNT),
-    "messages": COUNT,
-    "bytes": COUNT,
-    "communication_saving": _nullable(FINITE),
-    "consensus_distance": _nullable(NUMBER),
-    "wall_seconds": SECONDS,
-    "train_seconds": SECONDS,
-    "samples": COUNT,
-    "samples_per_second": SECONDS,
-}
-"""Fields every finished run writes."""
-
-FAULT_COUNTS: dict[str, Field] = {
-    "dropped_messages": COUNT,
-    "down_links": COUNT,
-    "down_link_iterations": COUNT,
-    "crashed_agents": COUNT,
-    "lost_gradients": COUNT,
-    "live_accuracy_mean": _nullable(FRACTION),
-    "live_accuracy_min": _nullable(FRACTION),
-}
-"""What runs under ``[faults]`` count, in their summary and in every record."""
-
-OPTIONAL: dict[str, Field] = {
-    "virtual_seconds": SECONDS,
-    "layers": _list_of(POSITIVE),
-    "train_accuracy": ACCURACY,
-    "mean_degree": SECONDS,
-    "workers": POSITIVE,
-    "staleness": _object_of(mean=SECONDS, max=COUNT, histogram=_list_of(COUNT)),
-    "target_loss": _nullable(SECONDS),
-    "iterations_to_target": _nullable(COUNT),
-    "virtual_seconds_to_target": _nullable(SECONDS),
-    "wall_seconds_to_target": _nullable(SECONDS),
-    "failed_agents": _list_of(COUNT),
-    "failed_workers": _list_of(COUNT),
-    "single_process": _object_of(samples_per_second=SECONDS, accuracy=_nullable(FRACTION)),
-    "speedup": SECONDS,
-    "steps": Field(
-        "an object of finite numbers",
-        lambda v: (
-            isinstance(v, dict) and all(_is_number(x) and math.isfinite(x) for x in v.values())
-        ),
-    ),
-    **FAULT_COUNTS,
-}
-"""Algorithm-specific fields the report reads, checked where a run wrote them."""
-
-FAILED: dict[str, Field] = {"error": TEXT}
-"""Fields every failed run writes (besides its status)."""
-
-FAILED_OPTIONAL: dict[str, Field] = {
-    "name": TEXT,
-    "preset": TEXT,
-    "algorithm": TEXT,
-    "dataset": TEXT,
-    "seed": INTEGER,
-}
-"""What a failed run writes of its run when it can."""
+FAILED, FAILED_OPTIONAL = fields_of(FailedSummary)
+"""Fields every failed run writes (besides its status); what it writes of its run
+when it can."""
 
 STATUS = Field('"finished" or "failed"', lambda v: v in ("finished", "failed"))
 
-RECORD: dict[str, Field] = {"iteration": COUNT}
-"""Fields every evaluation record holds."""
-
-RECORD_OPTIONAL: dict[str, Field] = {
-    "layer": COUNT,
-    "accuracy_mean": _nullable(FRACTION),
-    "accuracy_min": _nullable(FRACTION),
-    "accuracy_max": _nullable(FRACTION),
-    "test_accuracy": _nullable(_list_of(FRACTION)),
-    "events": COUNT,
-    "messages": COUNT,
-    "bytes": COUNT,
-    "events_per_agent": _list_of(COUNT),
-    **FAULT_COUNTS,
-}
-"""Record fields the report and its plots read, checked where present."""
+RECORD, RECORD_OPTIONAL = fields_of(EvaluationRecord)
+"""Fields every evaluation record holds; those the report and its plots read,
+checked where present."""
 
 
 def check_summary(where: str, summary: dict[str, Any]) -> None:

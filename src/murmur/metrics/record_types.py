@@ -1,0 +1,236 @@
+"""The shapes of what a run writes: the lines of metrics.jsonl (evaluation records)
+and summary.json, as TypedDicts.
+
+A key the report reads carries its :class:`~murmur.metrics.fields.Field` as
+``Annotated`` metadata; :mod:`murmur.metrics.run_schema` checks run folders by
+these, a required key where the type requires it, any other where present.
+
+This module does not use ``from __future__ import annotations``: a TypedDict
+learns which keys are ``Required`` / ``NotRequired`` only from evaluated
+annotations.
+"""
+
+import math
+from typing import Annotated, Literal, Required, TypedDict
+
+from murmur.metrics.fields import (
+    COUNT,
+    FINITE,
+    FRACTION,
+    INTEGER,
+    NUMBER,
+    POSITIVE,
+    SECONDS,
+    TEXT,
+    Field,
+    is_number,
+    list_of,
+    nullable,
+    object_of,
+)
+
+__all__ = [
+    "AccuracySummary",
+    "EvaluationRecord",
+    "FailedSummary",
+    "FaultCounts",
+    "LayerRecord",
+    "RunSummary",
+    "ServerRecord",
+    "SgdRecord",
+    "SingleProcess",
+    "Staleness",
+]
+
+_FRACTIONS = nullable(list_of(FRACTION))
+
+
+class AccuracySummary(TypedDict):
+    """Accuracies over agents: mean, min, max and the per-agent list (all None for a
+    regression task)."""
+
+    mean: Annotated[float | None, nullable(FRACTION)]
+    min: Annotated[float | None, nullable(FRACTION)]
+    max: Annotated[float | None, nullable(FRACTION)]
+    per_agent: Annotated[list[float] | None, _FRACTIONS]
+
+
+class Staleness(TypedDict):
+    """A parameter server's applied gradients: mean and max staleness, and the count
+    of each staleness 0, 1, ..."""
+
+    mean: Annotated[float, SECONDS]
+    max: Annotated[int, COUNT]
+    histogram: Annotated[list[int], list_of(COUNT)]
+
+
+class SingleProcess(TypedDict):
+    """Hogwild's comparison run with one process."""
+
+    samples_per_second: Annotated[float, SECONDS]
+    accuracy: Annotated[float | None, nullable(FRACTION)]
+
+
+class FaultCounts(TypedDict, total=False):
+    """What runs under ``[faults]`` count, in their summary and in every record; each
+    only where its fault can happen."""
+
+    dropped_messages: Annotated[int, COUNT]
+    down_links: Annotated[int, COUNT]
+    down_link_iterations: Annotated[int, COUNT]
+    crashed_agents: Annotated[int, COUNT]
+    lost_gradients: Annotated[int, COUNT]
+    live_accuracy_mean: Annotated[float | None, nullable(FRACTION)]
+    live_accuracy_min: Annotated[float | None, nullable(FRACTION)]
+
+
+class TestColumns(TypedDict):
+    """The test-set part of every record: per-agent accuracy and loss, and the
+    accuracy's mean, min and max over agents."""
+
+    test_accuracy: list[float] | None
+    test_loss: list[float]
+    accuracy_mean: float | None
+    accuracy_min: float | None
+    accuracy_max: float | None
+
+
+class MessageColumns(TypedDict):
+    """The message counts of every record, cumulative: all agents together, and the
+    events (sends) per agent."""
+
+    events: int
+    messages: int
+    bytes: int
+    events_per_agent: list[int]
+
+
+class _RecordFields(TypedDict, total=False):
+    iteration: Required[Annotated[int, COUNT]]
+    layer: Annotated[int, COUNT]
+    """Layer-wise records: the layer (also their ``iteration``)."""
+    accuracy_mean: Annotated[float | None, nullable(FRACTION)]
+    accuracy_min: Annotated[float | None, nullable(FRACTION)]
+    accuracy_max: Annotated[float | None, nullable(FRACTION)]
+    test_accuracy: Annotated[list[float] | None, _FRACTIONS]
+    events: Annotated[int, COUNT]
+    messages: Annotated[int, COUNT]
+    bytes: Annotated[int, COUNT]
+    events_per_agent: Annotated[list[int], list_of(COUNT)]
+    test_loss: list[float]
+    wall_seconds: float
+    virtual_seconds: float
+    """The simulator's clock; distributed runs and Hogwild have none."""
+    consensus_distance: float
+
+
+class EvaluationRecord(_RecordFields, FaultCounts, total=False):
+    """One line of metrics.jsonl, as the report reads it: its ``iteration``, and what
+    the producers below write. Every producer writes the test and message columns,
+    ``wall_seconds`` and ``consensus_distance``; the simulator adds its clock and,
+    under ``[faults]``, the fault counts."""
+
+
+class SgdRecord(EvaluationRecord, total=False):
+    """A mini-batch run's record (:func:`murmur.training.reducer.sgd_record`), in
+    every runtime, Hogwild's included."""
+
+    samples: Required[int]
+    train_loss: Required[float | None]
+    """Mean training loss since the last evaluation; None before the first step."""
+
+
+class ServerRecord(SgdRecord, total=False):
+    """A parameter server's record of its one model."""
+
+    train_accuracy: Required[float | None]
+    staleness_mean: Required[float]
+    gradient_norm_squared: float
+    """Where the run asks for it (``gradient_norm``)."""
+
+
+class LayerRecord(EvaluationRecord, total=False):
+    """A layer-wise run's record of one layer
+    (:func:`murmur.training.reducer.layer_record`)."""
+
+    width: Required[int]
+    admm_iterations: Required[int]
+    train_accuracy: Required[list[float] | None]
+    train_accuracy_mean: Required[float | None]
+    train_nme: Required[float]
+    relative_consensus_distance: Required[float]
+    solver_steps: Required[int]
+    gossip_rounds: Required[int]
+    residual: Required[float]
+    converged: Required[bool]
+
+
+STEPS = Field(
+    "an object of finite numbers",
+    lambda v: isinstance(v, dict) and all(is_number(x) and math.isfinite(x) for x in v.values()),
+)
+ACCURACY = object_of(AccuracySummary)
+
+
+class _FinishedFields(TypedDict, total=False):
+    name: Required[Annotated[str, TEXT]]
+    preset: Required[Annotated[str, TEXT]]
+    algorithm: Required[Annotated[str, TEXT]]
+    dataset: Required[Annotated[str, TEXT]]
+    agents: Required[Annotated[int, POSITIVE]]
+    topology: Required[Annotated[str, TEXT]]
+    iterations: Required[Annotated[int, COUNT]]
+    seed: Required[Annotated[int, INTEGER]]
+    accuracy: Required[Annotated[AccuracySummary, ACCURACY]]
+    test_loss: Required[Annotated[float | None, nullable(NUMBER)]]
+    events: Required[Annotated[int, COUNT]]
+    events_per_agent: Required[Annotated[list[int], list_of(COUNT)]]
+    messages: Required[Annotated[int, COUNT]]
+    bytes: Required[Annotated[int, COUNT]]
+    communication_saving: Required[Annotated[float | None, nullable(FINITE)]]
+    consensus_distance: Required[Annotated[float | None, nullable(NUMBER)]]
+    wall_seconds: Required[Annotated[float, SECONDS]]
+    train_seconds: Required[Annotated[float, SECONDS]]
+    samples: Required[Annotated[int, COUNT]]
+    samples_per_second: Required[Annotated[float, SECONDS]]
+    run_dir: Required[str | None]
+    """Not read by the report, which uses the folder it reads."""
+    virtual_seconds: Annotated[float, SECONDS]
+    layers: Annotated[list[int], list_of(POSITIVE)]
+    train_accuracy: Annotated[AccuracySummary, ACCURACY]
+    mean_degree: Annotated[float, SECONDS]
+    workers: Annotated[int, POSITIVE]
+    staleness: Annotated[Staleness, object_of(Staleness)]
+    target_loss: Annotated[float | None, nullable(SECONDS)]
+    iterations_to_target: Annotated[int | None, nullable(COUNT)]
+    virtual_seconds_to_target: Annotated[float | None, nullable(SECONDS)]
+    wall_seconds_to_target: Annotated[float | None, nullable(SECONDS)]
+    failed_agents: Annotated[list[int], list_of(COUNT)]
+    failed_workers: Annotated[list[int], list_of(COUNT)]
+    single_process: Annotated[SingleProcess, object_of(SingleProcess)]
+    speedup: Annotated[float, SECONDS]
+    steps: Annotated[dict[str, float], STEPS]
+    """Every SGD algorithm's chosen step sizes for the run's graph."""
+
+
+class RunSummary(_FinishedFields, FaultCounts, total=False):
+    """summary.json of a finished run (:meth:`murmur.metrics.records.RunResult.to_dict`,
+    with ``"status": "finished"`` in the file): every field of the result, and the
+    algorithm-specific ones where a run wrote them (``virtual_seconds``, ``layers``,
+    ``staleness``, ``failed_agents``, the fault counts, ...). Runs write further
+    fields of their own that the report does not read."""
+
+    status: Literal["finished"]
+
+
+class FailedSummary(TypedDict, total=False):
+    """summary.json of a run that stopped during training: the line saying why, and
+    what it could say of its run."""
+
+    status: Required[Literal["failed"]]
+    error: Required[Annotated[str, TEXT]]
+    name: Annotated[str, TEXT]
+    preset: Annotated[str, TEXT]
+    algorithm: Annotated[str, TEXT]
+    dataset: Annotated[str, TEXT]
+    seed: Annotated[int, INTEGER]
