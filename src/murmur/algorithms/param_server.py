@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Required, TypedDict
 
 import torch
 
@@ -47,10 +47,35 @@ from murmur.algorithms.asysg import (
     inconsistent_read,
 )
 from murmur.metrics.evaluation import test_set_metrics
+from murmur.metrics.record_types import (
+    ServerRecord,
+    Staleness,
+    SummaryExtra,
+    TestColumns,
+)
 from murmur.metrics.records import Outcome
 
 if TYPE_CHECKING:
     from murmur.models.stacked import StackedModel
+
+Clock = Literal["wall_seconds", "virtual_seconds"]
+"""The time field of a driver's records that its summary reports at the target."""
+
+
+class Times(TypedDict, total=False):
+    """A driver's times of one evaluation: real, and the simulator's virtual clock."""
+
+    wall_seconds: Required[float]
+    virtual_seconds: float
+
+
+class ModelMetrics(TestColumns, total=False):
+    """The model's part of a server record (:func:`model_metrics`)."""
+
+    train_loss: Required[float]
+    train_accuracy: Required[float | None]
+    consensus_distance: Required[float]
+    gradient_norm_squared: float
 
 
 @dataclass(frozen=True)
@@ -120,8 +145,9 @@ class ParameterServer:
         self.pushes = [0] * self.workers
         self.server_messages = 0
         """Models sent (``sent``)."""
-        self.last_record: dict[str, Any] = {}
-        self.target_record: dict[str, Any] | None = None
+        self.last_record: ServerRecord | None = None
+        """The newest record (None before the first evaluation)."""
+        self.target_record: ServerRecord | None = None
         """The first record whose training loss reached the target."""
         self.history: deque[torch.Tensor] = deque(maxlen=getattr(config, "max_delay", 0) + 1)
         """AsySG-incon: the last T + 1 versions of x, oldest first."""
@@ -186,9 +212,7 @@ class ParameterServer:
             return inconsistent_read(self.history, self.reads), self.version
         return self.x.clone(), self.version
 
-    def answers(
-        self, arrival: Arrival, evaluate: Callable[[], Mapping[str, Any]]
-    ) -> tuple[int, ...]:
+    def answers(self, arrival: Arrival, evaluate: Callable[[], ServerRecord]) -> tuple[int, ...]:
         """After ``arrival``: the evaluation if one is due (``evaluate``, the driver's,
         returns the record, which may reach the target), then the workers to send x to
         now: ``arrival.answer``, or none once the run is over."""
@@ -200,19 +224,19 @@ class ParameterServer:
         """``count`` models were sent to workers."""
         self.server_messages += count
 
-    def reached(self, record: Mapping[str, Any]) -> bool:
+    def reached(self, record: ServerRecord) -> bool:
         """After an evaluation: True when ``record`` is the first whose training loss
         reached the target (which ends the run)."""
         target = self.config.target_loss
         if self.target_record is None and target > 0 and record["train_loss"] <= target:
-            self.target_record = dict(record)
+            self.target_record = record.copy()
             return True
         return False
 
     @property
     def final_evaluation_due(self) -> bool:
         """The run is over but the last record is not of the current x."""
-        return self.last_record.get("iteration") != self.version
+        return self.last_record is None or self.last_record["iteration"] != self.version
 
     # ------------------------------------------------------------ checkpoints
 
@@ -227,7 +251,7 @@ class ParameterServer:
             "gradients": self.gradients,
             "pushes": list(self.pushes),
             "server_messages": self.server_messages,
-            "last_record": self.last_record,
+            "last_record": self.last_record if self.last_record is not None else {},
             "target_record": self.target_record,
             "history": list(self.history),
             "reads": self.reads.get_state() if self.reads is not None else None,
@@ -243,7 +267,8 @@ class ParameterServer:
         self.gradients = state["gradients"]
         self.pushes = list(state["pushes"])
         self.server_messages = state["server_messages"]
-        self.last_record = dict(state["last_record"])
+        last: ServerRecord = state["last_record"]
+        self.last_record = last.copy() if last else None
         self.target_record = state["target_record"]
         self.history.clear()
         self.history.extend(state["history"])
@@ -252,7 +277,7 @@ class ParameterServer:
 
     # ------------------------------------------------------------ reports
 
-    def staleness(self) -> dict[str, Any]:
+    def staleness(self) -> Staleness:
         """Mean, max and histogram (count of tau = 0, 1, ...) of the applied gradients."""
         applied = sum(self.staleness_counts.values())
         total = sum(tau * count for tau, count in self.staleness_counts.items())
@@ -272,12 +297,12 @@ class ParameterServer:
         messages = (0 if self.shared_memory else self.gradients) + self.server_messages
         return messages, messages * self.message_bytes
 
-    def record(self, clock: Mapping[str, float], metrics: Mapping[str, Any]) -> dict[str, Any]:
+    def record(self, clock: Times, metrics: ModelMetrics) -> ServerRecord:
         """The evaluation record of x now: the rule's counts around ``clock`` (the
         driver's times) and ``metrics`` (``model_metrics``); kept as ``last_record``."""
         messages, size = self._traffic()
         events_per_agent = self._events_per_agent()
-        record = {
+        record: ServerRecord = {
             "iteration": self.version,
             "samples": self.gradients * self.batch_size,
             **clock,
@@ -291,29 +316,39 @@ class ParameterServer:
         self.last_record = record
         return record
 
-    def extra(self, clock: str) -> dict[str, Any]:
+    def _last(self) -> ServerRecord:
+        if self.last_record is None:
+            raise RuntimeError("the server reports before its first evaluation")
+        return self.last_record
+
+    def extra(self, clock: Clock) -> SummaryExtra:
         """The rule's part of the summary's ``extra``; ``clock``: the records' time
         field reported at the target (as ``<clock>_to_target``)."""
         reached = self.target_record
-        return {
+        extra: SummaryExtra = {
             "workers": self.workers,
             "group": self.group,
             "staleness": self.staleness(),
-            "train_loss": self.last_record["train_loss"],
+            "train_loss": self._last()["train_loss"],
             "target_loss": self.config.target_loss,
             "iterations_to_target": reached["iteration"] if reached else None,
-            f"{clock}_to_target": reached[clock] if reached else None,
-            "server_messages": self.server_messages,
         }
+        at_target = reached[clock] if reached else None
+        if clock == "wall_seconds":
+            extra["wall_seconds_to_target"] = at_target
+        else:
+            extra["virtual_seconds_to_target"] = at_target
+        extra["server_messages"] = self.server_messages
+        return extra
 
-    def outcome(self, train_seconds: float, extra: dict[str, Any]) -> Outcome:
+    def outcome(self, train_seconds: float, extra: SummaryExtra) -> Outcome:
         """The run's outcome: x and the counts now, with ``extra``."""
         messages, size = self._traffic()
         return Outcome(
             agents=self.workers,
             topology="shared memory" if self.shared_memory else "parameter server",
             iterations=self.version,
-            last_record=self.last_record,
+            last_record=self._last(),
             events_per_agent=self._events_per_agent(),
             messages=messages,
             bytes=size,
@@ -331,14 +366,14 @@ def model_metrics(
     test: tuple[torch.Tensor, torch.Tensor],
     *,
     gradient_norm: bool = False,
-) -> dict[str, Any]:
+) -> ModelMetrics:
     """The model's part of an evaluation record of the one model ``x``: test-set
     metrics, training loss and accuracy on ``train`` (inputs, targets), and with
     ``gradient_norm`` also ``gradient_norm_squared``, ||grad f(x)||^2 of the mean
     training loss f on all of ``train`` (the quantity of AsySG's ergodic rate)."""
     flat = x.view(1, -1)
     train_accuracy, train_loss = model.evaluate(flat, *train)
-    metrics = {
+    metrics: ModelMetrics = {
         **test_set_metrics(model, flat, *test),
         "train_loss": float(train_loss[0]),
         "train_accuracy": float(train_accuracy[0]) if train_accuracy is not None else None,

@@ -58,6 +58,7 @@ from murmur.distributed.transport import (
 )
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
+from murmur.metrics.record_types import EvaluationRecord, LayerRecord
 from murmur.metrics.records import Outcome
 from murmur.topology import Graph
 from murmur.training.layerwise import (
@@ -238,7 +239,7 @@ def train_layerwise_rank(
     solver: LayerSolver,
     rank: int,
     timeout: float = DEFAULT_TIMEOUT,
-    on_record: Callable[[dict[str, Any]], None] = lambda record: None,
+    on_record: Callable[[LayerRecord], None] = lambda record: None,
     network_out: list[DistributedNetwork] | None = None,
     progress: bool = False,
     saves: RankCheckpoints | None = None,
@@ -308,7 +309,7 @@ _LAYER_TOTALS = ("events", "messages", "bytes", "control", "rejected", "train_se
 def run_layerwise_rank(
     setup: LayerSetup,
     solver: LayerSolver,
-    on_record: Callable[[dict[str, Any]], None],
+    on_record: Callable[[EvaluationRecord], None],
     progress: bool,
     *,
     rank: int,
@@ -332,7 +333,7 @@ def run_layerwise_rank(
     resumed = None
     if start != "new" and saves is not None:
         resumed = restore_layers(setup, saves, rank, start)
-    records: list[dict[str, Any]] = list(resumed["layers"]["records"]) if resumed else []
+    records: list[LayerRecord] = list(resumed["layers"]["records"]) if resumed else []
     networks: list[DistributedNetwork] = []
     trained, counters = train_layerwise_rank(
         setup,
@@ -399,7 +400,7 @@ class _RankResults:
     @classmethod
     def of(
         cls,
-        records: list[dict[str, Any]],
+        records: list[LayerRecord],
         trained: LayerwiseResult,
         counters: MessageCounters,
         network: DistributedNetwork,
@@ -462,7 +463,7 @@ def _collect(
     setup: LayerSetup,
     local: _RankResults,
     trained: LayerwiseResult,
-    on_record: Callable[[dict[str, Any]], None],
+    on_record: Callable[[EvaluationRecord], None],
     *,
     rank: int,
     timeout: float,
@@ -571,7 +572,7 @@ def _receive_results(
         return dict(arrived), dict(lost)
 
 
-def _layer_row(record: dict[str, Any], rows: LayerRows) -> list[float]:
+def _layer_row(record: LayerRecord, rows: LayerRows) -> list[float]:
     """This rank's row of ``_LAYER_COLUMNS`` for one layer (its node is the only one)."""
     if rows.test_accuracy is None:
         raise ValueError("a layer-wise run measures the test accuracy of every layer")
@@ -595,7 +596,7 @@ def _layer_row(record: dict[str, Any], rows: LayerRows) -> list[float]:
     ]
 
 
-def _layer_record(at: torch.Tensor, outputs: torch.Tensor) -> dict[str, Any]:
+def _layer_record(at: torch.Tensor, outputs: torch.Tensor) -> LayerRecord:
     """One layer's record from the rows of the ranks, (ranks, columns), and their
     output matrices, (ranks, Q, n)."""
     column = {name: at[:, i] for i, name in enumerate(_LAYER_COLUMNS)}
@@ -629,7 +630,7 @@ def _layer_outcome(
     results: _RankResults,
     ranks: list[int],
     trained: LayerwiseResult,
-    on_record: Callable[[dict[str, Any]], None],
+    on_record: Callable[[EvaluationRecord], None],
 ) -> Outcome:
     """The run's records and outcome from the stacked results of ``ranks``."""
     records = [

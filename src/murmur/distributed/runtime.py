@@ -75,6 +75,7 @@ from murmur.distributed.transport import (
 )
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
+from murmur.metrics.record_types import EvaluationRecord, SgdRecord
 from murmur.metrics.records import Outcome, RunResult
 from murmur.registry import ALGORITHMS
 from murmur.training.checkpoint import header, read_checkpoint
@@ -359,7 +360,7 @@ _TOTALS = ("events", "messages", "bytes", "control", "rejected", "train_seconds"
 def _train_rank(
     setup: SgdSetup,
     algorithm: Algorithm,
-    on_record: Callable[[dict[str, Any]], None],
+    on_record: Callable[[EvaluationRecord], None],
     progress: bool,
     *,
     rank: int,
@@ -533,7 +534,7 @@ def _gather(
     setup: SgdSetup,
     log: _RankLog,
     transport: DistributedTransport,
-    on_record: Callable[[dict[str, Any]], None],
+    on_record: Callable[[EvaluationRecord], None],
 ) -> Outcome:
     """Every rank's records and counters to every rank, parameters to rank 0."""
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -614,7 +615,7 @@ def _consensus_distances(snapshots: torch.Tensor, agents: int) -> list[float]:
     return (spread / agents).tolist()
 
 
-def _record(at: torch.Tensor, consensus: float) -> dict[str, Any]:
+def _record(at: torch.Tensor, consensus: float) -> SgdRecord:
     """One evaluation's record from every agent's row of ``_COLUMNS``, (agents, columns)."""
     column = {name: at[:, i] for i, name in enumerate(_COLUMNS)}
     accuracy = column["accuracy"]

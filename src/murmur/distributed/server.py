@@ -53,7 +53,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from murmur.algorithms.asysg import SyncPsConfig, WorkersConfig
-from murmur.algorithms.param_server import ParameterServer, model_metrics
+from murmur.algorithms.param_server import ParameterServer, Times, model_metrics
 from murmur.config import Config
 from murmur.distributed.checkpoints import RankCheckpoints, Start, rank_file, readable_iterations
 from murmur.distributed.mailbox import (
@@ -65,13 +65,14 @@ from murmur.distributed.mailbox import (
 )
 from murmur.distributed.transport import world_group
 from murmur.errors import UsageError
+from murmur.metrics.record_types import EvaluationRecord, ServerRecord, SummaryExtra
 from murmur.metrics.records import Outcome
 from murmur.training.checkpoint import read_checkpoint
 from murmur.training.setup import Problem, SgdSetup
 
 SERVER = 0
 
-OnRecord = Callable[[dict[str, Any]], None]
+OnRecord = Callable[[EvaluationRecord], None]
 
 
 class Received(NamedTuple):
@@ -303,7 +304,7 @@ def _worker_outcome(
         agents=1,
         topology="parameter server",
         iterations=pushes,
-        last_record={},
+        last_record={"iteration": pushes},  # a worker evaluates nothing
         events_per_agent=[pushes],
         messages=pushes,
         bytes=pushes * message_bytes,
@@ -544,9 +545,9 @@ class _Server:
             elif message.kind == Kind.STOP:
                 waiting.discard(message.source)
 
-    def _evaluate(self) -> dict[str, Any]:
+    def _evaluate(self) -> ServerRecord:
         problem = self.problem
-        clock = {"wall_seconds": time.perf_counter() - self.started}
+        clock: Times = {"wall_seconds": time.perf_counter() - self.started}
         train, test = (problem.x_train, problem.y_train), (problem.x_test, problem.y_test)
         metrics = model_metrics(
             problem.model,
@@ -561,7 +562,7 @@ class _Server:
         return record
 
     def _outcome(self) -> Outcome:
-        extra = {
+        extra: SummaryExtra = {
             "runtime": "distributed",
             "world_size": self.workers + 1,
             **self.server.extra("wall_seconds"),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
+
+from murmur.metrics.record_types import AccuracySummary, TestColumns
 
 if TYPE_CHECKING:
     from murmur.models.stacked import StackedModel
@@ -16,7 +18,7 @@ def consensus_distance(params: torch.Tensor) -> float:
     return float(deviation.pow(2).sum() / params.shape[0])
 
 
-def accuracy_summary(per_agent: list[float] | None) -> dict[str, object]:
+def accuracy_summary(per_agent: list[float] | None) -> AccuracySummary:
     """Mean, min, max and per-agent list of accuracies (all None for regression)."""
     if per_agent is None:
         return {"mean": None, "min": None, "max": None, "per_agent": None}
@@ -30,7 +32,7 @@ def accuracy_summary(per_agent: list[float] | None) -> dict[str, object]:
 
 def test_set_metrics(
     model: StackedModel, params: torch.Tensor, x_test: torch.Tensor, y_test: torch.Tensor
-) -> dict[str, Any]:
+) -> TestColumns:
     """The test-set part of an evaluation record, for stacked parameters (N, P)."""
     accuracy, loss = model.evaluate(params, x_test, y_test)
     summary = accuracy_summary(accuracy.tolist() if accuracy is not None else None)

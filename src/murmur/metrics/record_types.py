@@ -35,11 +35,15 @@ __all__ = [
     "FailedSummary",
     "FaultCounts",
     "LayerRecord",
+    "LayerReport",
+    "MessageColumns",
     "RunSummary",
     "ServerRecord",
     "SgdRecord",
     "SingleProcess",
     "Staleness",
+    "SummaryExtra",
+    "TestColumns",
 ]
 
 _FRACTIONS = nullable(list_of(FRACTION))
@@ -140,8 +144,11 @@ class SgdRecord(EvaluationRecord, total=False):
     """Mean training loss since the last evaluation; None before the first step."""
 
 
-class ServerRecord(SgdRecord, total=False):
+class ServerRecord(EvaluationRecord, total=False):
     """A parameter server's record of its one model."""
+
+    samples: Required[int]
+    train_loss: Required[float]
 
     train_accuracy: Required[float | None]
     staleness_mean: Required[float]
@@ -195,6 +202,9 @@ class _FinishedFields(TypedDict, total=False):
     samples_per_second: Required[Annotated[float, SECONDS]]
     run_dir: Required[str | None]
     """Not read by the report, which uses the folder it reads."""
+
+
+class _ExtraFields(TypedDict, total=False):
     virtual_seconds: Annotated[float, SECONDS]
     layers: Annotated[list[int], list_of(POSITIVE)]
     train_accuracy: Annotated[AccuracySummary, ACCURACY]
@@ -213,12 +223,51 @@ class _FinishedFields(TypedDict, total=False):
     """Every SGD algorithm's chosen step sizes for the run's graph."""
 
 
-class RunSummary(_FinishedFields, FaultCounts, total=False):
+class LayerReport(TypedDict):
+    """One layer's line of a layer-wise summary: what solving it took."""
+
+    layer: int
+    width: int
+    solver_steps: int
+    gossip_rounds: int
+    residual: float
+    relative_consensus_distance: float
+    converged: bool
+
+
+class SummaryExtra(_ExtraFields, FaultCounts, total=False):
+    """What a runtime adds to its run's summary (``Outcome.extra``): the fields the
+    report reads above, and these of each family and runtime."""
+
+    train_nme: float
+    admm_iterations: int
+    layer_reports: list[LayerReport]
+    unconverged_layers: list[int]
+    """Layer-wise runs."""
+    group: int
+    train_loss: float | None
+    server_messages: int
+    """Parameter servers."""
+    runtime: Literal["distributed"]
+    world_size: int
+    ranks: list[int]
+    agents_per_rank: int
+    messages_per_agent: list[int]
+    bytes_per_agent: list[int]
+    control_messages: int
+    control_messages_per_agent: list[int]
+    rejected_per_agent: list[int]
+    failures: dict[str, str]
+    """Distributed runs: per failed rank (or worker), why."""
+    worker: int
+    """A distributed parameter server's worker: which it is."""
+
+
+class RunSummary(_FinishedFields, SummaryExtra, total=False):
     """summary.json of a finished run (:meth:`murmur.metrics.records.RunResult.to_dict`,
     with ``"status": "finished"`` in the file): every field of the result, and the
     algorithm-specific ones where a run wrote them (``virtual_seconds``, ``layers``,
-    ``staleness``, ``failed_agents``, the fault counts, ...). Runs write further
-    fields of their own that the report does not read."""
+    ``staleness``, ``failed_agents``, the fault counts, ...)."""
 
     status: Literal["finished"]
 

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import torch
+
+from murmur.metrics.record_types import (
+    EvaluationRecord,
+    SummaryExtra,
+)
+
+OutcomeExtra = SummaryExtra
+"""What a runtime adds to its run's summary."""
 
 
 class MetricsWriter:
@@ -18,12 +26,14 @@ class MetricsWriter:
     ``records``: those the file already holds (a resumed run's).
     """
 
-    def __init__(self, path: Path | None, records: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self, path: Path | None, records: Iterable[EvaluationRecord] | None = None
+    ) -> None:
         self.path = path
         self._file: IO[str] | None = path.open("a") if path is not None else None
-        self.records: list[dict[str, Any]] = list(records or [])
+        self.records: list[EvaluationRecord] = list(records or [])
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: EvaluationRecord) -> None:
         self.records.append(record)
         if self._file is not None:
             self._file.write(to_json(record) + "\n")
@@ -42,7 +52,7 @@ class Outcome:
     agents: int
     topology: str
     iterations: int
-    last_record: dict[str, Any]
+    last_record: EvaluationRecord
     """The final evaluation record (``test_accuracy`` per agent, ``test_loss``, ...)."""
     events_per_agent: list[int]
     messages: int
@@ -51,7 +61,7 @@ class Outcome:
     samples: int
     communication_saving: float | None = None
     parameters: torch.Tensor | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: SummaryExtra = field(default_factory=lambda: SummaryExtra())
 
 
 @dataclass(frozen=True)
@@ -66,7 +76,7 @@ class RunResult:
     topology: str
     iterations: int
     seed: int
-    accuracy: dict[str, Any]
+    accuracy: Mapping[str, Any]
     """Final test accuracy over agents: mean, min, max, per_agent."""
     test_loss: float
     """Final test loss, mean over agents."""
@@ -85,16 +95,36 @@ class RunResult:
     samples_per_second: float
     """Training samples processed per second of training time."""
     run_dir: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: SummaryExtra = field(default_factory=lambda: SummaryExtra())
     """Algorithm-specific results, merged into the top level of summary.json."""
     parameters: torch.Tensor | None = field(default=None, repr=False, compare=False)
     """Final stacked parameters (agents, P); not written to summary.json."""
 
     def to_dict(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        values.pop("parameters")
-        extra = values.pop("extra")
-        return {**values, **extra}
+        return {
+            "name": self.name,
+            "preset": self.preset,
+            "algorithm": self.algorithm,
+            "dataset": self.dataset,
+            "agents": self.agents,
+            "topology": self.topology,
+            "iterations": self.iterations,
+            "seed": self.seed,
+            "accuracy": self.accuracy,
+            "test_loss": self.test_loss,
+            "events": self.events,
+            "events_per_agent": self.events_per_agent,
+            "messages": self.messages,
+            "bytes": self.bytes,
+            "communication_saving": self.communication_saving,
+            "consensus_distance": self.consensus_distance,
+            "wall_seconds": self.wall_seconds,
+            "train_seconds": self.train_seconds,
+            "samples": self.samples,
+            "samples_per_second": self.samples_per_second,
+            "run_dir": self.run_dir,
+            **self.extra,
+        }
 
     def write(self, path: Path) -> None:
         path.write_text(to_json({"status": "finished", **self.to_dict()}, indent=2) + "\n")

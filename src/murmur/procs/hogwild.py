@@ -39,7 +39,7 @@ from multiprocessing import connection
 from multiprocessing.queues import SimpleQueue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Barrier
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.multiprocessing as torch_mp
@@ -49,6 +49,7 @@ from tqdm import tqdm
 from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.schedules import Decaying
 from murmur.data.batches import BatchSampler
+from murmur.metrics.record_types import EvaluationRecord, SgdRecord, SummaryExtra
 from murmur.metrics.records import Outcome
 from murmur.models.stacked import StackedModel, Task
 from murmur.seeding import derive_seed
@@ -124,7 +125,7 @@ class _Job:
 def run_hogwild(
     setup: SgdSetup,
     algorithm: HogwildConfig,
-    on_record: Callable[[dict[str, Any]], None],
+    on_record: Callable[[EvaluationRecord], None],
     progress: bool,
 ) -> Outcome:
     """Train ``setup`` with W processes, then (``compare_single``) with one, and compare."""
@@ -157,7 +158,7 @@ def run_hogwild(
     )
     on_record(last)
     rate = trained.samples / max(trained.train_seconds, 1e-9)
-    extra: dict[str, Any] = {"workers": workers, "samples_per_second": rate}
+    extra: SummaryExtra = {"workers": workers}
     if algorithm.compare_single and workers > 1:
         single = train(1)
         single_rate = single.samples / max(single.train_seconds, 1e-9)
@@ -385,7 +386,7 @@ def _record(
     samples: int,
     train_loss: float | None,
     wall_seconds: float,
-) -> dict[str, Any]:
+) -> SgdRecord:
     """An evaluation record of the simulator's schema (one model, nothing sent)."""
     accuracy, loss = problem.model.evaluate(params, problem.x_test, problem.y_test)
     rows = AgentRows(

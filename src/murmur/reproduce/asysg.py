@@ -290,7 +290,7 @@ def _hogwild(result: RunResult, quick: bool) -> Claim:
     passed = (
         speedup >= EFFICIENCY * workers and 100 * abs(accuracy - single_accuracy) <= ACCURACY_POINTS
     )
-    rate = result.extra["samples_per_second"]
+    rate = result.samples_per_second
     return Claim(
         title="Hogwild! running-time speed-up on this machine's cores",
         paper=paper,

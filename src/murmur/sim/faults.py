@@ -49,6 +49,7 @@ from typing import Any
 import torch
 
 from murmur.algorithms.protocols import Algorithm, Transport
+from murmur.metrics.record_types import FaultCounts
 from murmur.sections import FaultsConfig, TopologyConfig
 from murmur.seeding import derive_seed, generator
 from murmur.sim.lossy import LossyTransport
@@ -179,9 +180,9 @@ class NetworkSchedule:
         self._topology_stream.set_state(state["topology_stream"])
         self._draws = state["draws"]
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> FaultCounts:
         """What the records and summary.json count of the links and crashes."""
-        counts: dict[str, int] = {}
+        counts: FaultCounts = {}
         if self.faults.link_down > 0:
             counts["down_links"] = int(self.down.sum())
             counts["down_link_iterations"] = self.down_link_iterations

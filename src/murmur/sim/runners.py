@@ -9,6 +9,7 @@ from typing import Any
 from murmur.algorithms.protocols import Algorithm, LayerSolver
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
+from murmur.metrics.record_types import EvaluationRecord, FaultCounts, LayerRecord
 from murmur.metrics.records import Outcome
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
@@ -44,9 +45,9 @@ def run_sgd(
         links=LinkDelays(config.timing),
         flops_per_agent=6.0 * setup.initial.shape[1] * setup.problem.sampler.batch_size,
     )
-    records: list[dict[str, Any]] = []
+    records: list[EvaluationRecord] = []
 
-    def keep(record: dict[str, Any]) -> None:
+    def keep(record: EvaluationRecord) -> None:
         record.update(_fault_counts(transport, schedule))
         if schedule is not None and schedule.crashed:
             record.update(_live_accuracy(record, schedule.alive.tolist()))
@@ -87,8 +88,8 @@ def run_sgd(
 def _sgd_outcome(
     setup: SgdSetup,
     trained: SgdTrained,
-    records: list[dict[str, Any]],
-    faults: dict[str, int],
+    records: list[EvaluationRecord],
+    faults: FaultCounts,
     transport: InMemoryTransport | LossyTransport,
 ) -> Outcome:
     """What a simulated SGD run hands back: its last record and totals."""
@@ -104,7 +105,7 @@ def _sgd_outcome(
         extra={
             "virtual_seconds": trained.virtual_seconds,
             **faults,
-            **{key: records[-1][key] for key in _LIVE if key in records[-1]},
+            **_live(records[-1]),
         },
         rounds=iterations,
     )
@@ -169,9 +170,9 @@ def _transport(
 
 def _fault_counts(
     transport: InMemoryTransport | LossyTransport, schedule: NetworkSchedule | None
-) -> dict[str, int]:
+) -> FaultCounts:
     """What the records and summary.json count of the faults: nothing without them."""
-    counts: dict[str, int] = {}
+    counts: FaultCounts = {}
     if isinstance(transport, LossyTransport):
         counts["dropped_messages"] = transport.dropped
     if schedule is not None:
@@ -179,14 +180,21 @@ def _fault_counts(
     return counts
 
 
-_LIVE = ("live_accuracy_mean", "live_accuracy_min")
+def _live(record: EvaluationRecord) -> FaultCounts:
+    """The live accuracies of ``record``, where it has them (a run with crashes)."""
+    live: FaultCounts = {}
+    if "live_accuracy_mean" in record:
+        live["live_accuracy_mean"] = record["live_accuracy_mean"]
+    if "live_accuracy_min" in record:
+        live["live_accuracy_min"] = record["live_accuracy_min"]
+    return live
 
 
-def _live_accuracy(record: dict[str, Any], alive: list[bool]) -> dict[str, Any]:
+def _live_accuracy(record: EvaluationRecord, alive: list[bool]) -> FaultCounts:
     """Mean and lowest test accuracy of the agents alive now (None for regression)."""
     accuracy = record.get("test_accuracy")
     if accuracy is None:
-        return dict.fromkeys(_LIVE)
+        return {"live_accuracy_mean": None, "live_accuracy_min": None}
     live = [value for value, up in zip(accuracy, alive, strict=True) if up]
     return {"live_accuracy_mean": sum(live) / len(live), "live_accuracy_min": min(live)}
 
@@ -194,22 +202,22 @@ def _live_accuracy(record: dict[str, Any], alive: list[bool]) -> dict[str, Any]:
 def run_layerwise(
     setup: LayerSetup,
     solver: LayerSolver,
-    on_record: Callable[[dict[str, Any]], None],
+    on_record: Callable[[LayerRecord], None],
     progress: bool,
 ) -> Outcome:
     """SSFN and its decentralized forms, layer by layer on the virtual clock."""
     config, graph = setup.config, setup.graph
     drop = config.faults.drop
     network = _network(setup)
-    records: list[dict[str, Any]] = []
+    records: list[EvaluationRecord] = []
 
-    def faults() -> dict[str, int]:
-        counts = {"dropped_messages": network.dropped} if drop > 0 else {}
+    def faults() -> FaultCounts:
+        counts: FaultCounts = {"dropped_messages": network.dropped} if drop > 0 else {}
         if config.faults.crash_count > 0:
             counts["crashed_agents"] = len(network.down)
         return counts
 
-    def keep(record: dict[str, Any]) -> None:
+    def keep(record: LayerRecord) -> None:
         record.update(faults())
         if config.faults.crash_count > 0:
             alive = [node not in network.down for node in range(graph.agents)]
@@ -235,12 +243,19 @@ def run_layerwise(
         samples=int(sum(shard.numel() for shard in setup.shards)),
         parameters=trained.outputs,
         extra={
-            "virtual_seconds": trained.virtual_seconds,
+            "virtual_seconds": _virtual_seconds(trained.virtual_seconds),
             **layerwise_extra(trained, trained.records, graph, decentralized),
             **faults(),
-            **{key: records[-1][key] for key in _LIVE if key in records[-1]},
+            **_live(records[-1]),
         },
     )
+
+
+def _virtual_seconds(seconds: float | None) -> float:
+    """The virtual time a simulated layer-wise run took (its network has a clock)."""
+    if seconds is None:
+        raise RuntimeError("a simulated layer-wise run ended without its virtual time")
+    return seconds
 
 
 def _network(setup: LayerSetup) -> SimulatedNetwork:

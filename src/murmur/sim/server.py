@@ -37,15 +37,16 @@ import torch
 from tqdm import tqdm
 
 from murmur.algorithms.asysg import WorkersConfig
-from murmur.algorithms.param_server import ParameterServer, model_metrics
+from murmur.algorithms.param_server import ParameterServer, Times, model_metrics
 from murmur.errors import UsageError
+from murmur.metrics.record_types import EvaluationRecord, FaultCounts, ServerRecord, SummaryExtra
 from murmur.metrics.records import Outcome
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.sim.faults import crashed_agents
 from murmur.training.setup import SgdSetup
 
-OnRecord = Callable[[dict[str, Any]], None]
+OnRecord = Callable[[EvaluationRecord], None]
 
 
 def run_server(
@@ -127,7 +128,7 @@ class _ServerRun:
         if server.final_evaluation_due:
             self._evaluate()
         train_seconds = time.perf_counter() - self.started
-        extra = {
+        extra: SummaryExtra = {
             "virtual_seconds": self.loop.now,
             **server.extra("virtual_seconds"),
             **self._fault_counts(),
@@ -157,7 +158,7 @@ class _ServerRun:
         """Whether something ``worker`` began in its ``life``-th life still matters."""
         return worker not in self.down and self.lives[worker] == life
 
-    def _fault_counts(self) -> dict[str, int]:
+    def _fault_counts(self) -> FaultCounts:
         if not self.crashed:
             return {}
         return {"crashed_agents": len(self.down), "lost_gradients": self.lost_gradients}
@@ -245,9 +246,9 @@ class _ServerRun:
 
     # ----------------------------------------------------------- evaluation
 
-    def _evaluate(self) -> dict[str, Any]:
+    def _evaluate(self) -> ServerRecord:
         problem = self.problem
-        clock = {
+        clock: Times = {
             "wall_seconds": time.perf_counter() - self.started,
             "virtual_seconds": self.loop.now,
         }

@@ -18,6 +18,7 @@ import torch
 
 from murmur.algorithms.protocols import Algorithm, Transport
 from murmur.metrics.evaluation import consensus_distance
+from murmur.metrics.record_types import EvaluationRecord, SgdRecord
 from murmur.sim.events import ComputeTimes, LinkDelays
 from murmur.training.checkpoint import Checkpoints
 from murmur.training.reducer import AgentRows, sgd_record
@@ -52,7 +53,7 @@ def simulate(
     initial: torch.Tensor,
     iterations: int,
     eval_every: int,
-    on_record: Callable[[dict[str, Any]], None],
+    on_record: Callable[[EvaluationRecord], None],
     progress: bool = False,
     clock: RoundClock | None = None,
     start: SgdProgress | None = None,
@@ -63,7 +64,7 @@ def simulate(
     (every agent), handing each evaluation's record to ``on_record``; ``start``,
     ``checkpoints`` and ``snapshot`` as in :func:`~murmur.training.sgd_loop.train_sgd`."""
 
-    def evaluate(at: Evaluation) -> dict[str, Any]:
+    def evaluate(at: Evaluation) -> SgdRecord:
         accuracy, loss = problem.model.evaluate(at.params, problem.x_test, problem.y_test)
         record = sgd_record(
             at.iteration,

@@ -43,6 +43,8 @@ from murmur.algorithms.ssfn import (
 from murmur.errors import RunFailed
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.evaluation import accuracy_summary
+from murmur.metrics.record_types import LayerRecord, LayerReport
+from murmur.metrics.records import OutcomeExtra
 from murmur.seeding import derive_seed
 from murmur.topology import Graph
 from murmur.training.checkpoint import Checkpoints
@@ -65,10 +67,10 @@ class LayerwiseResult:
     """Virtual time at which the last node finished (None: real time only)."""
     admm_iterations: int
     """ADMM iterations (or asynchronous updates) per node, all layers together."""
-    last_record: dict[str, Any]
+    last_record: LayerRecord
     rows: list[LayerRows]
     """Every kept layer's per-node measurements, layer 0 first."""
-    records: list[dict[str, Any]]
+    records: list[LayerRecord]
     """Every kept layer's record, layer 0 first."""
 
 
@@ -82,7 +84,7 @@ class LayerProgress:
     sizes: list[int]
     iterations: int
     rows: list[LayerRows]
-    records: list[dict[str, Any]]
+    records: list[LayerRecord]
 
     def copy(self) -> LayerProgress:
         """A copy whose lists a run may extend, leaving these as they are."""
@@ -99,7 +101,7 @@ class LayerProgress:
         layer: int,
         solution: LayerSolution,
         rows: LayerRows,
-        record: dict[str, Any],
+        record: LayerRecord,
         iterations: int,
     ) -> None:
         """Layer ``layer`` is kept: its output matrices, rows and record, solved in
@@ -159,7 +161,7 @@ def train_layerwise(
     shards: list[torch.Tensor],
     classes: int,
     seed: int,
-    on_record: Callable[[dict[str, Any]], None],
+    on_record: Callable[[LayerRecord], None],
     progress: bool = False,
     start: LayerProgress | None = None,
     checkpoints: Checkpoints | None = None,
@@ -238,7 +240,7 @@ def train_layerwise_run(
     solver: LayerSolver,
     network: LayerNetwork,
     shards: list[torch.Tensor],
-    on_record: Callable[[dict[str, Any]], None],
+    on_record: Callable[[LayerRecord], None],
     progress: bool = False,
     start: LayerProgress | None = None,
     snapshot: Callable[[LayerProgress], Mapping[str, Any]] | None = None,
@@ -325,7 +327,7 @@ class _LayerState:
         started: float,
         iterations: int,
         previous: LayerRows | None,
-    ) -> tuple[dict[str, Any], LayerRows]:
+    ) -> tuple[LayerRecord, LayerRows]:
         """This layer's record and the per-node rows it was made from. A crashed node
         keeps its ``previous`` rows (the network it had) and is left out of the
         consensus distance."""
@@ -500,8 +502,8 @@ def _accuracy(estimate: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 def layerwise_extra(
-    trained: LayerwiseResult, records: list[dict[str, Any]], graph: Graph, decentralized: bool
-) -> dict[str, Any]:
+    trained: LayerwiseResult, records: list[LayerRecord], graph: Graph, decentralized: bool
+) -> OutcomeExtra:
     """What a layer-wise run adds to its summary, in either runtime, from its layers'
     records (of every node): sizes, training figures, and per layer what solving it
     took and whether it converged before its cap."""
@@ -517,19 +519,16 @@ def layerwise_extra(
     }
 
 
-def layer_report(record: dict[str, Any]) -> dict[str, Any]:
+def layer_report(record: LayerRecord) -> LayerReport:
     """One layer's line of the summary: what solving it took, and how close it got."""
     return {
-        key: record[key]
-        for key in (
-            "layer",
-            "width",
-            "solver_steps",
-            "gossip_rounds",
-            "residual",
-            "relative_consensus_distance",
-            "converged",
-        )
+        "layer": record["layer"],
+        "width": record["width"],
+        "solver_steps": record["solver_steps"],
+        "gossip_rounds": record["gossip_rounds"],
+        "residual": record["residual"],
+        "relative_consensus_distance": record["relative_consensus_distance"],
+        "converged": record["converged"],
     }
 
 

@@ -12,14 +12,20 @@ both runtimes write the same schema from the same arithmetic.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from murmur.algorithms.ssfn import nme_db
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.evaluation import accuracy_summary
-from murmur.metrics.records import Outcome
+from murmur.metrics.record_types import (
+    EvaluationRecord,
+    LayerRecord,
+    MessageColumns,
+    SgdRecord,
+    TestColumns,
+)
+from murmur.metrics.records import Outcome, OutcomeExtra
 
 
 @dataclass
@@ -69,7 +75,7 @@ class LayerRows(AgentRows):
     """Whether each node stopped on the tolerance rather than the cap."""
 
 
-def _agent_columns(rows: AgentRows) -> dict[str, Any]:
+def _agent_columns(rows: AgentRows) -> TestColumns:
     summary = accuracy_summary(rows.test_accuracy)
     return {
         "test_accuracy": summary["per_agent"],
@@ -80,7 +86,7 @@ def _agent_columns(rows: AgentRows) -> dict[str, Any]:
     }
 
 
-def _message_columns(rows: AgentRows) -> dict[str, Any]:
+def _message_columns(rows: AgentRows) -> MessageColumns:
     return {
         "events": sum(rows.events),
         "messages": sum(rows.messages),
@@ -98,10 +104,10 @@ def sgd_record(
     train_loss: float | None,
     consensus_distance: float,
     virtual_seconds: float | None = None,
-) -> dict[str, Any]:
+) -> SgdRecord:
     """The record of one evaluation of a mini-batch run (``virtual_seconds``: the
     simulator's clock; a distributed run leaves it out)."""
-    record = {
+    record: SgdRecord = {
         "iteration": iteration,
         "samples": samples,
         "wall_seconds": wall_seconds,
@@ -124,7 +130,7 @@ def layer_record(
     outputs: torch.Tensor,
     wall_seconds: float,
     virtual_seconds: float | None = None,
-) -> dict[str, Any]:
+) -> LayerRecord:
     """The record of one layer of a layer-wise run; ``outputs`` (nodes, Q, n) are
     every node's output matrices (for the consensus distance)."""
     train = accuracy_summary(rows.train_accuracy)
@@ -133,7 +139,7 @@ def layer_record(
     for node_residual, node_target in zip(rows.train_residual, rows.train_target, strict=True):
         residual += node_residual
         target += node_target
-    record = {
+    record: LayerRecord = {
         "iteration": layer,
         "layer": layer,
         "width": width,
@@ -176,7 +182,7 @@ class AgentTotals:
 
 
 def run_outcome(
-    last_record: dict[str, Any],
+    last_record: EvaluationRecord,
     totals: AgentTotals,
     *,
     topology: str,
@@ -184,7 +190,7 @@ def run_outcome(
     train_seconds: float,
     samples: int,
     parameters: torch.Tensor | None,
-    extra: dict[str, Any],
+    extra: OutcomeExtra,
     rounds: int | None = None,
     agents: int | None = None,
 ) -> Outcome:

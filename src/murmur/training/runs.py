@@ -30,12 +30,13 @@ from torch import nn
 from murmur.config import Config, load_experiment, save_config
 from murmur.errors import RunFailed, UsageError, one_line
 from murmur.metrics.evaluation import accuracy_summary
+from murmur.metrics.record_types import EvaluationRecord
 from murmur.metrics.records import MetricsWriter, Outcome, RunResult, write_failure
 from murmur.training.checkpoint import CHECKPOINT, Checkpoints, header, read_checkpoint
 from murmur.training.plan import plan
 from murmur.training.setup import Setup, prepare
 
-OnRecord = Callable[[dict[str, Any]], None]
+OnRecord = Callable[[EvaluationRecord], None]
 """Takes each evaluation's record as the run makes it."""
 
 Runner = Callable[[Setup, OnRecord, bool], Outcome]
@@ -71,7 +72,7 @@ def train_run(
         resumed=resume,
     )
 
-    def on_record(record: dict[str, Any]) -> None:
+    def on_record(record: EvaluationRecord) -> None:
         check_finite_record(record)
         writer.write(record)
 
@@ -104,7 +105,7 @@ def train_run(
 
 def _open_folder(
     config: Config, out_dir: str | Path | None, resume: dict[str, Any] | None
-) -> tuple[Path | None, list[dict[str, Any]]]:
+) -> tuple[Path | None, list[EvaluationRecord]]:
     """The run folder (None: none is written) and the records a resumed run keeps: a
     new run's folder is created and its config saved; a resumed one keeps its records
     up to the checkpoint."""
@@ -161,7 +162,7 @@ def _result(
     )
 
 
-def check_finite_record(record: dict[str, Any]) -> None:
+def check_finite_record(record: EvaluationRecord) -> None:
     """Stop a run whose test loss is no longer a number: its steps diverged."""
     losses = record.get("test_loss")
     if isinstance(losses, list) and not all(
@@ -233,7 +234,7 @@ def finished(summary: Path) -> bool:
         return False
 
 
-def keep_records(path: Path, count: int) -> list[dict[str, Any]]:
+def keep_records(path: Path, count: int) -> list[EvaluationRecord]:
     """Keep the first ``count`` records of ``path`` (a resumed run writes the rest
     again); the file is replaced at once. Returns them."""
     lines = path.read_bytes().splitlines(keepends=True)[:count] if path.is_file() else []

@@ -20,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from murmur.algorithms.protocols import Algorithm, Transport
+from murmur.metrics.record_types import EvaluationRecord
 from murmur.training.checkpoint import Checkpoints
 from murmur.training.setup import Problem
 
@@ -84,7 +85,7 @@ def train_sgd(
     draw: Callable[[], torch.Tensor],
     iterations: int,
     eval_every: int,
-    evaluate: Callable[[Evaluation], dict[str, Any] | None],
+    evaluate: Callable[[Evaluation], EvaluationRecord | None],
     *,
     progress: bool = False,
     round_seconds: Callable[[int], float] | None = None,
