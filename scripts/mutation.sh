@@ -2,7 +2,7 @@
 # Mutation testing with mutmut 3 (configured in [tool.mutmut] in pyproject.toml).
 #
 # Mutates src/murmur/algorithms/, the drivers of the parameter server and of ARock
-# (sim/ and distributed/ server.py and layerwise.py), the transports, the mailbox and the push
+# (sim/ and distributed/ server.py, sim/layer_network.py and distributed/layer_ranks.py), the transports, the mailbox and the push
 # channel, and runs, for each mutant, only the tests of tests/{algorithms,sim,distributed,
 # training,metrics,topology} that the stats phase saw call the mutated function. This
 # takes long (an hour or more on two cores) and is not part of CI.

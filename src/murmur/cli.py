@@ -413,7 +413,7 @@ def _steps(steps: dict[str, float]) -> str:
 def _warn_caps(label: str, summary: dict[str, Any], config: Config) -> None:
     """A layer-wise run's layers that stopped at their cap, one line each on stderr."""
     from murmur.algorithms.ssfn import LayerwiseConfig
-    from murmur.training.layerwise import cap_warnings
+    from murmur.training.layer_loop import cap_warnings
 
     if isinstance(config.algorithm, LayerwiseConfig):
         for line in cap_warnings(summary, config.algorithm):

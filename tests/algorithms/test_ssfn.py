@@ -29,9 +29,9 @@ from murmur.algorithms.ssfn import (
 from murmur.config import TimingConfig
 from murmur.metrics.counters import MessageCounters
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
-from murmur.sim.layerwise import SimulatedNetwork as Network
+from murmur.sim.layer_network import SimulatedNetwork as Network
 from murmur.topology import complete, ring
-from murmur.training.layerwise import train_layerwise
+from murmur.training.layer_loop import train_layerwise
 
 F64 = torch.float64
 

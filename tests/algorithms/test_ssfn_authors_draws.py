@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import torch
 
-import murmur.training.layerwise as layerwise
+import murmur.training.layer_loop as layerwise
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
 from murmur.config import TimingConfig
 from murmur.data.datasets import load_dataset
 from murmur.metrics.counters import MessageCounters
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
-from murmur.sim.layerwise import SimulatedNetwork
+from murmur.sim.layer_network import SimulatedNetwork
 from murmur.topology import complete
 
 # (seed, layers at most) -> (widths, correct test answers of 462), as the authors' code gives.

@@ -41,7 +41,7 @@ from murmur.config import load_experiment
 from murmur.training.setup import build_context, prepare
 from murmur.registry import ALGORITHMS
 from murmur.distributed.runtime import loopback_interface
-from murmur.distributed.layerwise import train_layerwise_rank
+from murmur.distributed.layer_ranks import train_layerwise_rank
 
 
 def rank_main(rank):

@@ -38,7 +38,7 @@ def test_a_dssfn_run_killed_mid_layer_resumed_gives_the_uninterrupted_run(tmp_pa
     assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
     # rank 2 kills itself as it starts layer 3, having saved layers 1 and 2
     kill = Fault(
-        ranks=(2,), target="murmur.training.layerwise:random_weights", after=2, fail=signal.SIGKILL
+        ranks=(2,), target="murmur.training.layer_loop:random_weights", after=2, fail=signal.SIGKILL
     )
     report, stderr = run_ranks(tmp_path / "b", [*argv, "--out", str(stopped)], faults=(kill,))
     assert report["codes"]["2"] == -signal.SIGKILL, stderr

@@ -9,7 +9,7 @@ from murmur.algorithms.protocols import AsyncWork, RoundsWork
 from murmur.metrics.counters import MessageCounters
 from murmur.sections import TimingConfig
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
-from murmur.sim.layerwise import SimulatedNetwork
+from murmur.sim.layer_network import SimulatedNetwork
 from murmur.topology import complete, ring
 
 TIMING = TimingConfig(flops_per_second=100.0, latency=0.5, bandwidth=10.0, speeds=(1.0, 2.0, 0.5))

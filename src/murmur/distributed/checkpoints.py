@@ -9,7 +9,7 @@ number, counters), the batch streams, the loop's sums and its evaluation rows so
 far. A rank holding a block of agents (``--agents-per-rank``) saves the block's rows,
 and a run resumes only with the number of agents per rank it was saved with.
 Synchronous dSSFN saves the same way every k layers, at a layer's end
-(:func:`murmur.distributed.layerwise.restore_layers`): the rank's output matrices of every
+(:func:`murmur.distributed.layer_ranks.restore_layers`): the rank's output matrices of every
 layer so far, its rows and records, its counters. The parameter server saves on
 rank 0 alone, every k updates (:mod:`murmur.distributed.server`). All ranks of ``murmur launch``
 share the folder; on several machines each rank writes into its own copy of the path.

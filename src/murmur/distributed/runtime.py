@@ -18,7 +18,7 @@ no pickles); rank 0 writes the run folder (``experiment.run``), with real
 wall-clock times.
 
 The other kinds of algorithm have their own modules: dSSFN, one node per rank,
-in :mod:`murmur.distributed.layerwise`; AsySG-con, a parameter server
+in :mod:`murmur.distributed.layer_ranks`; AsySG-con, a parameter server
 on rank 0 and one worker per other rank (WORLD_SIZE = algorithm.workers + 1),
 in :mod:`murmur.distributed.server`. ``murmur launch`` is
 :mod:`murmur.distributed.launch`.
@@ -61,7 +61,7 @@ from murmur.distributed.checkpoints import (
     rank_file,
     readable_iterations,
 )
-from murmur.distributed.layerwise import run_layerwise_rank
+from murmur.distributed.layer_ranks import run_layerwise_rank
 from murmur.distributed.mailbox import (
     PeerFailure,
     first_line,

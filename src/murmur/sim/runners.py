@@ -14,11 +14,11 @@ from murmur.metrics.records import Outcome
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.sim.faults import FaultyAlgorithm, NetworkSchedule, crashed_agents
-from murmur.sim.layerwise import SimulatedNetwork
+from murmur.sim.layer_network import SimulatedNetwork
 from murmur.sim.lossy import LossyTransport
 from murmur.sim.simulator import RoundClock, simulate
 from murmur.sim.transport import InMemoryTransport
-from murmur.training.layerwise import LayerProgress, layerwise_extra, train_layerwise_run
+from murmur.training.layer_loop import LayerProgress, layerwise_extra, train_layerwise_run
 from murmur.training.reducer import AgentTotals, run_outcome
 from murmur.training.runs import OnRecord
 from murmur.training.setup import LayerSetup, SgdSetup

@@ -61,7 +61,7 @@ from murmur.metrics.counters import MessageCounters
 from murmur.metrics.record_types import EvaluationRecord, LayerRecord
 from murmur.metrics.records import Outcome
 from murmur.topology import Graph
-from murmur.training.layerwise import (
+from murmur.training.layer_loop import (
     LayerProgress,
     LayerwiseResult,
     layerwise_extra,
