@@ -90,7 +90,7 @@ from murmur.training.setup import (
     SgdSetup,
     prepare,
 )
-from murmur.training.sgd_checkpoint import resume_sgd, sgd_snapshot
+from murmur.training.sgd_checkpoint import SgdSnapshot, resume_sgd, sgd_snapshot
 from murmur.training.sgd_loop import Evaluation, SgdProgress, SgdTrained, train_sgd
 
 
@@ -479,15 +479,12 @@ def _train(
         log.rows.append(_block_rows(at, accuracy, loss, transport.counters, block))
         log.snapshots.append(at.params.clone())
 
-    def snapshot(at: SgdProgress) -> dict[str, Any]:
-        return sgd_snapshot(
-            at,
-            transport,
-            problem.sampler,
-            rows=[[list(row) for row in rows] for rows in log.rows],
-            snapshots=torch.stack(log.snapshots),
-            agents_per_rank=block,
-        )
+    def snapshot(at: SgdProgress) -> SgdSnapshot:
+        saved = sgd_snapshot(at, transport, problem.sampler)
+        saved["rows"] = [[list(row) for row in rows] for rows in log.rows]
+        saved["snapshots"] = torch.stack(log.snapshots)
+        saved["agents_per_rank"] = block
+        return saved
 
     log.trained = train_sgd(
         problem,

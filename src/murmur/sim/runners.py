@@ -22,7 +22,7 @@ from murmur.training.layer_loop import LayerProgress, layerwise_extra, train_lay
 from murmur.training.reducer import AgentTotals, run_outcome
 from murmur.training.runs import OnRecord
 from murmur.training.setup import LayerSetup, SgdSetup
-from murmur.training.sgd_checkpoint import resume_sgd, sgd_snapshot
+from murmur.training.sgd_checkpoint import SgdSnapshot, resume_sgd, sgd_snapshot
 from murmur.training.sgd_loop import SgdProgress, SgdTrained
 
 
@@ -54,14 +54,11 @@ def run_sgd(
         records.append(record)
         on_record(record)
 
-    def snapshot(at: SgdProgress) -> dict[str, Any]:
-        return sgd_snapshot(
-            at,
-            transport,
-            setup.problem.sampler,
-            schedule=schedule.state_dict() if schedule is not None else None,
-            clock=clock.compute.state_dict(),
-        )
+    def snapshot(at: SgdProgress) -> SgdSnapshot:
+        saved = sgd_snapshot(at, transport, setup.problem.sampler)
+        saved["schedule"] = schedule.state_dict() if schedule is not None else None
+        saved["clock"] = clock.compute.state_dict()
+        return saved
 
     checkpoints = setup.checkpoints
     resumed = checkpoints.resumed if checkpoints is not None else None

@@ -10,7 +10,7 @@ runtime adds of its own (the simulator's fault schedule and clock, a rank's reco
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
 import torch
 
@@ -18,7 +18,7 @@ from murmur.algorithms.protocols import Algorithm
 from murmur.data.batches import BatchSampler
 from murmur.errors import UsageError
 from murmur.training.checkpoint import restore_tuple, to_plain
-from murmur.training.sgd_loop import SgdProgress
+from murmur.training.sgd_loop import LoopCounts, SgdProgress
 
 
 class Stateful(Protocol):
@@ -29,16 +29,35 @@ class Stateful(Protocol):
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
 
 
-def sgd_snapshot(
-    at: SgdProgress, transport: Stateful, sampler: BatchSampler, **extra: object
-) -> dict[str, Any]:
-    """The state of a run at ``at``, with the runtime's ``extra`` entries."""
+class SgdSnapshot(TypedDict):
+    """What a checkpoint of synchronous SGD holds (``checkpoint.pt``'s ``state``, or a
+    rank's file); tensors are saved as they are, by ``torch.save``."""
+
+    loop: LoopCounts
+    algorithm: object
+    """The algorithm's state record as plain values (``checkpoint.to_plain``)."""
+    transport: dict[str, Any]
+    """What every agent last sent and received, and the message counters."""
+    sampler: dict[str, Any]
+    """Each agent's batch stream."""
+    schedule: NotRequired[dict[str, Any] | None]
+    """The simulator: the rounds' down links, crashes and graphs (None: none)."""
+    clock: NotRequired[dict[str, torch.Tensor]]
+    """The simulator: the compute times' random stream."""
+    rows: NotRequired[list[list[list[float]]]]
+    """A distributed rank: its agents' rows of every evaluation so far."""
+    snapshots: NotRequired[torch.Tensor]
+    """A distributed rank: its agents' parameters at every evaluation, (evals, block, P)."""
+    agents_per_rank: NotRequired[int]
+
+
+def sgd_snapshot(at: SgdProgress, transport: Stateful, sampler: BatchSampler) -> SgdSnapshot:
+    """The state of a run at ``at``; the runtime adds its own entries."""
     return {
         "loop": at.counts(),
         "algorithm": to_plain(at.state),
         "transport": transport.state_dict(),
         "sampler": sampler.state_dict(),
-        **extra,
     }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from tqdm import tqdm
@@ -51,6 +51,16 @@ class SgdTrained:
     virtual_seconds: float
 
 
+class LoopCounts(TypedDict):
+    """Where the loop stands, but the algorithm's state: what a checkpoint saves of it."""
+
+    samples: int
+    virtual_seconds: float
+    loss_sum: float
+    loss_steps: int
+    train_seconds: float
+
+
 @dataclass
 class SgdProgress:
     """Where the loop stands after ``done`` iterations: all it carries to the next one."""
@@ -66,7 +76,7 @@ class SgdProgress:
     train_seconds: float = 0.0
     """Real seconds of the training steps so far (evaluations left out)."""
 
-    def counts(self) -> dict[str, float]:
+    def counts(self) -> LoopCounts:
         """Everything but the state, as plain numbers."""
         return {
             "samples": self.samples,
