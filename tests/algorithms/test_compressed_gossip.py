@@ -124,7 +124,7 @@ def test_detsgrad_layer_trigger_sends_only_the_tensors_that_drifted():
     sent = transport.counters.events_per_agent
     assert bool((sent[1:] >= 1).all()) and bool((sent <= 5).all())  # one tensor a step at most
     assert transport.counters.bytes == int(sent.sum()) * 2 * 24 * 4
-    assert torch.equal(transport.published[:, 24:], torch.zeros(AGENTS, 16))
+    assert torch.equal(transport.sent[:, 24:], torch.zeros(AGENTS, 16))
 
 
 def test_detsgrad_compression_keeps_what_it_leaves_out_for_later():
@@ -139,7 +139,7 @@ def test_detsgrad_compression_keeps_what_it_leaves_out_for_later():
     state = algorithm.step(state, push.clone(), 0, transport)
     for step in range(1, 200):
         state = algorithm.step(state, torch.zeros(AGENTS, P), step, transport)
-    torch.testing.assert_close(transport.published, state.x, rtol=0, atol=1e-5)
+    torch.testing.assert_close(transport.sent, state.x, rtol=0, atol=1e-5)
     average = -0.1 * push.mean(0)
     torch.testing.assert_close(state.x, average.expand(AGENTS, P), rtol=0, atol=1e-4)
 
@@ -190,7 +190,7 @@ def test_gradient_tracking_keeps_the_trackers_sum_equal_to_the_smoothed_gradient
     algorithm = _gt(b=0.3, v0=60.0, vy=6.0, momentum=0.5)
     initial = torch.randn(AGENTS, P, generator=torch.Generator().manual_seed(0))
     grads = torch.randn(STEPS, AGENTS, P, generator=torch.Generator().manual_seed(1))
-    transport = InMemoryTransport(ring(AGENTS), algorithm.published(initial))
+    transport = InMemoryTransport(ring(AGENTS), algorithm.initial_sent(initial))
     state = algorithm.init(initial)
     for step in range(STEPS):
         state = algorithm.step(state, grads[step].clone(), step, transport)
@@ -205,7 +205,7 @@ def test_gradient_tracking_without_thresholds_or_smoothing_is_the_textbook_rule(
     algorithm = _gt(b=b, v0=0.0, vy=0.0, momentum=0.0, d1=0.0, d2=0.0)
     initial = torch.randn(AGENTS, P, generator=torch.Generator().manual_seed(0))
     grads = torch.randn(STEPS, AGENTS, P, generator=torch.Generator().manual_seed(1))
-    transport = InMemoryTransport(ring(AGENTS), algorithm.published(initial))
+    transport = InMemoryTransport(ring(AGENTS), algorithm.initial_sent(initial))
     state = algorithm.init(initial)
     laplacian = ring(AGENTS).laplacian().to(torch.float32)
     x, y, smoothed = initial.clone(), grads[0].clone(), grads[0]
@@ -227,7 +227,7 @@ def test_compressed_gradient_tracking_sends_the_model_and_the_tracker_as_two_mes
     algorithm = DetsgradGt(config, ring(AGENTS), CONTEXT)
     initial = torch.randn(AGENTS, P, generator=torch.Generator().manual_seed(0))
     grads = torch.randn(STEPS, AGENTS, P, generator=torch.Generator().manual_seed(1))
-    transport = InMemoryTransport(ring(AGENTS), algorithm.published(initial))
+    transport = InMemoryTransport(ring(AGENTS), algorithm.initial_sent(initial))
     state = algorithm.init(initial)
     for step in range(STEPS):
         state = algorithm.step(state, grads[step].clone(), step, transport)

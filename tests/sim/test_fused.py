@@ -23,10 +23,10 @@ def _irregular_graph():
     return erdos_renyi(10, 0.35, seed=3)
 
 
-def _transports(graph, published):
+def _transports(graph, sent):
     return (
-        InMemoryTransport(graph, published),
-        InMemoryTransport(graph, published, compiled=True),
+        InMemoryTransport(graph, sent),
+        InMemoryTransport(graph, sent, compiled=True),
     )
 
 
@@ -57,12 +57,12 @@ def test_one_fused_step_equals_the_eager_calls(options):
     graph = _irregular_graph()
     operator = as_sparse(graph.laplacian())
     generator = torch.Generator().manual_seed(0)
-    published = torch.randn(graph.agents, 300, generator=generator)
+    sent = torch.randn(graph.agents, 300, generator=generator)
     start = torch.randn(graph.agents, 300, generator=generator)
     grads = torch.randn(graph.agents, 300, generator=generator)
     with_grads = options.pop("with_grads", False)
     results = []
-    for transport in _transports(graph, published):
+    for transport in _transports(graph, sent):
         out, scratch = start.clone(), grads.clone()
         norms = mix_and_step(
             transport, operator, out, grads=scratch if with_grads else None, **options
@@ -73,7 +73,7 @@ def test_one_fused_step_equals_the_eager_calls(options):
     if options.get("drift"):
         torch.testing.assert_close(fused_norms, eager_norms, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(
-            fused_norms, torch.linalg.vector_norm(eager_out - published, dim=1)
+            fused_norms, torch.linalg.vector_norm(eager_out - sent, dim=1)
         )
     if options.get("keep_drift"):
         torch.testing.assert_close(fused_scratch, eager_scratch, rtol=1e-5, atol=1e-5)
@@ -82,14 +82,14 @@ def test_one_fused_step_equals_the_eager_calls(options):
 def test_the_plain_mix_of_a_compiled_transport_equals_the_sparse_product():
     graph = _irregular_graph()
     mixing = as_sparse(torch.eye(graph.agents) - 0.2 * graph.laplacian())
-    published = torch.randn(graph.agents, 50)
+    sent = torch.randn(graph.agents, 50)
     outs = []
-    for transport in _transports(graph, published):
+    for transport in _transports(graph, sent):
         out = torch.ones(graph.agents, 50)
         transport.mix(mixing, out=out, scale=0.5)
         outs.append(out)
     torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(outs[0], 1 + 0.5 * mixing.to_dense() @ published)
+    torch.testing.assert_close(outs[0], 1 + 0.5 * mixing.to_dense() @ sent)
 
 
 SYNCHRONOUS = [

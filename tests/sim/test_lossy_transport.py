@@ -57,7 +57,7 @@ def _trajectory(algorithm, make_transport, steps: int = STEPS):
     """Run ``algorithm`` on fixed gradients; the final models and the transport."""
     initial = torch.randn(GRAPH.agents, P, generator=torch.Generator().manual_seed(0))
     grads = torch.randn(steps, GRAPH.agents, P, generator=torch.Generator().manual_seed(1))
-    transport = make_transport(algorithm.published(initial))
+    transport = make_transport(algorithm.initial_sent(initial))
     state = algorithm.init(initial)
     for step in range(steps):
         state = algorithm.step(state, grads[step].clone(), step, transport)

@@ -222,7 +222,7 @@ def _stepped(
         grads.zero_()
     schedule = NetworkSchedule(faults, topology, graph, 0)
     transport = LossyTransport(
-        schedule.links, algorithm.published(initial), 0.0, generator(0, "faults")
+        schedule.links, algorithm.initial_sent(initial), 0.0, generator(0, "faults")
     )
     faulty = FaultyAlgorithm(algorithm, schedule, transport, faults.rejoin_from)
     state = faulty.init(initial)

@@ -30,7 +30,7 @@ def test_mix_sees_only_the_latest_broadcast_values():
     laplacian = as_sparse(graph.laplacian())
     mixed = torch.ones(3, 2)
     transport.mix(laplacian, out=mixed, scale=2.0)
-    # Only agent 1 has published; agents 0 and 2 are still at their initial zeros.
+    # Only agent 1 has sent; agents 0 and 2 are still at their initial zeros.
     published = torch.tensor([[0.0, 0.0], [2.0, 2.0], [0.0, 0.0]])
     expected = 1.0 + 2.0 * graph.laplacian().float() @ published
     torch.testing.assert_close(mixed, expected)

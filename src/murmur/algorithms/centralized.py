@@ -40,7 +40,7 @@ class Centralized:
     def init(self, params: torch.Tensor) -> CentralizedState:
         return CentralizedState(x=params.clone())
 
-    def published(self, params: torch.Tensor) -> torch.Tensor:
+    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
         return params
 
     def params(self, state: CentralizedState) -> torch.Tensor:

@@ -109,7 +109,7 @@ def gossip_setup(config: GossipConfig, graph: Graph, context: BuildContext) -> G
 
 class ChocoState(NamedTuple):
     x: torch.Tensor
-    """Models, (agents, P). The estimates x^ are the transport's published values."""
+    """Models, (agents, P). The estimates x^ are what the transport holds as sent."""
     generators: list[torch.Generator] | None = None
     """Each agent's compression stream, drawn at the first step."""
 
@@ -128,7 +128,7 @@ class Choco:
     def init(self, params: torch.Tensor) -> ChocoState:
         return ChocoState(x=params.clone())
 
-    def published(self, params: torch.Tensor) -> torch.Tensor:
+    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
         return params
 
     def params(self, state: ChocoState) -> torch.Tensor:

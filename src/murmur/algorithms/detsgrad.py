@@ -127,7 +127,7 @@ class Detsgrad:
     def init(self, params: torch.Tensor) -> DetsgradState:
         return DetsgradState(x=params.clone())
 
-    def published(self, params: torch.Tensor) -> torch.Tensor:
+    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
         return params
 
     def params(self, state: DetsgradState) -> torch.Tensor:

@@ -122,9 +122,9 @@ class DetsgradGt:
         return {"b": self.consensus_step.scale}
 
     def init(self, params: torch.Tensor) -> DetsgradGtState:
-        return DetsgradGtState(pair=self.published(params))
+        return DetsgradGtState(pair=self.initial_sent(params))
 
-    def published(self, params: torch.Tensor) -> torch.Tensor:
+    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
         """Every agent starts known as (x_0, 0): its model and a zero tracker."""
         return torch.cat([params, torch.zeros_like(params)], dim=1)
 

@@ -78,7 +78,7 @@ class Dsgd:
     def init(self, params: torch.Tensor) -> DsgdState:
         return DsgdState(x=params.clone())
 
-    def published(self, params: torch.Tensor) -> torch.Tensor:
+    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
         return params
 
     def params(self, state: DsgdState) -> torch.Tensor:

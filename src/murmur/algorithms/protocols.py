@@ -10,9 +10,10 @@ three functions over a small state record whose tensors have the agent axis
 first:
 
 - ``init(params)``: the state, from the stacked initial parameters (agents, P);
-- ``published(params)``: what every agent is known to hold of every other one
-  before the first message, from the same parameters: the parameters
-  themselves, or more when messages carry more than the model;
+- ``initial_sent(params)``: what every agent counts as having sent before its
+  first message (what each neighbour holds of it at the start), from the same
+  parameters: the parameters themselves, or more when messages carry more than
+  the model;
 - ``params(state)``: the parameters whose gradients are taken and evaluated;
 - ``step(state, grads, iteration, transport)``: the next state, given the
   stacked mini-batch gradients at ``params(state)``. Communication goes through
@@ -110,7 +111,7 @@ class Algorithm(Protocol):
 
     def init(self, params: torch.Tensor) -> Any: ...
 
-    def published(self, params: torch.Tensor) -> torch.Tensor: ...
+    def initial_sent(self, params: torch.Tensor) -> torch.Tensor: ...
 
     def params(self, state: Any) -> torch.Tensor: ...
 

@@ -62,7 +62,7 @@ class SparqConfig(GossipConfig):
 
 class SparqState(NamedTuple):
     x: torch.Tensor
-    """Models, (agents, P). The estimates x^ are the transport's published values."""
+    """Models, (agents, P). The estimates x^ are what the transport holds as sent."""
     generators: list[torch.Generator] | None = None
     """Each agent's compression stream, drawn at the first step."""
 
@@ -84,7 +84,7 @@ class Sparq:
     def init(self, params: torch.Tensor) -> SparqState:
         return SparqState(x=params.clone())
 
-    def published(self, params: torch.Tensor) -> torch.Tensor:
+    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
         return params
 
     def params(self, state: SparqState) -> torch.Tensor:

@@ -380,7 +380,7 @@ def _train_rank(
         world_group(),
         setup.graph,
         rank,
-        algorithm.published(setup.initial),
+        algorithm.initial_sent(setup.initial),
         timeout,
         block=block,
     )

@@ -318,7 +318,7 @@ class DistributedTransport:
         """Add a neighbour's DELTA to its row (wire float32) of the mailbox: one agent's
         packed difference, or, from a block, several (see the class docstring)."""
         if self._codec is None:
-            raise ValueError("a DELTA before this agent published any")
+            raise ValueError("a DELTA before this agent sent any value")
         compressor, segments = self._codec
         if self.block == 1:
             add_packed(row.view(self._sent.dtype), words, compressor, segments)

@@ -222,8 +222,8 @@ class FaultyAlgorithm:
     def init(self, params: torch.Tensor) -> Any:
         return self.algorithm.init(params)
 
-    def published(self, params: torch.Tensor) -> torch.Tensor:
-        return self.algorithm.published(params)
+    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
+        return self.algorithm.initial_sent(params)
 
     def params(self, state: Any) -> torch.Tensor:
         return self.algorithm.params(state)

@@ -84,10 +84,10 @@ def _mix_step(
 
 class FusedMixing:
     """``out <- [out] + scale * operator @ V - alpha * grads`` in one pass, V being the
-    values ``published()`` returns; also ``||out - V||`` per row when asked."""
+    values ``sent()`` returns; also ``||out - V||`` per row when asked."""
 
-    def __init__(self, published: Callable[[], torch.Tensor], cache: int = 64) -> None:
-        self.published = published
+    def __init__(self, sent: Callable[[], torch.Tensor], cache: int = 64) -> None:
+        self.sent = sent
         self._kernel = torch.compile(_mix_step, dynamic=False, fullgraph=True)
         self._tables: OrderedDict[int, tuple[torch.Tensor, NeighbourTable]] = OrderedDict()
         self._cache = cache
@@ -118,7 +118,7 @@ class FusedMixing:
     ) -> torch.Tensor | None:
         """Update ``out`` in place; return ``||out - V||`` per row when ``drift``, and leave
         ``out - V`` in ``grads`` when ``keep_drift`` too."""
-        values = self.published()
+        values = self.sent()
         table = self.table(operator, values.dtype)
         descend = grads is not None
         scratch = grads if grads is not None else out

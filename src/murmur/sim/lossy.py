@@ -154,16 +154,16 @@ class LossyTransport:
         """Each agent sends its sent segments of ``update``, one message per segment and
         neighbour: it adds its row of ``update.delta`` to its own estimate, and every
         neighbour whose message of a segment arrived adds that segment."""
-        published = update.sent & self.alive.unsqueeze(1)
-        add_rows(self.own, update.delta, published.any(1))
-        sent = published[self.senders] & self.active.unsqueeze(1)
+        sending = update.sent & self.alive.unsqueeze(1)
+        add_rows(self.own, update.delta, sending.any(1))
+        sent = sending[self.senders] & self.active.unsqueeze(1)
         arrived = sent & self._survivors(len(update.segments))
         for index, part in enumerate(update.segments.slices):
             for slot, sender in _pairs(self._edge_slots, self.senders, arrived[:, index]):
                 self.held[slot, part].add_(update.delta[sender, part])
         self._count_lost((sent & ~arrived).sum(1))
-        segments = published.to(torch.int64).sum(1)
-        payload = (published.to(torch.int64) * update.segment_bytes()).sum(1)
+        segments = sending.to(torch.int64).sum(1)
+        payload = (sending.to(torch.int64) * update.segment_bytes()).sum(1)
         self.counters.record_events(segments, payload, self._degrees)
 
     def _count_lost(self, lost: torch.Tensor) -> None:

@@ -156,13 +156,13 @@ def _transport(
     """Lossless delivery over a fixed graph, or one mailbox per directed edge (of every
     link the schedule may use) when messages get lost or the rounds change, as the
     plan chose."""
-    published = algorithm.published(setup.initial)
+    sent = algorithm.initial_sent(setup.initial)
     plan = setup.plan
     if plan.transport == "in-memory":
-        return InMemoryTransport(setup.graph, published, compiled=plan.compiled)
+        return InMemoryTransport(setup.graph, sent, compiled=plan.compiled)
     links = schedule.links if schedule is not None else setup.graph
     stream = generator(plan.config.run.seed, "faults")
-    return LossyTransport(links, published, plan.config.faults.drop, stream)
+    return LossyTransport(links, sent, plan.config.faults.drop, stream)
 
 
 def _fault_counts(

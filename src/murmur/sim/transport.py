@@ -41,7 +41,8 @@ class InMemoryTransport:
             raise ValueError(
                 f"initial values have {initial.shape[0]} rows for {graph.agents} agents"
             )
-        self.published = initial.clone()
+        self.sent = initial.clone()
+        """Row j: the value agent j last sent, as every agent holds it (delivery is instant)."""
         self.graph = graph
         """The graph the agents talk over: always the one given."""
         self.counters = counters if counters is not None else MessageCounters(graph.agents)
@@ -49,32 +50,32 @@ class InMemoryTransport:
         self._message_bytes = initial.shape[1] * initial.element_size()
         self.agents = list(range(graph.agents))
         """The agents this transport sends for: all of them."""
-        self.fused_mix = FusedMixing(lambda: self.published) if compiled else None
+        self.fused_mix = FusedMixing(lambda: self.sent) if compiled else None
         """The compiled mixing step :func:`~murmur.algorithms.mixing.mix_and_step` takes,
         or None."""
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
         """Agents flagged in ``senders`` (bool, (agents,)) send their row of ``values``."""
-        copy_rows(self.published, values, senders)
+        copy_rows(self.sent, values, senders)
         self.counters.record_events(senders.to(torch.int64), self._message_bytes, self._degrees)
 
     def broadcast_all_overwriting(self, values: torch.Tensor) -> None:
         """Every agent sends its row of ``values``, whose numbers the caller overwrites
         next: instead of copying them, the transport takes ``values``' memory as what was
         sent and gives its old memory to ``values``."""
-        published = self.published
-        if values.shape != published.shape or values.dtype != published.dtype:
+        held = self.sent
+        if values.shape != held.shape or values.dtype != held.dtype:
             raise ValueError(
                 f"values {tuple(values.shape)} {values.dtype} for a transport of "
-                f"{tuple(published.shape)} {published.dtype}"
+                f"{tuple(held.shape)} {held.dtype}"
             )
-        if not (values.is_contiguous() and published.is_contiguous()):
+        if not (values.is_contiguous() and held.is_contiguous()):
             self.broadcast(torch.ones(values.shape[0], dtype=torch.bool), values)
             return
-        sent, old = values.untyped_storage(), published.untyped_storage()
-        sent_offset, old_offset = values.storage_offset(), published.storage_offset()
-        published.set_(sent, sent_offset, values.shape, values.stride())
-        values.set_(old, old_offset, published.shape, published.stride())
+        new, old = values.untyped_storage(), held.untyped_storage()
+        new_offset, old_offset = values.storage_offset(), held.storage_offset()
+        held.set_(new, new_offset, values.shape, values.stride())
+        values.set_(old, old_offset, held.shape, held.stride())
         everyone = torch.ones(values.shape[0], dtype=torch.int64)
         self.counters.record_events(everyone, self._message_bytes, self._degrees)
 
@@ -82,29 +83,30 @@ class InMemoryTransport:
         """Each agent sends its sent segments of ``update``: every holder of its public
         estimate (itself and its neighbours) adds its row of ``update.delta``."""
         segments = update.sent.to(torch.int64).sum(1)
-        add_rows(self.published, update.delta, segments > 0)
+        add_rows(self.sent, update.delta, segments > 0)
         payload = (update.sent.to(torch.int64) * update.segment_bytes()).sum(1)
         self.counters.record_events(segments, payload, self._degrees)
 
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
-        """``out += scale * operator @ published``; a sparse operator costs O(edges * P)."""
+        """``out += scale * operator @ sent``; a sparse operator costs O(edges * P)."""
         if self.fused_mix is not None:
             self.fused_mix(operator, out, scale, None, 0.0, True, False, False)
             return
-        out.addmm_(operator, self.published, alpha=scale)
+        out.addmm_(operator, self.sent, alpha=scale)
 
     @property
     def last_sent(self) -> torch.Tensor:
         """Every agent's own last broadcast: with instant delivery, what its neighbours hold."""
-        return self.published
+        return self.sent
 
     def state_dict(self) -> dict[str, Any]:
         """What the agents hold of each other and what they sent, for a checkpoint."""
-        return {"published": self.published, "counters": self.counters.state_dict()}
+        # "published" is the checkpoint format's name for what every agent last sent.
+        return {"published": self.sent, "counters": self.counters.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Take the values and counts of :meth:`state_dict`, in place."""
-        self.published.copy_(state["published"])
+        self.sent.copy_(state["published"])
         self.counters.load_state_dict(state["counters"])
 
 
