@@ -114,7 +114,7 @@ def test_run_trains_the_shared_model_and_compares_with_one_process(tmp_path):
     single = result.extra["single_process"]
     assert single["accuracy"] > 0.85
     assert result.extra["speedup"] == pytest.approx(
-        result.extra["samples_per_second"] / single["samples_per_second"]
+        result.samples_per_second / single["samples_per_second"]
     )
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [record["iteration"] for record in records] == [0, 600]

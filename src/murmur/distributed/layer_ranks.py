@@ -63,6 +63,7 @@ from murmur.metrics.records import Outcome
 from murmur.topology import Graph
 from murmur.training.layer_loop import (
     LayerProgress,
+    LayerSnapshot,
     LayerwiseResult,
     layerwise_extra,
     train_layerwise_run,
@@ -208,7 +209,7 @@ class DistributedNetwork:
         if self._transport is not None:
             self._transport.abort(failed)
 
-    def snapshot(self, at: LayerProgress) -> dict[str, Any]:
+    def snapshot(self, at: LayerProgress) -> LayerSnapshot:
         """The rank's part of a checkpoint after layer ``at.layer``: the layers so far
         and this node's counts. The layer's gossip phase ends here: its STOPs are counted."""
         self.close()

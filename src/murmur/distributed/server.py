@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -351,6 +351,16 @@ def _serve(
     return server.train(resumed)
 
 
+class ServerRankSnapshot(TypedDict):
+    """What the server's checkpoint file holds after an update, its answers sent."""
+
+    server: dict[str, Any]
+    """The server's rule (:meth:`~murmur.algorithms.param_server.ParameterServer.state_dict`)."""
+    control_messages: int
+    records: int
+    """Records written to metrics.jsonl so far."""
+
+
 class _Server:
     """The wire side of the server: receiving, answering, deadlines and failures. What
     to do with each gradient is ``self.server``'s (``ParameterServer``)."""
@@ -449,7 +459,7 @@ class _Server:
             if self.saves.due(server.version, server.iterations):
                 self.saves.save(server.version, self._snapshot())
 
-    def _snapshot(self) -> dict[str, Any]:
+    def _snapshot(self) -> ServerRankSnapshot:
         """The server's part of the run after an update, its answers sent."""
         return {
             "server": self.server.state_dict(),

@@ -18,7 +18,12 @@ from murmur.sim.layer_network import SimulatedNetwork
 from murmur.sim.lossy import LossyTransport
 from murmur.sim.simulator import RoundClock, simulate
 from murmur.sim.transport import InMemoryTransport
-from murmur.training.layer_loop import LayerProgress, layerwise_extra, train_layerwise_run
+from murmur.training.layer_loop import (
+    LayerProgress,
+    LayerSnapshot,
+    layerwise_extra,
+    train_layerwise_run,
+)
 from murmur.training.reducer import AgentTotals, run_outcome
 from murmur.training.runs import OnRecord
 from murmur.training.setup import LayerSetup, SgdSetup
@@ -224,7 +229,7 @@ def run_layerwise(
 
     start = _resume_layers(setup, network)
 
-    def snapshot(at: LayerProgress) -> dict[str, Any]:
+    def snapshot(at: LayerProgress) -> LayerSnapshot:
         return {"layers": at.to_plain(), "network": network.state_dict()}
 
     trained = train_layerwise_run(

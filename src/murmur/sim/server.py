@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from tqdm import tqdm
@@ -54,6 +54,24 @@ def run_server(
 ) -> Outcome:
     """Train ``config`` (asysg-con, sync-ps or asysg-incon) on ``setup``."""
     return _ServerRun(setup, config, on_record, progress).train()
+
+
+class ServerRunSnapshot(TypedDict):
+    """What a checkpoint of a simulated server run holds, between two events."""
+
+    now: float
+    """The virtual clock."""
+    events: list[list[object]]
+    """The pending events in order: time, kind, worker, tensor, read version, life."""
+    server: dict[str, Any]
+    """The server's rule (:meth:`~murmur.algorithms.param_server.ParameterServer.state_dict`)."""
+    sampler: dict[str, Any]
+    compute: dict[str, torch.Tensor]
+    down: list[int]
+    """The workers down now."""
+    lives: list[int]
+    """How many times each worker has started."""
+    lost_gradients: int
 
 
 class _ServerRun:
@@ -214,7 +232,7 @@ class _ServerRun:
 
     # ---------------------------------------------------------- checkpoints
 
-    def _snapshot(self) -> dict[str, Any]:
+    def _snapshot(self) -> ServerRunSnapshot:
         """The run between two events: the clock, what is pending, the rule, the streams."""
         return {
             "now": self.loop.now,

@@ -21,7 +21,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import torch
 from tqdm import tqdm
@@ -74,6 +74,33 @@ class LayerwiseResult:
     """Every kept layer's record, layer 0 first."""
 
 
+class LayerProgressState(TypedDict):
+    """A :class:`LayerProgress` as a checkpoint holds it."""
+
+    layer: int
+    history: list[torch.Tensor]
+    sizes: list[int]
+    iterations: int
+    rows: list[dict[str, Any]]
+    """Each layer's :class:`LayerRows`, as ``dataclasses.asdict`` gives them."""
+    records: list[LayerRecord]
+
+
+class LayerSnapshot(TypedDict):
+    """What a checkpoint of layer-wise training holds: the layers so far, and the
+    runtime's own part (the simulator's network, or a rank's counts)."""
+
+    layers: LayerProgressState
+    network: NotRequired[dict[str, Any]]
+    """The simulator: its clock, crashed nodes and counters."""
+    counters: NotRequired[dict[str, torch.Tensor]]
+    """A distributed rank: its node's message counters."""
+    control: NotRequired[int]
+    """A distributed rank: the control messages it sent."""
+    rejected: NotRequired[int]
+    """A distributed rank: the messages it refused."""
+
+
 @dataclass
 class LayerProgress:
     """Where a layer-wise run stands after layer ``layer``: all it carries on."""
@@ -113,7 +140,7 @@ class LayerProgress:
         self.rows.append(rows)
         self.records.append(record)
 
-    def to_plain(self) -> dict[str, Any]:
+    def to_plain(self) -> LayerProgressState:
         """The progress as plain values, for a checkpoint."""
         return {
             "layer": self.layer,
