@@ -16,7 +16,7 @@ from murmur.metrics.report import read_run
 from murmur.reproduce.claims import Claim, judge, percent
 from murmur.reproduce.figures import new_figure, save
 from murmur.reproduce.report import markdown_table
-from murmur.reproduce.runs import PlannedRun, execute
+from murmur.reproduce.runs import PlannedRun, classification_accuracy, execute
 
 TITLE = 'DETSGRAD (George & Gurram, "Distributed Deep Learning with Event-Triggered Communication")'
 
@@ -58,9 +58,10 @@ def reproduce(out: Path, quick: bool, progress: bool) -> list[Claim]:
 
 
 def _comparable(results: dict[str, RunResult], split: str, quick: bool, out: Path) -> Claim:
-    central = results["centralized"].accuracy["mean"]
-    agents = results[f"detsgrad-{split}"].accuracy["per_agent"]
-    dsgd = results[f"dsgd-{split}"].accuracy["per_agent"]
+    central = classification_accuracy(results["centralized"]).mean
+    detsgrad = classification_accuracy(results[f"detsgrad-{split}"])
+    agents = detsgrad.per_agent
+    dsgd = classification_accuracy(results[f"dsgd-{split}"]).per_agent
     gap = 100 * (central - min(agents))
     rows: list[tuple[int | str, str, str]] = [
         (agent, percent(mine), percent(theirs))
@@ -75,7 +76,7 @@ def _comparable(results: dict[str, RunResult], split: str, quick: bool, out: Pat
         "each); the paper's tables of per-agent and centralized accuracy (paraphrased, "
         "docs/ALGORITHMS.md).",
         measured=f"DETSGRAD agents {percent(min(agents))} to {percent(max(agents))} "
-        f"(mean {percent(results[f'detsgrad-{split}'].accuracy['mean'])}); centralized SGD "
+        f"(mean {percent(detsgrad.mean)}); centralized SGD "
         f"{percent(central)}; the worst agent is {gap:.2f} points below centralized.",
         criterion=f"every agent's test accuracy at least centralized SGD's minus "
         f"{TOLERANCE_POINTS:g} points.",

@@ -30,7 +30,7 @@ from murmur.metrics.records import RunResult
 from murmur.reproduce.claims import Claim, judge, percent
 from murmur.reproduce.figures import new_figure, save
 from murmur.reproduce.report import markdown_table
-from murmur.reproduce.runs import PlannedRun, execute
+from murmur.reproduce.runs import PlannedRun, classification_accuracy, execute
 
 TITLE = (
     'decentralized and asynchronous SSFN (Liang, Javid, Skoglund, Chatterjee, "A '
@@ -154,16 +154,16 @@ def virtual_seconds(result: RunResult) -> float:
 def _match(results: dict[str, RunResult], scale: Scale, quick: bool, out: Path) -> Claim:
     rows, gaps = [], []
     for dataset in scale.datasets:
-        central = results[f"ssfn-{dataset}"].accuracy["mean"]
+        central = classification_accuracy(results[f"ssfn-{dataset}"]).mean
         row: list[object] = [dataset, percent(central)]
         for form in ("dssfn", "dssfn-async"):
-            accuracy = results[f"{form}-{dataset}"].accuracy
-            mean_gap = 100 * abs(accuracy["mean"] - central)
-            node_gap = 100 * max(abs(value - central) for value in accuracy["per_agent"])
+            accuracy = classification_accuracy(results[f"{form}-{dataset}"])
+            mean_gap = 100 * abs(accuracy.mean - central)
+            node_gap = 100 * max(abs(value - central) for value in accuracy.per_agent)
             gaps.append((mean_gap, node_gap))
             row += [
-                f"{percent(accuracy['mean'])} (nodes {percent(accuracy['min'])} to "
-                f"{percent(accuracy['max'])})",
+                f"{percent(accuracy.mean)} (nodes {percent(accuracy.min)} to "
+                f"{percent(accuracy.max)})",
                 f"{virtual_seconds(results[f'{form}-{dataset}']):.3g}",
             ]
         rows.append(row)
@@ -201,7 +201,9 @@ def _accuracy_bars(results: dict[str, RunResult], scale: Scale, path: Path) -> s
     figure, (axes,) = new_figure()
     width = 0.27
     for k, form in enumerate(FORMS):
-        values = [100 * results[f"{form}-{d}"].accuracy["mean"] for d in scale.datasets]
+        values = [
+            100 * classification_accuracy(results[f"{form}-{d}"]).mean for d in scale.datasets
+        ]
         positions = [i + (k - 1) * width for i in range(len(scale.datasets))]
         axes.bar(positions, values, width, label=FORMS[form])
     axes.set_xticks(range(len(scale.datasets)), list(scale.datasets))

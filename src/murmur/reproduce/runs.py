@@ -45,6 +45,30 @@ SECONDS_PER_RUN = 0.5
 
 
 @dataclass(frozen=True)
+class Accuracy:
+    """A classification run's final test accuracy over agents, as fractions."""
+
+    mean: float
+    min: float
+    max: float
+    per_agent: list[float]
+
+
+def classification_accuracy(result: RunResult) -> Accuracy:
+    """The final test accuracy of ``result``; a ValueError naming the run when it has
+    none (a regression run), as the papers' claims compare classification runs."""
+    accuracy = result.accuracy
+    mean, low, high = accuracy["mean"], accuracy["min"], accuracy["max"]
+    per_agent = accuracy["per_agent"]
+    if mean is None or low is None or high is None or per_agent is None:
+        raise ValueError(
+            f"run {result.name} has no test accuracy (a regression run?); "
+            "its claims compare the accuracy of classification runs"
+        )
+    return Accuracy(mean=mean, min=low, max=high, per_agent=per_agent)
+
+
+@dataclass(frozen=True)
 class PlannedRun:
     """One run: ``preset`` with ``overrides``, written to ``OUT/runs/label``."""
 
