@@ -17,6 +17,7 @@ from murmur.errors import UsageError, one_line
 
 if TYPE_CHECKING:
     from murmur.config import Config, Experiment
+    from murmur.metrics.record_types import RunSummary
     from murmur.training.setup import Setup
 
 
@@ -330,7 +331,7 @@ def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progre
     from murmur.metrics.report import format_table
 
     several = len(experiment.runs) > 1
-    summaries = []
+    summaries: list[RunSummary] = []
     for (label, config), setup in zip(experiment.runs, setups, strict=True):
         run_dir = root / label if several else root
         if progress:
@@ -410,13 +411,13 @@ def _steps(steps: dict[str, float]) -> str:
     return "".join(f", {name} = {value:.4g}" for name, value in steps.items())
 
 
-def _warn_caps(label: str, summary: dict[str, Any], config: Config) -> None:
+def _warn_caps(label: str, summary: RunSummary, config: Config) -> None:
     """A layer-wise run's layers that stopped at their cap, one line each on stderr."""
     from murmur.algorithms.ssfn import LayerwiseConfig
     from murmur.training.layer_loop import cap_warnings
 
     if isinstance(config.algorithm, LayerwiseConfig):
-        for line in cap_warnings(summary, config.algorithm):
+        for line in cap_warnings(dict(summary), config.algorithm):
             sys.stderr.write(f"murmur: {label}: {line}\n")
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, SupportsFloat
+from typing import SupportsFloat
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -28,6 +28,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from murmur.metrics.record_types import EvaluationRecord, RunSummary
 from murmur.metrics.report import Run, has_target, lost_share, run_label, speedups
 
 __all__ = [
@@ -212,7 +213,7 @@ def _plot_accuracy_against(
     _save(figure, path)
 
 
-def accuracy_against(records: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+def accuracy_against(records: list[EvaluationRecord], key: str) -> tuple[list[float], list[float]]:
     """A record field's values and the mean test accuracy (%) where a record has both.
 
     The mean is ``accuracy_mean``, else the mean of the per-agent ``test_accuracy``.
@@ -290,7 +291,7 @@ def _percent_of(fraction: float | None) -> float | None:
     return None if fraction is None else 100 * fraction
 
 
-def _mean_accuracy_percent(summary: dict[str, Any]) -> float | None:
+def _mean_accuracy_percent(summary: RunSummary) -> float | None:
     value = summary.get("accuracy")
     mean = _finite(value.get("mean")) if isinstance(value, dict) else None
     return None if mean is None else 100 * mean
@@ -457,7 +458,7 @@ def plot_staleness(runs: Sequence[Run], path: str | Path) -> bool:
     return True
 
 
-def _staleness_histogram(summary: dict[str, Any]) -> list[float]:
+def _staleness_histogram(summary: RunSummary) -> list[float]:
     """A run's staleness counts (index = staleness); empty when absent, malformed or all 0."""
     staleness = summary.get("staleness")
     histogram = staleness.get("histogram") if isinstance(staleness, dict) else None
@@ -491,8 +492,8 @@ def x_axis_label(runs: Sequence[Run]) -> str:
 
 def algorithm_points(
     runs: Sequence[Run],
-    x_of: Callable[[dict[str, Any]], float | None],
-    y_of: Callable[[dict[str, Any]], float | None],
+    x_of: Callable[[RunSummary], float | None],
+    y_of: Callable[[RunSummary], float | None],
 ) -> dict[str, list[tuple[float, float]]]:
     """(x, y) points of each run's summary, grouped into lines by algorithm.
 
@@ -524,8 +525,8 @@ def mean_line(points: Sequence[tuple[float, float]]) -> tuple[list[float], list[
 def _plot_by_algorithm(
     runs: Sequence[Run],
     path: str | Path,
-    x_of: Callable[[dict[str, Any]], float | None],
-    y_of: Callable[[dict[str, Any]], float | None],
+    x_of: Callable[[RunSummary], float | None],
+    y_of: Callable[[RunSummary], float | None],
     xlabel: str,
     ylabel: str,
     title: str,
@@ -557,7 +558,7 @@ def _plot_by_algorithm(
 
 
 def _accuracy_series(
-    records: list[dict[str, Any]],
+    records: list[EvaluationRecord],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Iterations and mean/min/max accuracy in percent; NaN where a record lacks a value.
 
@@ -583,7 +584,7 @@ def _accuracy_series(
 
 
 def _statistic(
-    record: dict[str, Any], key: str, reduce: Callable[[list[float]], SupportsFloat]
+    record: EvaluationRecord, key: str, reduce: Callable[[list[float]], SupportsFloat]
 ) -> float | None:
     """An accuracy statistic of a record, else reduce over its per-agent test_accuracy."""
     value = _finite(record.get(key))
@@ -593,7 +594,7 @@ def _statistic(
     return float(reduce(per_agent)) if per_agent else None
 
 
-def _series(records: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+def _series(records: list[EvaluationRecord], key: str) -> tuple[list[float], list[float]]:
     """Iterations and values of one numeric record field, where both are present."""
     iterations, values = [], []
     for record in records:
@@ -606,7 +607,7 @@ def _series(records: list[dict[str, Any]], key: str) -> tuple[list[float], list[
 
 def _final_events_per_agent(run: Run) -> list[float]:
     """Events per agent at the end: from the summary, else from the last record."""
-    counts = run.summary.get("events_per_agent")
+    counts: list[int] | None = run.summary.get("events_per_agent")
     if not counts and run.records:
         counts = run.records[-1].get("events_per_agent")
     if not isinstance(counts, list):

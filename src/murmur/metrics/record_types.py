@@ -283,3 +283,8 @@ class FailedSummary(TypedDict, total=False):
     algorithm: Annotated[str, TEXT]
     dataset: Annotated[str, TEXT]
     seed: Annotated[int, INTEGER]
+    evaluations: int
+    """The evaluation records it wrote before it stopped."""
+    wall_seconds: float
+    run_dir: str
+    """Not read by the report, which uses the folder it reads."""

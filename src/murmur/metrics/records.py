@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -12,7 +12,9 @@ from typing import IO, Any
 import torch
 
 from murmur.metrics.record_types import (
+    AccuracySummary,
     EvaluationRecord,
+    RunSummary,
     SummaryExtra,
 )
 
@@ -76,8 +78,9 @@ class RunResult:
     topology: str
     iterations: int
     seed: int
-    accuracy: Mapping[str, Any]
-    """Final test accuracy over agents: mean, min, max, per_agent."""
+    accuracy: AccuracySummary
+    """Final test accuracy over agents: mean, min, max, per_agent (all None for a
+    regression task)."""
     test_loss: float
     """Final test loss, mean over agents."""
     events: int
@@ -100,7 +103,7 @@ class RunResult:
     parameters: torch.Tensor | None = field(default=None, repr=False, compare=False)
     """Final stacked parameters (agents, P); not written to summary.json."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> RunSummary:
         return {
             "name": self.name,
             "preset": self.preset,

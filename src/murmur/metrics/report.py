@@ -35,16 +35,24 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal, cast
 
 from murmur.errors import UsageError
+from murmur.metrics.record_types import (
+    AccuracySummary,
+    EvaluationRecord,
+    FailedSummary,
+    RunSummary,
+    SingleProcess,
+)
 from murmur.metrics.run_schema import check_record, check_summary
 from murmur.textfiles import read_utf8
 
 __all__ = [
+    "FailedRun",
     "Run",
     "read_run",
     "failed_line",
@@ -64,25 +72,33 @@ _DAMAGED = "the file is damaged, remake the run"
 
 @dataclass(frozen=True)
 class Run:
-    """One run read from its folder: finished, or failed during training.
+    """A finished run read from its folder.
 
     ``summary`` is summary.json as written by the run, except that ``run_dir``
     is the folder it was read from (runs may have been moved or copied).
-    ``records`` are the lines of metrics.jsonl in file order; a failed run has
-    none, as reports only list it.
+    ``records`` are the lines of metrics.jsonl in file order.
     """
 
     path: Path
-    summary: dict[str, Any]
-    records: list[dict[str, Any]]
-
-    @property
-    def failed(self) -> bool:
-        """Whether the run stopped during training; its summary's ``error`` says why."""
-        return self.summary.get("status") == "failed"
+    summary: RunSummary
+    records: list[EvaluationRecord]
+    failed: ClassVar[Literal[False]] = False
+    """Whether the run stopped during training: a :class:`FailedRun` did."""
 
 
-def read_run(run_dir: str | Path) -> Run:
+@dataclass(frozen=True)
+class FailedRun:
+    """A run that failed during training, read from its folder: its summary's
+    ``error`` says why. ``summary`` is as in :class:`Run`; ``records`` are none, as
+    reports only list it."""
+
+    path: Path
+    summary: FailedSummary
+    records: list[EvaluationRecord]
+    failed: ClassVar[Literal[True]] = True
+
+
+def read_run(run_dir: str | Path) -> Run | FailedRun:
     """Read a run folder; a missing folder or summary, or a damaged file, is a UsageError.
 
     summary.json and every line of metrics.jsonl must hold the fields the
@@ -99,19 +115,37 @@ def read_run(run_dir: str | Path) -> Run:
             f"{summary_path} is missing; {path} is not a finished run folder "
             "(summary.json is written when a run ends)"
         )
-    summary = _read_json_object(summary_path, read_utf8(summary_path, str(summary_path), _DAMAGED))
-    check_summary(str(summary_path), summary)
+    summary = _summary(
+        str(summary_path),
+        _read_json_object(summary_path, read_utf8(summary_path, str(summary_path), _DAMAGED)),
+    )
     summary["run_dir"] = str(path.resolve())
-    run = Run(path=path, summary=summary, records=[])
-    return run if run.failed else replace(run, records=_read_records(path / "metrics.jsonl"))
+    if "status" in summary and summary["status"] == "failed":
+        return FailedRun(path=path, summary=summary, records=[])
+    return Run(path=path, summary=summary, records=_read_records(path / "metrics.jsonl"))
 
 
-def failed_line(run: Run) -> str:
+def _summary(where: str, value: dict[str, Any]) -> RunSummary | FailedSummary:
+    """summary.json's object as its type, once :func:`check_summary` accepts it: a
+    failed run's summary, else a finished one's."""
+    check_summary(where, value)
+    if value.get("status") == "failed":
+        return cast(FailedSummary, value)
+    return cast(RunSummary, value)
+
+
+def _record(where: str, value: dict[str, Any]) -> EvaluationRecord:
+    """A line of metrics.jsonl as its type, once :func:`check_record` accepts it."""
+    check_record(where, value)
+    return cast(EvaluationRecord, value)
+
+
+def failed_line(run: FailedRun) -> str:
     """How a report lists a run that failed: "failed: <name> (<folder>): <why>"."""
     return f"failed: {run_label(run.summary)} ({run.path}): {run.summary['error']}"
 
 
-def _read_records(metrics_path: Path) -> list[dict[str, Any]]:
+def _read_records(metrics_path: Path) -> list[EvaluationRecord]:
     if not metrics_path.exists() and not metrics_path.is_symlink():
         return []
     if not metrics_path.is_file():
@@ -121,9 +155,8 @@ def _read_records(metrics_path: Path) -> list[dict[str, Any]]:
         read_utf8(metrics_path, str(metrics_path), _DAMAGED).split("\n"), start=1
     ):
         if line.strip():
-            record = _read_json_object(metrics_path, line, number)
-            check_record(f"{metrics_path}, line {number}", record)
-            records.append(record)
+            where = f"{metrics_path}, line {number}"
+            records.append(_record(where, _read_json_object(metrics_path, line, number)))
     return records
 
 
@@ -150,11 +183,11 @@ def _parse_json(where: str, text: str) -> Any:
     raise UsageError(f"{where} is not valid JSON ({problem}); {_DAMAGED}")
 
 
-def run_label(summary: dict[str, Any]) -> str:
+def run_label(summary: RunSummary | FailedSummary) -> str:
     """The name a run goes by in tables and legends: its name, else its algorithm."""
-    for key in ("name", "algorithm"):
-        if summary.get(key):
-            return str(summary[key])
+    for label in (summary.get("name"), summary.get("algorithm")):
+        if label:
+            return str(label)
     return Path(str(summary.get("run_dir", "run"))).name
 
 
@@ -228,12 +261,14 @@ def human_bytes(value: object) -> str:
     return f"{number:.2f} {unit}"
 
 
-def _accuracy(summary: dict[str, Any], statistic: str, key: str = "accuracy") -> Any:
-    accuracy = summary.get(key)
+def _accuracy(
+    accuracy: AccuracySummary | None, statistic: Literal["mean", "min", "max"]
+) -> float | None:
+    """One statistic of a summary's ``accuracy`` (or ``train_accuracy``); None without it."""
     return accuracy.get(statistic) if isinstance(accuracy, dict) else None
 
 
-def _dsgd_messages(summaries: list[dict[str, Any]]) -> float | None:
+def _dsgd_messages(summaries: list[RunSummary]) -> float | None:
     """Messages of the first DSGD run in the table, the baseline for savings."""
     for summary in summaries:
         if summary.get("algorithm") == "dsgd":
@@ -243,7 +278,7 @@ def _dsgd_messages(summaries: list[dict[str, Any]]) -> float | None:
     return None
 
 
-def _saving(summary: dict[str, Any], dsgd_messages: float | None) -> str:
+def _saving(summary: RunSummary, dsgd_messages: float | None) -> str:
     messages = as_number(summary.get("messages"))
     if dsgd_messages is None or messages is None or summary.get("agents") == 1:
         return MISSING
@@ -285,7 +320,7 @@ def _speedup(value: float | None) -> str:
     return MISSING if value is None or not math.isfinite(value) else f"{value:.2f}"
 
 
-def has_target(summary: dict[str, Any]) -> bool:
+def has_target(summary: RunSummary) -> bool:
     """Whether a run trained to a target training loss (reached or not).
 
     True when it reports reaching one, or has the ``iterations_to_target``
@@ -311,7 +346,7 @@ def _positive(value: object) -> float | None:
     return number if number is not None and math.isfinite(number) and number > 0 else None
 
 
-def _bytes_group(summary: dict[str, Any]) -> tuple[str, str, str]:
+def _bytes_group(summary: RunSummary) -> tuple[str, str, str]:
     """Runs whose bytes compare: the same dataset, graph and number of agents."""
     return (
         str(summary.get("dataset")),
@@ -320,7 +355,7 @@ def _bytes_group(summary: dict[str, Any]) -> tuple[str, str, str]:
     )
 
 
-def relative_bytes(summaries: list[dict[str, Any]]) -> list[float | None]:
+def relative_bytes(summaries: list[RunSummary]) -> list[float | None]:
     """Each summary's bytes over those of its DSGD run; None where there is none.
 
     The DSGD run is the first summary with ``algorithm`` "dsgd" and positive
@@ -337,7 +372,7 @@ def relative_bytes(summaries: list[dict[str, Any]]) -> list[float | None]:
     ]
     if not dsgd_runs:
         return [None] * len(summaries)
-    baselines: dict[tuple[str, str, str], dict[str, Any]] = {}
+    baselines: dict[tuple[str, str, str], RunSummary] = {}
     for summary in dsgd_runs:
         baselines.setdefault(_bytes_group(summary), summary)
     result: list[float | None] = []
@@ -348,7 +383,7 @@ def relative_bytes(summaries: list[dict[str, Any]]) -> list[float | None]:
     return result
 
 
-def _speedup_group(summary: dict[str, Any]) -> tuple[str, str, str]:
+def _speedup_group(summary: RunSummary) -> tuple[str, str, str]:
     """Runs whose speedups compare: the same algorithm, dataset and target loss."""
     return (
         str(summary.get("algorithm")),
@@ -357,7 +392,7 @@ def _speedup_group(summary: dict[str, Any]) -> tuple[str, str, str]:
     )
 
 
-def speedups(summaries: list[dict[str, Any]]) -> list[tuple[float | None, float | None]]:
+def speedups(summaries: list[RunSummary]) -> list[tuple[float | None, float | None]]:
     """(iteration speedup, time speedup) of each summary, None where there is none.
 
     Relative to the baseline: the first summary with ``workers`` == 1 of the
@@ -369,7 +404,7 @@ def speedups(summaries: list[dict[str, Any]]) -> list[tuple[float | None, float 
     ones. None without a target, without a baseline, or when the run or the
     baseline did not reach the target (its value is null).
     """
-    baselines: dict[tuple[str, str, str], dict[str, Any]] = {}
+    baselines: dict[tuple[str, str, str], RunSummary] = {}
     for summary in summaries:
         if has_target(summary) and as_number(summary.get("workers")) == 1:
             baselines.setdefault(_speedup_group(summary), summary)
@@ -396,7 +431,7 @@ def speedups(summaries: list[dict[str, Any]]) -> list[tuple[float | None, float 
 
 
 def _seconds_to_target(
-    summary: dict[str, Any], baseline: dict[str, Any]
+    summary: RunSummary, baseline: RunSummary
 ) -> tuple[float | None, float | None]:
     """The two runs' seconds to target on the same clock: virtual, else real."""
     for key in ("virtual_seconds_to_target", "wall_seconds_to_target"):
@@ -405,7 +440,7 @@ def _seconds_to_target(
     return None, None
 
 
-def _failed(summary: dict[str, Any]) -> str:
+def _failed(summary: RunSummary) -> str:
     """The ranks a distributed run lost (agents or workers), or -."""
     failed = summary.get("failed_agents") or summary.get("failed_workers") or []
     return ", ".join(str(rank) for rank in failed) if failed else MISSING
@@ -414,11 +449,11 @@ def _failed(summary: dict[str, Any]) -> str:
 @dataclass(frozen=True)
 class _Column:
     header: str
-    cell: Callable[[dict[str, Any]], str]
+    cell: Callable[[RunSummary], str]
     numeric: bool
 
 
-def lost_share(summary: dict[str, Any]) -> float | None:
+def lost_share(summary: RunSummary) -> float | None:
     """The share of a run's point-to-point messages that were lost (``dropped_messages``
     over ``messages``): 0 for a run that sent messages and lost none (or ran without
     faults), None for a run that sent none."""
@@ -429,12 +464,12 @@ def lost_share(summary: dict[str, Any]) -> float | None:
     return 0.0 if dropped is None else dropped / messages
 
 
-def has_column(summaries: list[dict[str, Any]], key: str) -> bool:
+def has_column(summaries: list[RunSummary], key: str) -> bool:
     """Whether any summary has a value for key: its optional column is then shown."""
     return any(summary.get(key) is not None for summary in summaries)
 
 
-def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column]:
+def _columns(summaries: list[RunSummary], with_folder: bool) -> list[_Column]:
     dsgd_messages = _dsgd_messages(summaries)
     columns = [
         _Column("name", run_label, False),
@@ -446,15 +481,7 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
     ]
     if has_column(summaries, "layers"):
         columns.append(_Column("layers", lambda s: _layers(s.get("layers")), True))
-    columns += [
-        _Column("acc mean %", lambda s: _percent(_accuracy(s, "mean")), True),
-        _Column("acc min %", lambda s: _percent(_accuracy(s, "min")), True),
-        _Column("acc max %", lambda s: _percent(_accuracy(s, "max")), True),
-    ]
-    if has_column(summaries, "train_accuracy"):
-        columns.append(
-            _Column("train acc %", lambda s: _percent(_accuracy(s, "mean", "train_accuracy")), True)
-        )
+    columns += _accuracy_columns(summaries)
     columns += [
         _Column("events", lambda s: _count(s.get("events")), True),
         _Column("messages", lambda s: _count(s.get("messages")), True),
@@ -481,12 +508,12 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
             _Column("samples/s", lambda s: _count(s.get("samples_per_second")), True),
             _Column(
                 "1-process samples/s",
-                lambda s: _count((s.get("single_process") or {}).get("samples_per_second")),
+                lambda s: _count(_single_process(s, "samples_per_second")),
                 True,
             ),
             _Column(
                 "1-process acc %",
-                lambda s: _percent((s.get("single_process") or {}).get("accuracy")),
+                lambda s: _percent(_single_process(s, "accuracy")),
                 True,
             ),
             _Column("speedup", lambda s: _speedup(as_number(s.get("speedup"))), True),
@@ -496,7 +523,33 @@ def _columns(summaries: list[dict[str, Any]], with_folder: bool) -> list[_Column
     return columns
 
 
-def _relative_bytes_columns(summaries: list[dict[str, Any]]) -> list[_Column]:
+def _accuracy_columns(summaries: list[RunSummary]) -> list[_Column]:
+    """Test accuracy over agents; mean training accuracy when some run has it."""
+    columns = [
+        _Column("acc mean %", lambda s: _percent(_accuracy(s.get("accuracy"), "mean")), True),
+        _Column("acc min %", lambda s: _percent(_accuracy(s.get("accuracy"), "min")), True),
+        _Column("acc max %", lambda s: _percent(_accuracy(s.get("accuracy"), "max")), True),
+    ]
+    if has_column(summaries, "train_accuracy"):
+        columns.append(
+            _Column(
+                "train acc %",
+                lambda s: _percent(_accuracy(s.get("train_accuracy"), "mean")),
+                True,
+            )
+        )
+    return columns
+
+
+def _single_process(
+    summary: RunSummary, key: Literal["samples_per_second", "accuracy"]
+) -> float | None:
+    """A field of a run's comparison run with one process; None without one."""
+    single: SingleProcess | None = summary.get("single_process")
+    return single.get(key) if single else None
+
+
+def _relative_bytes_columns(summaries: list[RunSummary]) -> list[_Column]:
     """The "bytes vs DSGD" column, only when the table has a DSGD run that sent bytes."""
     shares = relative_bytes(summaries)
     if all(share is None for share in shares):
@@ -506,7 +559,7 @@ def _relative_bytes_columns(summaries: list[dict[str, Any]]) -> list[_Column]:
     return [_Column("bytes vs DSGD", lambda s: _relative_percent(by_run[id(s)]), True)]
 
 
-def _worker_columns(summaries: list[dict[str, Any]]) -> list[_Column]:
+def _worker_columns(summaries: list[RunSummary]) -> list[_Column]:
     """Columns of worker-based runs: W and staleness, then time to target and speedups."""
     targets = any(has_target(summary) for summary in summaries)
     if not targets and not has_column(summaries, "staleness"):
@@ -537,7 +590,7 @@ def _worker_columns(summaries: list[dict[str, Any]]) -> list[_Column]:
     ]
 
 
-def format_table(summaries: list[dict[str, Any]], markdown: bool = False) -> str:
+def format_table(summaries: list[RunSummary], markdown: bool = False) -> str:
     """One row per run summary: aligned columns for a terminal, or a Markdown table.
 
     Accuracies and the saving are percentages with two decimals. "saving vs

@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from murmur.errors import UsageError
 from murmur.metrics import plots
+from murmur.metrics.record_types import RunSummary
 from murmur.metrics.report import (
+    FailedRun,
     Run,
     as_number,
     failed_line,
@@ -104,7 +105,9 @@ def _write_plots(runs: list[Run], out: Path) -> list[tuple[str, str]]:
     ]
 
 
-def _report_markdown(runs: list[Run], out: Path, plot_files: list[tuple[str, str]]) -> str:
+def _report_markdown(
+    runs: list[Run | FailedRun], out: Path, plot_files: list[tuple[str, str]]
+) -> str:
     summaries = [run.summary for run in runs if not run.failed]
     failed = [f"- {failed_line(run)}" for run in runs if run.failed]
     parts = ["# murmur report", "", _overview(summaries, len(failed)), "", "## Results", ""]
@@ -123,7 +126,7 @@ def _report_markdown(runs: list[Run], out: Path, plot_files: list[tuple[str, str
     return "\n".join(parts) + "\n"
 
 
-def _overview(summaries: list[dict[str, Any]], failed: int) -> str:
+def _overview(summaries: list[RunSummary], failed: int) -> str:
     """The report's first sentences: how many runs finished and failed, what the numbers are."""
     failures = f"{failed} run{'s' if failed != 1 else ''} failed"
     if not summaries:
@@ -153,7 +156,7 @@ def _relative_bytes_note() -> str:
     )
 
 
-def _target_note(summaries: list[dict[str, Any]]) -> str:
+def _target_note(summaries: list[RunSummary]) -> str:
     targets = sorted(
         {
             target
@@ -172,7 +175,7 @@ def _target_note(summaries: list[dict[str, Any]]) -> str:
     )
 
 
-def _config_line(run: Run, out: Path) -> str:
+def _config_line(run: Run | FailedRun, out: Path) -> str:
     label = run_label(run.summary).replace("|", "\\|")
     details = ", ".join(
         f"{key} {run.summary[key]}"

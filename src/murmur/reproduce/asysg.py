@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from murmur.metrics.record_types import EvaluationRecord
 from murmur.metrics.records import RunResult
 from murmur.metrics.report import read_run, speedups
 from murmur.reproduce.claims import Claim, Verdict, judge, percent
 from murmur.reproduce.figures import new_figure, save
 from murmur.reproduce.report import markdown_table
-from murmur.reproduce.runs import PlannedRun, execute
+from murmur.reproduce.runs import PlannedRun, classification_accuracy, execute
 
 TITLE = (
     'AsySG-con and AsySG-incon (Lian, Huang, Li, Liu, "Asynchronous Parallel Stochastic '
@@ -175,7 +176,9 @@ def _speedup_claims(
         ),
         rows,
     )
-    target = summaries[0]["target_loss"]
+    target = summaries[0].get("target_loss")
+    if target is None:
+        raise ValueError(f"run {runs[0].name} has no target training loss; its speed-up needs one")
     claims = []
     for index, kind in enumerate(("iteration", "time")):
         values = [pair[index] for pair in pairs]
@@ -263,7 +266,7 @@ def _hogwild(result: RunResult, quick: bool) -> Claim:
     workers = result.extra["workers"]
     speedup = result.extra.get("speedup")
     single = result.extra.get("single_process", {})
-    accuracy, single_accuracy = result.accuracy["mean"], single.get("accuracy")
+    single_accuracy = single.get("accuracy")
     note = (
         f"this machine gives the run {cores()} cores, so only W = {workers} processes are "
         "measured against one, where the paper ran up to tens of threads; with W equal to "
@@ -287,6 +290,7 @@ def _hogwild(result: RunResult, quick: bool) -> Claim:
             verdict=Verdict("not comparable", f"one core: W = {workers}"),
             note=note,
         )
+    accuracy = classification_accuracy(result).mean
     passed = (
         speedup >= EFFICIENCY * workers and 100 * abs(accuracy - single_accuracy) <= ACCURACY_POINTS
     )
@@ -307,16 +311,25 @@ def _hogwild(result: RunResult, quick: bool) -> Claim:
 # ---------------------------------------------------------- ergodic rate
 
 
-def ergodic_average(records: list[dict[str, Any]], iterations: int) -> float:
+def ergodic_average(records: Sequence[EvaluationRecord], iterations: int) -> float:
     """The mean of ||grad f(x_k)||^2 over the evaluated iterates with k < ``iterations``."""
-    values = [r["gradient_norm_squared"] for r in records if r["iteration"] < iterations]
+    values = [_gradient_norm_squared(r) for r in records if r["iteration"] < iterations]
     if not values:
         raise ValueError("no record of a gradient norm before the last iteration")
     return sum(values) / len(values)
 
 
+def _gradient_norm_squared(record: EvaluationRecord) -> float:
+    """A record's ||grad f(x_k)||^2, which a parameter server's run with
+    ``gradient_norm`` writes (:class:`~murmur.metrics.record_types.ServerRecord`)."""
+    value = record.get("gradient_norm_squared")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"the record of iteration {record['iteration']} has no gradient norm")
+    return value
+
+
 def _ergodic_rate(
-    scale: Scale, records: list[list[dict[str, Any]]], quick: bool, out: Path
+    scale: Scale, records: list[list[EvaluationRecord]], quick: bool, out: Path
 ) -> Claim:
     iterations = scale.rate_iterations
     averages = [ergodic_average(r, k) for r, k in zip(records, iterations, strict=True)]
