@@ -417,7 +417,7 @@ def _warn_caps(label: str, summary: RunSummary, config: Config) -> None:
     from murmur.training.layer_loop import cap_warnings
 
     if isinstance(config.algorithm, LayerwiseConfig):
-        for line in cap_warnings(dict(summary), config.algorithm):
+        for line in cap_warnings(summary, config.algorithm):
             sys.stderr.write(f"murmur: {label}: {line}\n")
 
 

@@ -72,9 +72,7 @@ def test_one_fused_step_equals_the_eager_calls(options):
     torch.testing.assert_close(fused_out, eager_out, rtol=1e-5, atol=1e-5)
     if options.get("drift"):
         torch.testing.assert_close(fused_norms, eager_norms, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(
-            fused_norms, torch.linalg.vector_norm(eager_out - sent, dim=1)
-        )
+        torch.testing.assert_close(fused_norms, torch.linalg.vector_norm(eager_out - sent, dim=1))
     if options.get("keep_drift"):
         torch.testing.assert_close(fused_scratch, eager_scratch, rtol=1e-5, atol=1e-5)
 

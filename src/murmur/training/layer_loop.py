@@ -43,7 +43,7 @@ from murmur.algorithms.ssfn import (
 from murmur.errors import RunFailed
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.evaluation import accuracy_summary
-from murmur.metrics.record_types import LayerRecord, LayerReport
+from murmur.metrics.record_types import LayerRecord, LayerReport, RunSummary
 from murmur.metrics.records import OutcomeExtra
 from murmur.seeding import derive_seed
 from murmur.topology import Graph
@@ -559,7 +559,7 @@ def layer_report(record: LayerRecord) -> LayerReport:
     }
 
 
-def cap_warnings(summary: dict[str, Any], config: LayerwiseConfig) -> list[str]:
+def cap_warnings(summary: RunSummary, config: LayerwiseConfig) -> list[str]:
     """One line per layer that stopped at its cap before meeting the tolerance."""
     lines = []
     for report in summary.get("layer_reports", []):
