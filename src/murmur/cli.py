@@ -299,7 +299,7 @@ def _run(
 ) -> int:
     from murmur.config import load_experiment
     from murmur.training.plan import plan
-    from murmur.training.runs import check_run_dir
+    from murmur.training.runs import check_run_dir, create_run_dir
     from murmur.training.setup import prepare
 
     experiment = load_experiment(source, overrides)
@@ -315,14 +315,8 @@ def _run(
             print(_plan_line(label, setup))
         print(f"checked: {len(setups)} run{'s' * several}; nothing was trained or written")
         return 0
-    _create_root(root)  # before the first line: a folder that cannot be made is one error
+    create_run_dir(root)  # before the first line: a folder that cannot be made is one error
     return _run_all(experiment, setups, root, progress)
-
-
-def _create_root(root: Path) -> None:
-    from murmur.training.runs import create_run_dir
-
-    create_run_dir(root)
 
 
 def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progress: bool) -> int:
