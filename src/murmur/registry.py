@@ -31,6 +31,7 @@ from murmur.algorithms.detsgrad_gt import DetsgradGt, DetsgradGtConfig
 from murmur.algorithms.dsgd import Dsgd, DsgdConfig
 from murmur.algorithms.dssfn import DssfnConfig, SyncSolver
 from murmur.algorithms.hogwild import HogwildConfig
+from murmur.algorithms.optimizers import with_optimizer
 from murmur.algorithms.protocols import Algorithm, BuildContext, LayerSolver
 from murmur.algorithms.sparq import Sparq, SparqConfig
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
@@ -73,6 +74,10 @@ class Capabilities:
     """Whether a distributed rank may hold a block of its agents (``--agents-per-rank``)."""
     cuda: bool = False
     """Whether the simulator computes its gradients on a GPU (``run.device = cuda``)."""
+    optimizers: bool = True
+    """Whether it takes an ``algorithm.optimizer`` other than sgd, or a weight decay."""
+    no_optimizers: str = ""
+    """Why it takes none."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +167,16 @@ def _itself(config: C, graph: Graph, context: BuildContext) -> C:
     return config
 
 
-SGD: Family[Algorithm] = Family(
+@dataclass(frozen=True)
+class RoundsFamily(Family[Algorithm]):
+    """Synchronous SGD: each member wrapped with the local optimizer its config asks for
+    (:func:`~murmur.algorithms.optimizers.with_optimizer`; plain SGD is left alone)."""
+
+    def build(self, config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Algorithm:
+        return with_optimizer(super().build(config, graph, context), config)
+
+
+SGD: Family[Algorithm] = RoundsFamily(
     "sgd",
     "synchronous SGD",
     unit="iteration",
@@ -268,6 +282,9 @@ HOGWILD: Family[HogwildConfig] = Family(
         no_faults="its workers are real processes that share one model in memory",
         no_varying="its workers share one model in memory, over no graph",
         checkpoints=(),
+        optimizers=False,
+        no_optimizers="its processes write one shared model without locks and keep no "
+        "optimizer state; asysg-con and sync-ps apply the optimizer on their server",
     ),
 )
 HOGWILD.add(

@@ -5,8 +5,8 @@ before anything is built or written.
 
 :func:`plan` reads the algorithm's capabilities (:mod:`murmur.registry`) and refuses,
 in one line, what the run asks for that its algorithm or runtime cannot do: faults,
-a varying graph, checkpoints, a compiled step, a device, blocks of agents per rank, a
-model, sizes beyond the data or this machine's memory. It resolves what
+a varying graph, checkpoints, a compiled step, a local optimizer, a device, blocks of
+agents per rank, a model, sizes beyond the data or this machine's memory. It resolves what
 ``"auto"`` and the run's shape leave open (whether the step compiles, the transport,
 the ranks, the memory estimate). The runners read those choices from the plan and
 check nothing again; ``murmur launch`` hands its plan to every rank.
@@ -25,6 +25,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from murmur.algorithms.schedules import SgdConfig
 from murmur.config import Config, build_config
 from murmur.data import DATASETS
 from murmur.data.datasets import DatasetInfo
@@ -157,8 +158,8 @@ def plan(
 
 
 def check_capabilities(member: Member[object], config: Config, runtime: Runtime) -> None:
-    """UsageError unless ``runtime`` runs ``member`` with the faults, graph, checkpoints
-    and compiled step ``config`` asks for."""
+    """UsageError unless ``runtime`` runs ``member`` with the faults, graph, checkpoints,
+    compiled step and local optimizer ``config`` asks for."""
     capabilities = member.capabilities
     if runtime not in capabilities.runtimes:
         raise UsageError(
@@ -167,6 +168,20 @@ def check_capabilities(member: Member[object], config: Config, runtime: Runtime)
     _check_faults(member, config, runtime)
     _check_checkpoints(member, config, runtime)
     _check_compile(member, config, runtime)
+    _check_optimizer(member, config)
+
+
+def _check_optimizer(member: Member[object], config: Config) -> None:
+    """UsageError when the run asks for a local optimizer or weight decay that
+    ``member`` does not take."""
+    algorithm = config.algorithm
+    if not isinstance(algorithm, SgdConfig) or not algorithm.optimizes:
+        return
+    if not member.capabilities.optimizers:
+        asked = f"algorithm.optimizer = {algorithm.optimizer}"
+        if algorithm.optimizer == "sgd":
+            asked = f"algorithm.weight_decay = {algorithm.weight_decay:g}"
+        raise UsageError(f"{member.name} cannot take {asked}: {member.capabilities.no_optimizers}")
 
 
 def _check_faults(member: Member[object], config: Config, runtime: Runtime) -> None:
