@@ -10,7 +10,10 @@ schedule::
     x_{k+1} = x_k - alpha_k * (1/M) sum_{m=1..M} G_m,    alpha_k = step(k)
 
 (``torch.stack(G).mean(dim=0)``, converted to x's dtype, then
-``x.add_(mean, alpha=-alpha_k)``). With ``order_by_worker`` the M gradients are
+``x.add_(mean, alpha=-alpha_k)``). With ``algorithm.optimizer`` (or
+``weight_decay``) the server turns each update's mean gradient into a direction first,
+with one optimizer state for its one model (:mod:`murmur.algorithms.optimizers`, at
+the current x), and steps along that. With ``order_by_worker`` the M gradients are
 stacked in worker order instead of arrival order. Each applied gradient's
 staleness is tau = k - (version read); their counts make the histogram.
 
@@ -46,6 +49,7 @@ from murmur.algorithms.asysg import (
     WorkersConfig,
     inconsistent_read,
 )
+from murmur.algorithms.optimizers import LocalOptimizer
 from murmur.metrics.evaluation import test_set_metrics
 from murmur.metrics.record_types import (
     ServerRecord,
@@ -133,6 +137,11 @@ class ParameterServer:
         self.order_by_worker = order_by_worker
         self.step = config.gradient_step()
         self.x = x.clone()
+        self.optimizer = LocalOptimizer(config) if config.optimizes else None
+        """The server's optimizer (None: plain SGD), and its state for the one model."""
+        self.optimizer_state = (
+            self.optimizer.init(self.x.view(1, -1)) if self.optimizer is not None else None
+        )
         self.message_bytes = self.x.numel() * self.x.element_size()
         """Bytes of one message: a gradient or the model."""
         self.version = 0
@@ -185,7 +194,11 @@ class ParameterServer:
             pending = sorted(pending, key=lambda item: item[0])
         alpha = self.step(self.version)
         total = torch.stack([gradient for _, gradient, _ in pending]).mean(dim=0)
-        self.x.add_(total.to(self.x.dtype), alpha=-alpha)
+        direction = total.to(self.x.dtype)
+        if self.optimizer is not None and self.optimizer_state is not None:
+            flat = direction.view(1, -1)
+            self.optimizer.direction(self.optimizer_state, flat, self.x.view(1, -1))
+        self.x.add_(direction, alpha=-alpha)
         for _, _, read_version in pending:
             self.staleness_counts[self.version - read_version] += 1
         self.pending = []
@@ -242,7 +255,7 @@ class ParameterServer:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the rule carries, as plain values, for a checkpoint."""
-        return {
+        saved: dict[str, Any] = {
             "x": self.x,
             "version": self.version,
             "pending": [list(item) for item in self.pending],
@@ -256,6 +269,9 @@ class ParameterServer:
             "history": list(self.history),
             "reads": self.reads.get_state() if self.reads is not None else None,
         }
+        if self.optimizer_state is not None:  # plain SGD's checkpoints stay as they were
+            saved["optimizer"] = self.optimizer_state._asdict()
+        return saved
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from :meth:`state_dict`."""
@@ -274,6 +290,11 @@ class ParameterServer:
         self.history.extend(state["history"])
         if self.reads is not None:
             self.reads.set_state(state["reads"])
+        if self.optimizer_state is not None:
+            saved = state["optimizer"]
+            for name, value in self.optimizer_state._asdict().items():
+                if value is not None:
+                    value.copy_(saved[name])
 
     # ------------------------------------------------------------ reports
 

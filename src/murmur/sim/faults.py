@@ -238,8 +238,8 @@ class FaultyAlgorithm:
             return self.algorithm.step(state, grads, iteration, transport)
         kept = _rows(state, crashed)
         state = self.algorithm.step(state, grads, iteration, transport)
-        for position, rows in kept.items():
-            state[position][crashed] = rows
+        for path, rows in kept.items():
+            _field(state, path)[crashed] = rows
         return state
 
     def _restart_from_neighbours(self, state: Any, now: Round) -> None:
@@ -253,12 +253,24 @@ class FaultyAlgorithm:
                 params[agent].copy_(params[live[0]])
 
 
-def _rows(state: Any, agents: torch.Tensor) -> dict[int, torch.Tensor]:
+def _rows(
+    state: Any, agents: torch.Tensor, path: tuple[int, ...] = ()
+) -> dict[tuple[int, ...], torch.Tensor]:
     """Copies of ``agents``' rows of every per-agent tensor of a state record: its
-    fields that are tensors with one row per agent."""
+    fields that are tensors with one row per agent, and theirs of the records it holds
+    (a local optimizer's state), by their positions from the outer record."""
     count = agents.shape[0]
-    return {
-        position: value[agents].clone()
-        for position, value in enumerate(state)
-        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == count
-    }
+    rows: dict[tuple[int, ...], torch.Tensor] = {}
+    for position, value in enumerate(state):
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            rows.update(_rows(value, agents, (*path, position)))
+        elif isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == count:
+            rows[(*path, position)] = value[agents].clone()
+    return rows
+
+
+def _field(state: Any, path: tuple[int, ...]) -> Any:
+    """The field of the (nested) state record at ``path``."""
+    for position in path:
+        state = state[position]
+    return state

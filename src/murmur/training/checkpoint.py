@@ -196,11 +196,20 @@ def from_plain(value: Any) -> Any:
 
 
 def restore_tuple(template: NamedTuple, saved: Mapping[str, Any]) -> Any:
-    """A named tuple of ``template``'s type whose fields are the ``saved`` ones."""
+    """A named tuple of ``template``'s type whose fields are the ``saved`` ones; a field
+    that is a named tuple in ``template`` (a wrapped algorithm's state, an optimizer's)
+    is rebuilt from its own template the same way."""
     fields = template._fields
+    if not isinstance(saved, Mapping):
+        raise UsageError(f"the checkpoint has a {type(saved).__name__} for the fields {fields}")
     if set(saved) != set(fields):
         raise UsageError(f"the checkpoint's state has fields {sorted(saved)}, not {sorted(fields)}")
-    return template._replace(**{name: from_plain(saved[name]) for name in fields})
+    values = {}
+    for name in fields:
+        inner = getattr(template, name)
+        nested = _is_named_tuple(inner)
+        values[name] = restore_tuple(inner, saved[name]) if nested else from_plain(saved[name])
+    return template._replace(**values)
 
 
 def _is_named_tuple(value: Any) -> bool:
