@@ -84,7 +84,9 @@ def test_layerwise_algorithms_take_no_module():
         run(config, model=nn.Linear(10, 11))
 
 
-def test_a_custom_run_resumes_with_its_module_and_the_cli_says_why_it_cannot(tmp_path, capsys):
+def test_a_custom_run_resumes_with_its_module_and_the_cli_says_why_it_cannot(
+    tmp_path, capsys, periodic_checkpoints
+):
     folder = tmp_path / "run"
     whole = run(_config(settings=("run.checkpoint_every=20",)), folder, model=_tanh_net())
     (folder / "summary.json").unlink()  # as if stopped after its last checkpoint

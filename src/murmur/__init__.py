@@ -4,6 +4,8 @@ from murmur.config import Config, Experiment, build_config, load_experiment
 from murmur.errors import UsageError
 from murmur.experiment import run
 from murmur.metrics.records import RunResult
+from murmur.training.checkpoint import load_checkpoint
+from murmur.training.model_file import load_model
 
 __all__ = [
     "Config",
@@ -11,6 +13,8 @@ __all__ = [
     "RunResult",
     "UsageError",
     "build_config",
+    "load_checkpoint",
     "load_experiment",
+    "load_model",
     "run",
 ]

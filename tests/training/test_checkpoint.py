@@ -68,7 +68,9 @@ def assert_same_run(first: Path, second: Path) -> None:
         ("centralized", []),
     ],
 )
-def test_a_resumed_run_ends_as_the_run_never_stopped(tmp_path, preset, settings):
+def test_a_resumed_run_ends_as_the_run_never_stopped(
+    tmp_path, preset, settings, periodic_checkpoints
+):
     config = _config(preset, *settings)
     finished = run(config, tmp_path / "finished", name="member", preset="comparison")
     checkpoint = load_file(tmp_path / "finished" / CHECKPOINT)
@@ -80,7 +82,7 @@ def test_a_resumed_run_ends_as_the_run_never_stopped(tmp_path, preset, settings)
     assert_same_run(tmp_path / "finished", tmp_path / "stopped")
 
 
-def test_a_run_stopped_by_an_interrupt_is_resumed(tmp_path):
+def test_a_run_stopped_by_an_interrupt_is_resumed(tmp_path, periodic_checkpoints):
     """Ctrl-C leaves a failed summary and may cut a save short: neither stops a resume."""
     config = _config("detsgrad")
     run(config, tmp_path / "finished")
@@ -235,7 +237,9 @@ LAYERWISE = [
         ("dssfn-async-vowel", ["faults.drop=0.2", "faults.crashes=[1]", "faults.crash_at=1"]),
     ],
 )
-def test_a_resumed_layerwise_run_ends_as_the_run_never_stopped(tmp_path, preset, settings):
+def test_a_resumed_layerwise_run_ends_as_the_run_never_stopped(
+    tmp_path, preset, settings, periodic_checkpoints
+):
     config = load_experiment(preset, [*LAYERWISE, *settings]).runs[0][1]
     finished = run(config, tmp_path / "finished")
     checkpoint = load_file(tmp_path / "finished" / CHECKPOINT)

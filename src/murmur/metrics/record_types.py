@@ -37,6 +37,7 @@ __all__ = [
     "LayerRecord",
     "LayerReport",
     "MessageColumns",
+    "ModelSummary",
     "RunSummary",
     "ServerRecord",
     "SgdRecord",
@@ -204,6 +205,22 @@ class _FinishedFields(TypedDict, total=False):
     """Not read by the report, which uses the folder it reads."""
 
 
+class ModelSummary(TypedDict):
+    """What ``summary.json`` says of the model a run leaves (its ``"model"`` entry)."""
+
+    file: Annotated[str | None, nullable(TEXT)]
+    """``model.pt`` where it was written (None: the run had no folder)."""
+    agents: Annotated[int, POSITIVE]
+    """Rows averaged: the agents, or 1 (the shared model of a server or Hogwild run)."""
+    parameters: Annotated[int, POSITIVE]
+    features: Annotated[int, POSITIVE]
+    outputs: Annotated[int, POSITIVE]
+    test_accuracy: Annotated[float | None, nullable(FRACTION)]
+    """The average model's accuracy on the test split (None for regression)."""
+    test_loss: Annotated[float, NUMBER]
+    """Its cross-entropy, or mean squared error, on the test split."""
+
+
 class _ExtraFields(TypedDict, total=False):
     virtual_seconds: Annotated[float, SECONDS]
     layers: Annotated[list[int], list_of(POSITIVE)]
@@ -221,6 +238,8 @@ class _ExtraFields(TypedDict, total=False):
     speedup: Annotated[float, SECONDS]
     steps: Annotated[dict[str, float], STEPS]
     """Every SGD algorithm's chosen step sizes for the run's graph."""
+    model: Annotated[ModelSummary, object_of(ModelSummary)]
+    """Mini-batch runs: the average model they leave (``model.pt``) and its test scores."""
 
 
 class LayerReport(TypedDict):

@@ -102,6 +102,9 @@ class RunResult:
     """Algorithm-specific results, merged into the top level of summary.json."""
     parameters: torch.Tensor | None = field(default=None, repr=False, compare=False)
     """Final stacked parameters (agents, P); not written to summary.json."""
+    records: list[EvaluationRecord] = field(default_factory=list, repr=False, compare=False)
+    """Every evaluation's record, oldest first: the learning curve (the lines of
+    metrics.jsonl); not written to summary.json."""
 
     def to_dict(self) -> RunSummary:
         return {

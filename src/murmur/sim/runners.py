@@ -50,7 +50,8 @@ def run_sgd(
         links=LinkDelays(config.timing),
         flops_per_agent=6.0 * setup.initial.shape[1] * setup.problem.sampler.batch_size,
     )
-    records: list[EvaluationRecord] = []
+    # A run resumed from its last iteration's checkpoint makes no record of its own.
+    records: list[EvaluationRecord] = list(setup.checkpoints.kept if setup.checkpoints else [])
 
     def keep(record: EvaluationRecord) -> None:
         record.update(_fault_counts(transport, schedule))
@@ -211,7 +212,7 @@ def run_layerwise(
     config, graph = setup.config, setup.graph
     drop = config.faults.drop
     network = _network(setup)
-    records: list[EvaluationRecord] = []
+    records: list[EvaluationRecord] = list(setup.checkpoints.kept if setup.checkpoints else [])
 
     def faults() -> FaultCounts:
         counts: FaultCounts = {"dropped_messages": network.dropped} if drop > 0 else {}

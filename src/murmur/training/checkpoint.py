@@ -1,7 +1,7 @@
 """A run's checkpoint: its whole state, saved in its folder to be resumed.
 
-Every ``run.checkpoint_every`` iterations (layers for SSFN) the simulator's
-runner hands :meth:`Checkpoints.save` the state it carries from one step to the
+Every ``run.checkpoint_every`` iterations (layers for SSFN), and after the last
+one, the simulator's runner hands :meth:`Checkpoints.save` the state it carries from one step to the
 next: the algorithm's state, the transport's mailboxes and counters, the batch
 streams, the virtual clock and its random streams, the loop's sums. It is
 written to ``checkpoint.pt`` with the header below, atomically: into a
@@ -26,7 +26,7 @@ import io
 import os
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -58,13 +58,15 @@ class Checkpoints:
     resumed: dict[str, Any] | None = None
     """The checkpoint the run resumes from (``done``, ``records``, the runner's
     ``state``); None for a new run."""
+    kept: list[Any] = field(default_factory=list)
+    """The records a resumed run keeps from before its checkpoint, oldest first."""
 
     def due(self, done: int, total: int) -> bool:
-        """Whether to save after ``done`` of ``total`` steps (never before the first
-        or after the last)."""
+        """Whether to save after ``done`` of ``total`` steps: every ``every`` steps and
+        after the last one, never before the first."""
         if self.every == 0 or self.path is None:
             return False
-        return 0 < done < total and done % self.every == 0
+        return 0 < done <= total and (done % self.every == 0 or done == total)
 
     def save(self, done: int, state: Mapping[str, Any]) -> None:
         """Write the runner's ``state`` after ``done`` steps, replacing the previous one."""
@@ -142,6 +144,19 @@ def read_checkpoint(path: Path, config: Config, run_dir: Path | None = None) -> 
             f"{(run_dir or path.parent) / 'config.toml'}; "
             "resume a folder with its own config"
         )
+    return payload
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """What the checkpoint file ``path`` holds (``checkpoint.pt``, or a rank's file in a
+    distributed run's ``checkpoints/``), once its checksum matches: ``format``,
+    ``config`` (the run's config.toml text), ``name``, ``preset``, ``done`` (steps
+    finished), ``records`` (lines of metrics.jsonl written by then) and ``state``
+    (the runner's state: the algorithm's state record as a dict of tensors, the
+    transport's, the batch streams', ...); UsageError, in one line, otherwise."""
+    payload = load_file(Path(path))
+    if not isinstance(payload, dict):
+        raise UsageError(f"{path} is not a murmur checkpoint")
     return payload
 
 

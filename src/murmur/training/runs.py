@@ -7,6 +7,9 @@ writes the resolved config first, every record as it comes, and the
 diverging step, a lost peer, an interrupt) leaves a ``summary.json`` with
 ``"status": "failed"`` and the reason. A run never overwrites another.
 
+A finished mini-batch run also leaves its trained models, ``model.pt`` (the agents'
+average, a plain ``state_dict``) and ``agents.pt`` (:mod:`murmur.training.model_file`).
+
 With ``run.checkpoint_every`` the runner saves ``checkpoint.pt`` in the folder
 (:mod:`murmur.training.checkpoint`); :func:`check_resumable` reads a folder
 whose run was stopped, and :func:`train_run` continues it from its checkpoint:
@@ -33,8 +36,9 @@ from murmur.metrics.evaluation import accuracy_summary
 from murmur.metrics.record_types import EvaluationRecord
 from murmur.metrics.records import MetricsWriter, Outcome, RunResult, write_failure
 from murmur.training.checkpoint import CHECKPOINT, Checkpoints, header, read_checkpoint
+from murmur.training.model_file import write_model_files
 from murmur.training.plan import plan
-from murmur.training.setup import Setup, prepare
+from murmur.training.setup import Setup, SgdSetup, prepare
 
 OnRecord = Callable[[EvaluationRecord], None]
 """Takes each evaluation's record as the run makes it."""
@@ -70,6 +74,7 @@ def train_run(
         header=header(config, name, preset),
         records=lambda: len(writer.records),
         resumed=resume,
+        kept=list(kept),
     )
 
     def on_record(record: EvaluationRecord) -> None:
@@ -97,10 +102,25 @@ def train_run(
         writer.close()
     if setup.steps:
         outcome.extra["steps"] = setup.steps
+    _leave_model(setup, outcome, run_dir)
     result = _result(config, outcome, name, preset, time.perf_counter() - started, run_dir)
+    result = dataclasses.replace(result, records=writer.records)
     if run_dir is not None:
         result.write(run_dir / "summary.json")
     return result
+
+
+def _leave_model(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
+    """Write a mini-batch run's final models (``model.pt``, ``agents.pt``) into its
+    folder, and say in its summary what the average model scores."""
+    if isinstance(setup, SgdSetup) and outcome.parameters is not None:
+        outcome.extra["model"] = write_model_files(
+            run_dir,
+            setup.problem.model.module,
+            outcome.parameters,
+            (setup.dataset.x_test, setup.dataset.y_test),
+            setup.dataset.task == "classification",
+        )
 
 
 def _open_folder(

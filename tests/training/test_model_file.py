@@ -1,0 +1,123 @@
+"""The model a run leaves: model.pt is the average model's state_dict, agents.pt every
+agent's parameters; loaded back they score what summary.json says, to the last digit.
+The last iteration always has a checkpoint, and a loader reads it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from small_runs import SMALL_SGD
+from torch import nn
+
+from murmur import load_model
+from murmur.config import load_experiment
+from murmur.data import load_dataset
+from murmur.errors import UsageError
+from murmur.experiment import resume, run
+from murmur.training.checkpoint import CHECKPOINT, load_checkpoint
+from murmur.training.model_file import AGENTS_FILE, MODEL_FILE
+
+
+def _config(preset: str, *settings: str):
+    return load_experiment(preset, [*SMALL_SGD, *settings]).runs[0][1]
+
+
+def _scores(module: nn.Module, dataset) -> float:
+    with torch.no_grad():
+        return float((module(dataset.x_test).argmax(dim=-1) == dataset.y_test).double().mean())
+
+
+def test_model_pt_is_a_state_dict_that_scores_what_the_summary_says(tmp_path):
+    result = run(_config("detsgrad"), tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    state = torch.load(tmp_path / "run" / MODEL_FILE, weights_only=True)
+    stacked = torch.load(tmp_path / "run" / AGENTS_FILE, weights_only=True)
+    assert set(state) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert all(stacked[name].shape == (6, *state[name].shape) for name in state)
+    assert result.parameters is not None
+    flat = torch.cat([stacked[name].reshape(6, -1) for name in state], dim=1)
+    assert torch.equal(flat, result.parameters)
+    assert torch.equal(state["0.weight"], stacked["0.weight"].mean(dim=0))
+    blobs = load_dataset("blobs")
+    model = load_model(tmp_path / "run")
+    assert _scores(model, blobs) == summary["model"]["test_accuracy"]
+    for agent in (0, 5):
+        own = load_model(tmp_path / "run", agent=agent)
+        assert _scores(own, blobs) == summary["accuracy"]["per_agent"][agent]
+
+
+def test_a_run_without_a_folder_reports_its_average_model_and_its_curve():
+    result = run(_config("dsgd"))
+    model = result.extra["model"]
+    assert model["file"] is None and model["agents"] == 6 and model["outputs"] == 4
+    assert [record["iteration"] for record in result.records] == [0, 20, 40, 60]
+
+
+def test_a_module_given_from_python_is_needed_to_load_its_model(tmp_path):
+    net = nn.Sequential(nn.Linear(8, 5), nn.Tanh(), nn.Linear(5, 4))
+    run(_config("dsgd"), tmp_path / "run", model=net)
+    with pytest.raises(UsageError, match="pass that module"):
+        load_model(tmp_path / "run")
+    loaded = load_model(tmp_path / "run", net)
+    assert loaded is not net and not torch.equal(loaded[0].weight, net[0].weight)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert _scores(loaded, load_dataset("blobs")) == summary["model"]["test_accuracy"]
+    with pytest.raises(UsageError, match="does not fit the module"):
+        load_model(tmp_path / "run", nn.Linear(8, 4))
+
+
+def test_a_regression_run_leaves_its_model_and_loss(tmp_path):
+    config = load_experiment(
+        "centralized", ["data.dataset=synthetic", "model.name=linear", "run.iterations=50"]
+    ).runs[0][1]
+    run(config, tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())["model"]
+    assert summary["test_accuracy"] is None and summary["agents"] == 1
+    model = load_model(tmp_path / "run")
+    data = load_dataset("synthetic")
+    with torch.no_grad():
+        loss = float(nn.functional.mse_loss(model(data.x_test), data.y_test))
+    assert loss == summary["test_loss"]
+
+
+def test_a_server_run_leaves_its_one_model(tmp_path):
+    run(_config("asysg-con", "algorithm.workers=2"), tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["model"]["agents"] == 1
+    assert isinstance(load_model(tmp_path / "run"), nn.Sequential)
+
+
+def test_folders_without_a_model_are_refused_in_one_line(tmp_path):
+    with pytest.raises(UsageError, match="no finished run"):
+        load_model(tmp_path)
+    config = load_experiment("ssfn-vowel", ["algorithm.layers=1"]).runs[0][1]
+    run(config, tmp_path / "ssfn")
+    with pytest.raises(UsageError, match="left no model"):
+        load_model(tmp_path / "ssfn")
+
+
+def test_the_last_iteration_has_a_checkpoint_and_a_run_resumed_from_it_ends_the_same(tmp_path):
+    config = _config("detsgrad", "run.checkpoint_every=25")  # 60 is not a multiple
+    run(config, tmp_path / "finished")
+    saved = load_checkpoint(tmp_path / "finished" / CHECKPOINT)
+    assert saved["done"] == 60 and saved["records"] == 4
+    assert isinstance(saved["state"]["algorithm"]["x"], torch.Tensor)
+    shutil.copytree(tmp_path / "finished", tmp_path / "stopped")
+    (tmp_path / "stopped" / "summary.json").unlink()  # killed before the summary
+    resume(tmp_path / "stopped")
+    first, again = (
+        json.loads((tmp_path / folder / "summary.json").read_text())
+        for folder in ("finished", "stopped")
+    )
+    wall = {"wall_seconds", "train_seconds", "samples_per_second", "run_dir"}
+    assert {k: v for k, v in first.items() if k not in wall} == {
+        k: v for k, v in again.items() if k not in wall
+    }
+
+
+def test_a_damaged_checkpoint_is_refused_by_the_loader(tmp_path):
+    (tmp_path / CHECKPOINT).write_bytes(b"not a checkpoint")
+    with pytest.raises(UsageError, match="damaged"):
+        load_checkpoint(tmp_path / CHECKPOINT)
