@@ -23,6 +23,8 @@ from torch import nn
 
 from murmur.algorithms.asysg import WorkersConfig
 from murmur.algorithms.hogwild import HogwildConfig
+from murmur.algorithms.optimizers import LocalOptimizer
+from murmur.algorithms.schedules import SgdConfig
 from murmur.algorithms.ssfn import LayerwiseConfig
 from murmur.config import Config
 from murmur.data import DatasetInfo
@@ -99,6 +101,10 @@ def estimate_memory(
         learners_batch = batch if spec.decentralized else batch * config.topology.agents
         parts["the models"] = agents * STATE_COPIES * parameters * FLOAT32
         parts["the batches"] = agents * learners_batch * units * ACTIVATION_COPIES * FLOAT32
+    if isinstance(algorithm, SgdConfig) and algorithm.optimizes:
+        models = 1 if isinstance(algorithm, WorkersConfig) else agents  # a server's one model
+        buffers = LocalOptimizer(algorithm).state_buffers()
+        parts["the optimizer's state"] = models * buffers * parameters * FLOAT32
     if spec.decentralized and (config.faults.active or config.topology.varying != "none"):
         # One message per directed edge and one of each agent: a message holds at most
         # two model-sized vectors (DETSGRAD-GT's model and tracker).
