@@ -450,10 +450,11 @@ def test_presets_lists_each_preset_with_its_description(capsys):
 
 def test_datasets_lists_every_dataset_with_its_sizes(capsys):
     lines = {line.split()[0]: line for line in run_ok(capsys, "datasets").splitlines()}
-    assert set(lines) == set(DATASETS)
+    assert set(lines) == set(DATASETS) | {"file"}
     assert "4000/1000 x 784, 10 classes" in lines["mnist5k"]
     assert "2000/500 x 8, 4 classes" in lines["blobs"]
 
+    assert "data.dataset=file" in lines["file"] and "--file PATH" in lines["file"]
 
 def test_an_automatic_consensus_step_runs_on_a_graph_a_fixed_one_would_not(capsys, tmp_path):
     """detsgrad's preset has b = "auto": 20 agents of an Erdos-Renyi graph need no tuning,

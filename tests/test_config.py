@@ -62,6 +62,14 @@ def test_section_defaults():
         "labels_per_agent": 1,
         "dirichlet_alpha": 0.5,
         "batch_size": 32,
+        "allow_missing_classes": False,
+        "path": "",
+        "test_path": "",
+        "test_fraction": 0.2,
+        "label_column": "label",
+        "task": "classification",
+        "standardize": False,
+        "sha256": "",
     }
     assert dataclasses.asdict(ModelConfig()) == {"name": "mlp", "hidden": (100,)}
     assert dataclasses.asdict(TopologyConfig()) == {

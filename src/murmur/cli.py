@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(commands)
     _add_launch(commands)
     commands.add_parser("presets", help="list the presets shipped with murmur")
-    commands.add_parser("datasets", help="list the datasets and their sizes")
+    _add_datasets(commands)
     _add_report(commands)
     return parser
 
@@ -114,6 +114,29 @@ def _add_launch(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     _add_agents_per_rank(launch)
     _add_timeout(launch)
+
+
+def _add_datasets(commands: argparse._SubParsersAction[_Parser]) -> None:
+    datasets = commands.add_parser(
+        "datasets", help="list the datasets and their sizes, or describe a file of your own"
+    )
+    datasets.add_argument(
+        "--file",
+        metavar="PATH",
+        help='an .npz or .csv for data.dataset = "file": print its sizes, classes and SHA-256',
+    )
+    datasets.add_argument(
+        "--test-file", metavar="PATH", help="with a .csv: the .csv of its test split"
+    )
+    datasets.add_argument(
+        "--label-column", metavar="NAME", help="the .csv column of the labels (default: label)"
+    )
+    datasets.add_argument(
+        "--task",
+        choices=("classification", "regression"),
+        default="classification",
+        help="what the labels are (default: classification)",
+    )
 
 
 def _add_report(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -237,7 +260,7 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "presets":
         return _presets()
     if args.command == "datasets":
-        return _datasets()
+        return _datasets() if args.file is None else _describe_file(args)
     if args.command == "reproduce":
         return _reproduce(args.paper, args.out, quick=args.quick, progress=not args.quiet)
     return _report(args.runs, args.out)
@@ -473,6 +496,42 @@ def _datasets() -> int:
     return 0
 
 
+    own = "your own .npz or .csv"
+    print(
+        f"{'file':<{width}}  {'file':<9}  {own:<32}  --set data.dataset=file --set "
+        "data.path=PATH (murmur datasets --file PATH describes it)"
+    )
+    return 0
+
+
+def _describe_file(args: argparse.Namespace) -> int:
+    """``murmur datasets --file PATH``: the sizes, classes and SHA-256 of a user's file,
+    and the settings that train on it."""
+    from murmur.data.user_files import read_file_data
+    from murmur.sections import DataConfig
+
+    settings = {"dataset": "file", "path": args.file}
+    if args.task != "classification":
+        settings["task"] = args.task
+    if args.test_file is not None:
+        settings["test_path"] = args.test_file
+    if args.label_column is not None:
+        settings["label_column"] = args.label_column
+    loaded = read_file_data(DataConfig(**settings))
+    dataset = loaded.dataset
+    print(
+        f"{args.file}: {dataset.x_train.shape[0]} training and {dataset.x_test.shape[0]} test "
+        f"samples of {dataset.features} features"
+    )
+    if dataset.task == "classification":
+        counts = dataset.y_train.bincount(minlength=dataset.num_classes).tolist()
+        shown = ", ".join(f"{label}: {count}" for label, count in enumerate(counts))
+        print(f"classes: {dataset.num_classes} (training samples of each: {shown})")
+    else:
+        print(f"regression: {dataset.outputs} target{'s' * (dataset.outputs > 1)} per sample")
+    print(f"sha256: {loaded.sha256}")
+    overrides = " ".join(f"--set data.{key}={value}" for key, value in settings.items())
+    print(f"train on it: murmur run PRESET {overrides} --set data.sha256={loaded.sha256}")
 def _report(folders: list[str], out: str | None) -> int:
     from murmur.metrics.report import failed_line, format_table, read_run
     from murmur.metrics.report_files import write_report

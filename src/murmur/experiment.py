@@ -16,11 +16,13 @@ from pathlib import Path
 from torch import nn
 
 from murmur.config import Config
+from murmur.data import Dataset
 from murmur.errors import UsageError
 from murmur.metrics.records import Outcome, RunResult
 from murmur.procs.hogwild import run_hogwild
 from murmur.sim.runners import run_layerwise, run_sgd
 from murmur.sim.server import run_server
+from murmur.training.data_plan import given_data_config
 from murmur.training.plan import Plan, plan
 from murmur.training.runs import OnRecord, check_resumable, train_run
 from murmur.training.setup import (
@@ -55,6 +57,7 @@ def run(
     progress: bool = False,
     setup: Setup | None = None,
     model: nn.Module | None = None,
+    data: Dataset | None = None,
 ) -> RunResult:
     """Train one run on this machine; write its folder when ``out_dir`` is given.
 
@@ -71,23 +74,35 @@ def run(
     such a module is refused with a UsageError. The run's config and folder say
     ``model.name = "custom"``; ``resume`` continues such a run only when given the
     same module again (``murmur run --resume`` cannot rebuild it and says so).
+
+    ``data``: a Dataset (``murmur.data.from_arrays``, ``from_torch_dataset``) to train
+    on instead of the one ``config.data`` names; the run's config says
+    ``data.dataset = "arrays"`` with the arrays' SHA-256 in ``data.sha256``.
     """
-    if model is not None:
+    if model is not None or data is not None:
         base = config.config if isinstance(config, Plan) else config
-        custom = dataclasses.replace(base, model=dataclasses.replace(base.model, name="custom"))
-        setup = prepare(plan(custom, module=model), model)
+        if model is not None:
+            base = dataclasses.replace(base, model=dataclasses.replace(base.model, name="custom"))
+        if data is not None:
+            base = given_data_config(base)
+        setup = prepare(plan(base, module=model, data=data), model, data)
     elif setup is None:
         setup = prepare(config if isinstance(config, Plan) else plan(config))
     return train_run(setup, out_dir, name=name, preset=preset, progress=progress, runner=simulate)
 
 
 def resume(
-    run_dir: str | Path, *, progress: bool = False, model: nn.Module | None = None
+    run_dir: str | Path,
+    *,
+    progress: bool = False,
+    model: nn.Module | None = None,
+    data: Dataset | None = None,
 ) -> RunResult:
     """Continue the stopped run in ``run_dir`` from its checkpoint, to its end.
 
     Everything is checked before the folder is touched (UsageError otherwise).
-    ``model``: the module a run of ``model.name = "custom"`` was started with.
+    ``model``: the module a run of ``model.name = "custom"`` was started with;
+    ``data``: the Dataset of a run of ``data.dataset = "arrays"``.
     """
     folder = Path(run_dir)
     config, checkpoint = check_resumable(folder)
@@ -97,7 +112,7 @@ def resume(
             "network; resume it without a model"
         )
     return train_run(
-        prepare(plan(config, module=model), model),
+        prepare(plan(config, module=model, data=data), model, data),
         folder,
         name=checkpoint["name"],
         preset=checkpoint["preset"],

@@ -63,7 +63,9 @@ class DataConfig:
     """Which data, and how it is split among the agents."""
 
     dataset: str = "mnist5k"
-    """Dataset name (see ``murmur datasets``)."""
+    """Dataset name (see ``murmur datasets``): ``file`` reads your own ``data.path``;
+    ``arrays`` stands for a Dataset given from Python (``murmur.run(config, data=...)``),
+    which a config alone cannot rebuild."""
     root: str = ""
     """Directory with the files of an on-disk dataset (mnist, fashion-mnist)."""
     partition: Literal["iid", "labels", "dirichlet"] = "iid"
@@ -74,11 +76,42 @@ class DataConfig:
     """Concentration of the Dirichlet split; smaller is more skewed."""
     batch_size: int = 32
     """Mini-batch size per agent and iteration."""
+    allow_missing_classes: bool = False
+    """Let ``partition = "labels"`` leave classes out of every agent (agents x
+    labels_per_agent < classes), which caps the test accuracy; refused otherwise."""
+    path: str = ""
+    """``dataset = "file"``: an ``.npz`` of x_train, y_train, x_test, y_test, or a ``.csv``
+    with a header row (features, as they are, and the ``label_column``)."""
+    test_path: str = ""
+    """``dataset = "file"``: a second ``.csv``, of the same columns, as the test split;
+    empty: ``test_fraction`` of the rows of ``path`` are held out."""
+    test_fraction: float = 0.2
+    """Share of a ``.csv``'s rows held out as the test split when ``test_path`` is empty
+    (the same rows whatever ``run.seed``)."""
+    label_column: str = "label"
+    """The ``.csv`` column of the class labels (integers 0..C-1) or regression targets."""
+    task: Literal["classification", "regression"] = "classification"
+    """What the file's labels are: class numbers, or real-valued regression targets."""
+    standardize: bool = False
+    """Z-score the file's features with the training split's mean and standard deviation;
+    false uses them as they are."""
+    sha256: str = ""
+    """SHA-256 of the data: of ``path`` (followed by ``test_path``'s bytes when set), or of
+    the arrays given from Python. The plan fills it in; set, a different file is refused."""
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "data.batch_size must be at least 1")
         require(self.labels_per_agent >= 1, "data.labels_per_agent must be at least 1")
         require(self.dirichlet_alpha > 0, "data.dirichlet_alpha must be positive")
+        require(
+            0 < self.test_fraction < 1,
+            f"data.test_fraction must be between 0 and 1, not {self.test_fraction}",
+        )
+        require(
+            self.sha256 == "" or _is_sha256(self.sha256),
+            f"data.sha256 must be 64 lowercase hexadecimal digits (as sha256sum prints them) "
+            f"or empty, not {self.sha256[:80]!r}",
+        )
 
 
 @dataclass(frozen=True)
@@ -306,6 +339,10 @@ class AlgorithmConfig:
 
 Step = float | Literal["auto"]
 """A step size given as a number, or "auto": chosen from the graph's spectrum."""
+
+
+def _is_sha256(text: str) -> bool:
+    return len(text) == 64 and all(character in "0123456789abcdef" for character in text)
 
 
 def require(condition: bool, message: str) -> None:

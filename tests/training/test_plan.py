@@ -115,7 +115,7 @@ def test_every_check_runs_before_anything_is_built(monkeypatch):
     def no_loading(*args, **kwargs):
         raise AssertionError("the data was loaded")
 
-    monkeypatch.setattr("murmur.training.setup.load_dataset", no_loading)
+    monkeypatch.setattr("murmur.training.data_plan.load_dataset", no_loading)
     with pytest.raises(UsageError, match="cannot run with topology.varying"):
         plan(_config("detsgrad-gt", "topology.varying=matching"))
     with pytest.raises(UsageError, match="does not run centralized"):

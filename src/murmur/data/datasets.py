@@ -31,7 +31,7 @@ import torch
 from murmur.errors import UsageError
 
 Task = Literal["classification", "regression"]
-Source = Literal["bundled", "on disk", "generated"]
+Source = Literal["bundled", "on disk", "generated", "file", "python"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,7 +74,15 @@ class DatasetInfo:
     test: int
     features: int
     classes: int
+    """Classes of a classification set; 0 for regression."""
     source: Source
+    targets: int = 1
+    """Width of a regression set's targets (1 for classification sets)."""
+
+    @property
+    def outputs(self) -> int:
+        """Width of the model output: the number of classes, or the target width."""
+        return self.classes or self.targets
 
 
 DATASETS: dict[str, DatasetInfo] = {

@@ -120,11 +120,7 @@ def _by_labels(
             f"data.labels_per_agent={per_agent} must be between 1 and the {classes} classes "
             "of this dataset"
         )
-    class_order = torch.randperm(classes, generator=generator).tolist()
-    holders: dict[int, list[int]] = {c: [] for c in range(classes)}
-    for agent in range(agents):
-        for j in range(per_agent):
-            holders[class_order[(agent * per_agent + j) % classes]].append(agent)
+    class_order, holders = _label_holders(agents, per_agent, classes, generator)
 
     shards: list[list[torch.Tensor]] = [[] for _ in range(agents)]
     for cls in class_order:
@@ -141,6 +137,27 @@ def _by_labels(
         for agent, part in zip(holders[cls], parts, strict=True):
             shards[agent].append(part)
     return [torch.cat(parts).sort().values for parts in shards]
+
+
+def covered_classes(agents: int, per_agent: int, classes: int, seed: int) -> list[int]:
+    """The classes ``partition(..., "labels", seed=seed)`` gives to at least one of
+    ``agents`` agents holding ``per_agent`` classes each, sorted: all ``classes`` when
+    ``agents * per_agent >= classes``."""
+    generator = torch.Generator().manual_seed(seed)
+    _, holders = _label_holders(agents, per_agent, classes, generator)
+    return [cls for cls in range(classes) if holders[cls]]
+
+
+def _label_holders(
+    agents: int, per_agent: int, classes: int, generator: torch.Generator
+) -> tuple[list[int], dict[int, list[int]]]:
+    """The seeded order of the classes, and the agents that hold each class."""
+    class_order = torch.randperm(classes, generator=generator).tolist()
+    holders: dict[int, list[int]] = {c: [] for c in range(classes)}
+    for agent in range(agents):
+        for j in range(per_agent):
+            holders[class_order[(agent * per_agent + j) % classes]].append(agent)
+    return class_order, holders
 
 
 def _by_dirichlet(

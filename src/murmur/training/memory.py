@@ -83,7 +83,7 @@ def estimate_memory(
         parts.update(_layerwise_parts(config.algorithm, info, agents))
         return MemoryEstimate(parts)
     parameters = parameter_count(config, info)
-    outputs = max(info.classes, 1)
+    outputs = info.outputs
     units = info.features + sum(config.model.hidden if config.model.name == "mlp" else ()) + outputs
     if module is not None:
         parameters = sum(parameter.numel() for parameter in module.parameters())
@@ -115,7 +115,7 @@ def estimate_memory(
 
 def parameter_count(config: Config, info: DatasetInfo) -> int:
     """Parameters of one model of ``config.model`` on ``info``'s inputs and outputs."""
-    outputs = max(info.classes, 1)
+    outputs = info.outputs
     if config.model.name == "cnn":
         module = build_model(config.model, info.features, outputs, seed=0)
         return sum(parameter.numel() for parameter in module.parameters())

@@ -27,14 +27,14 @@ from torch import nn
 
 from murmur.algorithms.schedules import SgdConfig
 from murmur.config import Config, build_config
-from murmur.data import DATASETS
-from murmur.data.datasets import DatasetInfo
+from murmur.data.datasets import Dataset, DatasetInfo
 from murmur.data.partition import check_agents
 from murmur.errors import UsageError, one_line
 from murmur.models import build_model
 from murmur.models.stacked import check_buffers
 from murmur.registry import ALGORITHMS, FAMILIES, FAULTS, FamilyKind, Member, Runtime
 from murmur.seeding import derive_seed
+from murmur.training.data_plan import check_classes_covered, resolve_data
 from murmur.training.memory import check_memory, parameter_count
 
 COMPILE_WORTH = 1e10
@@ -110,6 +110,7 @@ def plan(
     world_name: str = "WORLD_SIZE",
     agents_per_rank: int = 1,
     module: nn.Module | None = None,
+    data: Dataset | None = None,
 ) -> Plan:
     """Check ``config`` for ``runtime`` and resolve its automatic choices; UsageError,
     in one line, for anything it cannot run.
@@ -117,7 +118,8 @@ def plan(
     ``world``: the ranks a distributed run will have (``world_name``: how the user set
     that number, for the message), each holding ``agents_per_rank`` agents; None: not
     known yet. ``module``: the network to train instead of the one ``config.model``
-    names (it is read, never changed).
+    names (it is read, never changed). ``data``: the Dataset of a config of
+    ``data.dataset = "arrays"``; the plan's config carries its (or a file's) SHA-256.
     """
     member = ALGORITHMS[config.algorithm.name]
     check_capabilities(member, config, runtime)
@@ -126,8 +128,9 @@ def plan(
         module = _checked_module(member, module)
     _check_weights(config)
     _check_compiler(config)
-    info = _dataset(config)
+    config, info, dataset = resolve_data(config, data, runtime)
     parameters, memory = _sizes(member, config, info, module)
+    check_classes_covered(config, member.decentralized, info, dataset)
     if member.kind == "layerwise" and info.classes == 0:
         raise UsageError(
             f"{config.algorithm.name} needs a classification dataset; "
@@ -378,17 +381,6 @@ def _check_weights(config: Config) -> None:
             f"topology.varying = {varying} does not give one in general; use "
             "algorithm.weights=metropolis (or laplacian)"
         )
-
-
-def _dataset(config: Config) -> DatasetInfo:
-    """What ``data.dataset`` names; UsageError listing the datasets otherwise."""
-    info = DATASETS.get(config.data.dataset)
-    if info is None:
-        raise UsageError(
-            f"data.dataset={config.data.dataset!r} is not a dataset; "
-            f"choose one of: {', '.join(DATASETS)}"
-        )
-    return info
 
 
 def _sizes(

@@ -24,7 +24,7 @@ from murmur.algorithms.estimates import Segments
 from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.protocols import Algorithm, BuildContext, LayerSolver
 from murmur.config import Config
-from murmur.data import load_dataset, partition
+from murmur.data import partition
 from murmur.data.batches import BatchSampler
 from murmur.data.datasets import Dataset
 from murmur.models import build_model
@@ -34,6 +34,7 @@ from murmur.sections import TopologyConfig
 from murmur.seeding import derive_seed
 from murmur.topology import Graph, build_graph, ring
 from murmur.training.checkpoint import Checkpoints
+from murmur.training.data_plan import run_dataset
 from murmur.training.plan import Plan
 from murmur.training.plan import plan as make_plan
 
@@ -124,7 +125,9 @@ PreparedSetup = RoundsSetup | ServerSetup | HogwildSetup | LayerSetup
 """A run ready for its family's runner."""
 
 
-def prepare(run: Plan | Config, module: nn.Module | None = None) -> PreparedSetup:
+def prepare(
+    run: Plan | Config, module: nn.Module | None = None, data: Dataset | None = None
+) -> PreparedSetup:
     """Build the run ``run`` plans (checked by :func:`~murmur.training.plan.plan`, so
     nothing here checks the input again, but for the data files and what only the
     built graph tells, such as a consensus step too large for it); a config is planned
@@ -132,11 +135,13 @@ def prepare(run: Plan | Config, module: nn.Module | None = None) -> PreparedSetu
 
     ``module``: the network every agent trains a copy of, instead of the one
     ``config.model`` names (a copy is trained; the module is left as it was).
+    ``data``: the Dataset of a run of ``data.dataset = "arrays"``, used as it is; a
+    file's is the one its plan read (once per process).
     """
-    plan = run if isinstance(run, Plan) else make_plan(run, module=module)
+    plan = run if isinstance(run, Plan) else make_plan(run, module=module, data=data)
     config = plan.config
     torch.set_num_threads(config.run.threads)
-    dataset = load_dataset(config.data.dataset, root=config.data.root or None)
+    dataset = run_dataset(config, data)
     graph, shards, batch_size = _learners(plan, dataset)
     common = Setup(
         plan=plan, config=config, dataset=dataset, graph=graph, shards=shards, memory=plan.memory
