@@ -97,6 +97,8 @@ SYNCHRONOUS = [
     ("detsgrad", ["algorithm.trigger=layer"]),
     ("detsgrad", ["algorithm.compress=topk", "algorithm.fraction=0.25"]),
     ("detsgrad-gt", []),
+    ("dsgd", ["algorithm.optimizer=momentum", "algorithm.weight_decay=0.001"]),
+    ("detsgrad", ["algorithm.optimizer=adam", "algorithm.a=0.01", "algorithm.v0=20"]),
     ("choco-sgd", []),
     ("sparq-sgd", []),
     ("centralized", []),
