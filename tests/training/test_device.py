@@ -57,9 +57,11 @@ def test_launch_refuses_cuda_in_one_line(capsys):
 
 
 @pytest.mark.skipif(NO_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum"])
 @pytest.mark.parametrize("preset", ["dsgd", "asysg-con"])
-def test_a_cuda_run_is_the_cpu_run(preset):
+def test_a_cuda_run_is_the_cpu_run(preset, optimizer):
     settings = [
+        f"algorithm.optimizer={optimizer}",
         "model.name=cnn",
         "data.dataset=digits",
         "data.batch_size=8",
