@@ -282,52 +282,123 @@ def preset_names() -> list[str]:
 
 
 def read_preset(source: str) -> tuple[str, dict[str, Any]]:
-    """Read a preset by name or a TOML file by path; follows ``extends``."""
-    return _read_preset(source, seen=())
+    """Read a preset by name or a TOML file by path, as given on the command line;
+    follows ``extends``.
+
+    A name that looks like a path (it ends in ``.toml`` or holds a ``/``) is a file;
+    a packaged preset's name is that preset even where a file or folder of the same
+    name sits in the current directory (:func:`shadowed_path` says so); any other
+    name is a file if there is one. Inside a preset or file, ``extends`` and
+    ``compare`` name packaged presets, or files by a path-like name, read relative
+    to the file that names them: never whatever the current directory holds.
+    """
+    return _read_preset(source, seen=(), within=None)
 
 
-def _read_preset(source: str, seen: tuple[tuple[str, str], ...]) -> tuple[str, dict[str, Any]]:
-    """``seen``: (identity, as written) of the presets that extend this one, in order."""
+def shadowed_path(source: str) -> str | None:
+    """One line for a command-line ``source`` that names a packaged preset and also a
+    file or folder here, which it does not mean; None otherwise."""
+    if _looks_like_path(source) or source not in preset_names():
+        return None
+    if _path_kind(Path(source), source) == "missing":
+        return None
+    return (
+        f"'{source}' is the packaged preset; the {_path_kind(Path(source), source)} "
+        f"./{source} here is not read (write ./{source} to use it)"
+    )
+
+
+def _looks_like_path(source: str) -> bool:
+    """Whether a preset name is a path: it ends in .toml or names a folder."""
+    return source.endswith(".toml") or "/" in source
+
+
+def _read_preset(
+    source: str, seen: tuple[tuple[str, str], ...], within: Path | None | Literal["preset"]
+) -> tuple[str, dict[str, Any]]:
+    """``seen``: (identity, as written) of the presets that extend this one, in order;
+    ``within``: the file (or ``"preset"``: the packaged preset) whose ``extends`` or
+    ``compare`` names ``source``, None on the command line."""
     if not source.strip():
         raise UsageError(
             f"unknown preset {_shown(source)}: a preset name cannot be empty; valid presets: "
             f"{', '.join(preset_names())} (or give a path to a .toml file)"
         )
-    path = Path(source)
-    kind = _path_kind(path, source)
-    identity = str(path.resolve()) if kind == "file" else source
+    path = _preset_path(source, within)
+    identity = str(path.resolve()) if path is not None else source
     if identity in (known for known, _ in seen):
         chain = " -> ".join(written for _, written in seen)
         raise UsageError(f"presets extend each other in a loop: {chain} -> {source}")
-    if kind == "folder":
-        raise UsageError(f"{source} is a folder, not a preset name or a .toml file")
-    if kind == "other":
-        raise UsageError(f"{source} is not a regular file, not a preset name or a .toml file")
-    if kind == "file" or source.endswith(".toml"):
-        name = path.stem
-        text = read_utf8(path, f"config file {source}")
+    if path is not None:
+        name, text = path.stem, read_utf8(path, f"config file {source}")
     else:
-        name = source
-        if source not in preset_names():
-            raise UsageError(
-                f"unknown preset {_shown(source)}; valid presets: {', '.join(preset_names())} "
-                "(or give a path to a .toml file)"
-            )
-        text = (resources.files("murmur") / "presets" / f"{source}.toml").read_text()
+        name, text = source, _packaged_text(source, within)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"{source} is not valid TOML: {error}") from None
+    raw["compare"] = _members_within(raw, source, path)
+    if raw["compare"] is None:
+        del raw["compare"]
     parent = raw.pop("extends", None)
     if parent is not None:
         if not isinstance(parent, str) or not parent or "\0" in parent:
             raise UsageError(f"{source}: 'extends' must be a preset name or a .toml path")
-        if parent.endswith(".toml") and kind == "file" and not Path(parent).is_absolute():
-            parent = str(path.parent / parent)  # relative to the file that extends it
-        _, base = _read_preset(parent, seen + ((identity, source),))
+        _, base = _read_preset(parent, seen + ((identity, source),), path or "preset")
         base.pop("description", None)
         raw = _merge(base, raw)
     return name, raw
+
+
+def _preset_path(source: str, within: Path | None | Literal["preset"]) -> Path | None:
+    """The file ``source`` names, or None where it names a packaged preset; UsageError
+    for a folder or anything else that is not a file."""
+    if within is not None and not _looks_like_path(source):
+        return None  # inside a preset: a bare name is a packaged preset
+    if within is None and not _looks_like_path(source) and source in preset_names():
+        return None
+    path = Path(source)
+    if isinstance(within, Path) and not path.is_absolute():
+        path = within.parent / path  # relative to the file that names it
+    kind = _path_kind(path, source)
+    if kind == "folder":
+        raise UsageError(f"{source} is a folder, not a preset name or a .toml file")
+    if kind == "other":
+        raise UsageError(f"{source} is not a regular file, not a preset name or a .toml file")
+    if kind == "missing" and not _looks_like_path(source):
+        return None  # an unknown name: refused with the list of presets
+    return path
+
+
+def _packaged_text(source: str, within: Path | None | Literal["preset"]) -> str:
+    """The text of the packaged preset ``source``; UsageError listing them otherwise."""
+    if source not in preset_names():
+        inside = " (inside a preset, write a file as ./name.toml)" if within is not None else ""
+        raise UsageError(
+            f"unknown preset {_shown(source)}; valid presets: {', '.join(preset_names())} "
+            f"(or give a path to a .toml file){inside}"
+        )
+    return (resources.files("murmur") / "presets" / f"{source}.toml").read_text()
+
+
+def _members_within(raw: dict[str, Any], source: str, path: Path | None) -> Any:
+    """``raw``'s ``compare`` entries with each file's path made relative to the file
+    that names it (entries that are not strings or tables are checked later)."""
+    members = raw.get("compare")
+    if not isinstance(members, list) or path is None:
+        return members
+    folder = path.parent
+
+    def within_folder(member: object) -> object:
+        entry = dict(member) if isinstance(member, Mapping) else {"preset": member}
+        preset = entry.get("preset")
+        if not isinstance(preset, str) or not _looks_like_path(preset):
+            return member
+        if not Path(preset).is_absolute():
+            entry["preset"] = str(folder / preset)
+        return entry
+
+    return [within_folder(member) for member in members]
 
 
 def _path_kind(path: Path, source: str) -> Literal["file", "folder", "other", "missing"]:
@@ -379,7 +450,7 @@ def load_experiment(source: str, overrides: Sequence[str] = ()) -> Experiment:
     runs = []
     for member in members:
         preset, label, settings = _compare_member(name, member)
-        _, member_raw = read_preset(preset)
+        _, member_raw = _read_preset(preset, seen=(), within="preset")
         member_raw.pop("description", None)
         runs.append((label, apply_overrides(member_raw, settings)))
     labels = [label for label, _ in runs]
@@ -391,7 +462,7 @@ def load_experiment(source: str, overrides: Sequence[str] = ()) -> Experiment:
 def _compare_member(name: str, member: Any) -> tuple[str, str, list[str]]:
     """A ``compare`` entry: a preset name, or ``{preset, label, set = ["k=v", ...]}``."""
     if isinstance(member, str):
-        return member, member, []
+        return member, _default_label(member), []
     if not isinstance(member, Mapping) or "preset" not in member:
         raise UsageError(
             f"preset {name}: each 'compare' entry is a preset name or a table "
@@ -407,10 +478,15 @@ def _compare_member(name: str, member: Any) -> tuple[str, str, list[str]]:
     if not isinstance(settings, list) or not all(isinstance(item, str) for item in settings):
         raise UsageError(f"preset {name}: 'set' in a 'compare' entry must be a list of strings")
     preset = str(member["preset"])
-    label = str(member.get("label", preset))
+    label = str(member.get("label", _default_label(preset)))
     if not label or "/" in label or label.startswith("."):
         raise UsageError(f"preset {name}: compare label {_shown(label)} cannot name a folder")
     return preset, label, settings
+
+
+def _default_label(preset: str) -> str:
+    """A compare member's label when it gives none: the preset's name, or the file's."""
+    return Path(preset).stem if _looks_like_path(preset) else preset
 
 
 def _apply_to_members(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -121,3 +122,17 @@ def test_a_damaged_checkpoint_is_refused_by_the_loader(tmp_path):
     (tmp_path / CHECKPOINT).write_bytes(b"not a checkpoint")
     with pytest.raises(UsageError, match="damaged"):
         load_checkpoint(tmp_path / CHECKPOINT)
+
+
+def test_run_into_a_folder_that_holds_something_takes_a_new_subfolder(tmp_path):
+    (tmp_path / "notes.txt").write_text("kept")
+    first = run(_config("dsgd", "run.iterations=20"), tmp_path)
+    second = run(_config("dsgd", "run.iterations=20"), tmp_path)
+    assert first.run_dir is not None and second.run_dir is not None
+    folders = {Path(first.run_dir), Path(second.run_dir)}
+    assert len(folders) == 2 and all(folder.parent == tmp_path for folder in folders)
+    assert all(folder.name.startswith("dsgd-") for folder in folders)
+    assert (tmp_path / "notes.txt").read_text() == "kept"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="is a file"):
+        run(_config("dsgd", "run.iterations=20"), tmp_path / "file")

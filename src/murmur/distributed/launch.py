@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from murmur.config import Config, Experiment, load_experiment
+from murmur.config import Config, Experiment, load_experiment, shadowed_path
 from murmur.distributed.checkpoints import check_agents_per_rank, check_resumable_ranks
 from murmur.distributed.mailbox import (
     first_line,
@@ -68,6 +68,9 @@ def launch(
     else:
         if nproc is None or source is None:
             raise UsageError("murmur launch needs --nproc and a preset (or --resume DIR)")
+        note = shadowed_path(source)
+        if note is not None:
+            print(f"murmur: {note}", file=sys.stderr)
         experiment = load_experiment(source, overrides)
         name, config = single_run(experiment)
         checked = plan(

@@ -59,7 +59,9 @@ def train_run(
     resume: dict[str, Any] | None = None,
 ) -> RunResult:
     """Train the prepared run ``setup`` (``prepare(plan)``) with ``runner``; write its
-    folder when ``out_dir`` is given.
+    folder when ``out_dir`` is given: ``out_dir`` itself if it is missing or empty,
+    otherwise a new timestamped subfolder of it (:func:`free_folder`); the result's
+    ``run_dir`` says which.
 
     ``resume``: the checkpoint (from :func:`check_resumable`) from which to continue
     the run whose folder is ``out_dir``.
@@ -130,7 +132,9 @@ def _open_folder(
     new run's folder is created and its config saved; a resumed one keeps its records
     up to the checkpoint."""
     if resume is None:
-        run_dir = create_run_dir(out_dir) if out_dir is not None else None
+        run_dir = None
+        if out_dir is not None:
+            run_dir = create_run_dir(free_folder(Path(out_dir), config.algorithm.name))
         if run_dir is not None:
             save_config(config, run_dir / "config.toml")
         return run_dir, []
@@ -273,6 +277,20 @@ def check_run_dir(path: Path) -> None:
         raise UsageError(f"{path} is a file, not a folder; choose another --out")
     if path.exists() and any(path.iterdir()):
         raise UsageError(f"{path} already exists and is not empty; choose another --out")
+
+
+def free_folder(path: Path, stem: str) -> Path:
+    """``path`` if it is free (missing or an empty folder); for a folder that holds
+    something, a new timestamped subfolder of it, ``<stem>-YYYYmmdd-HHMMSS`` (``-2``,
+    ``-3``, ... where that is taken too), as ``murmur run`` names its folders."""
+    if not path.is_dir() or not any(path.iterdir()):
+        return path
+    base = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    candidate, number = path / base, 1
+    while candidate.exists():
+        number += 1
+        candidate = path / f"{base}-{number}"
+    return candidate
 
 
 def create_run_dir(out_dir: str | Path) -> Path:
