@@ -247,7 +247,7 @@ def _integers(y: np.ndarray, label: str, where: str) -> np.ndarray:
         if fractional.any():
             index = int(np.argmax(fractional))
             raise UsageError(
-                f"{where}: {label}[{index}] is {y[index]!r}, not a class number; class "
+                f"{where}: {label}[{index}] is {float(y[index]):g}, not a class number; class "
                 "labels are integers 0..C-1 (use task = 'regression' for real targets)"
             )
         if np.abs(y).max() >= 2**62:

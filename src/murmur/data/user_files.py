@@ -13,7 +13,8 @@ Features are used as the file holds them unless ``data.standardize`` z-scores th
 with the training split's statistics. The SHA-256 of the file's bytes (followed by
 the test file's) identifies the data: :func:`read_file_data` refuses a file whose
 hash is not ``data.sha256`` when that is set, and keeps what it parsed, by path and
-hash, so a process parses a file once (the plan reads it, the run reuses it).
+hash, so a process parses a file once: every read hashes the bytes again (a file
+changed since the plan read it is refused), the run reuses what the plan parsed.
 """
 
 from __future__ import annotations
@@ -73,9 +74,6 @@ def read_file_data(data: DataConfig) -> FileData:
     test = str(paths[1].resolve()) if len(paths) > 1 else ""
     options = (data.test_fraction, data.label_column, data.task, data.standardize)
     key: _Key = (str(paths[0].resolve()), test, *options)
-    if data.sha256 and (key, data.sha256) in _CACHE:
-        _CACHE.move_to_end((key, data.sha256))
-        return _CACHE[key, data.sha256]
     contents = [_read_bytes(path) for path in paths]
     digest = hashlib.sha256(b"".join(contents)).hexdigest()
     if data.sha256 and digest != data.sha256:
@@ -85,7 +83,9 @@ def read_file_data(data: DataConfig) -> FileData:
             f'{data.sha256}; restore the file, or set data.sha256 = "" to use it as it is'
         )
     found = _CACHE.get((key, digest))
-    if found is None:
+    if found is not None:
+        _CACHE.move_to_end((key, digest))
+    else:
         found = FileData(_parse(data, paths, contents), digest, paths)
         _CACHE[key, digest] = found
         while len(_CACHE) > CACHE_SIZE:
