@@ -242,7 +242,8 @@ def _read_csv(path: Path, content: bytes) -> _Table:
     for row, line in zip(rows, lines, strict=True):
         if len(row) != len(header):
             raise UsageError(
-                f"{path} line {line} has {len(row)} fields but the header has {len(header)} "
+                f"{path} line {line} has {len(row)} field{'s' * (len(row) != 1)} but the header "
+                f"has {len(header)} "
                 "columns; every row needs one value per column"
             )
     return _Table(path, header, _numbers(path, header, rows, lines), lines)
