@@ -24,8 +24,11 @@ def periodic_checkpoints(monkeypatch):
     from murmur.training.checkpoint import Checkpoints
 
     def due(self, done: int, total: int) -> bool:
-        return self.every > 0 and self.path is not None and 0 < done < total and (
-            done % self.every == 0
+        return (
+            self.every > 0
+            and self.path is not None
+            and 0 < done < total
+            and (done % self.every == 0)
         )
 
     monkeypatch.setattr(Checkpoints, "due", due)

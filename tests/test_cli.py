@@ -297,8 +297,10 @@ def test_single_run_writes_its_folder(capsys, tmp_path):
     out = tmp_path / "one"
     printed = run_ok(capsys, "run", "detsgrad", *FAST, "--out", str(out))
     assert sorted(p.name for p in out.iterdir()) == [
+        "agents.pt",
         "config.toml",
         "metrics.jsonl",
+        "model.pt",
         "summary.json",
     ]
     assert str(out.resolve()) in printed
@@ -452,9 +454,9 @@ def test_datasets_lists_every_dataset_with_its_sizes(capsys):
     lines = {line.split()[0]: line for line in run_ok(capsys, "datasets").splitlines()}
     assert set(lines) == set(DATASETS) | {"file"}
     assert "4000/1000 x 784, 10 classes" in lines["mnist5k"]
+    assert "data.dataset=file" in lines["file"] and "--file PATH" in lines["file"]
     assert "2000/500 x 8, 4 classes" in lines["blobs"]
 
-    assert "data.dataset=file" in lines["file"] and "--file PATH" in lines["file"]
 
 def test_an_automatic_consensus_step_runs_on_a_graph_a_fixed_one_would_not(capsys, tmp_path):
     """detsgrad's preset has b = "auto": 20 agents of an Erdos-Renyi graph need no tuning,

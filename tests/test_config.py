@@ -544,9 +544,7 @@ def test_extends_loop_through_another_spelling_of_the_same_file_is_refused(tmp_p
     path.write_text('extends = "sub/../self.toml"\n')
     with pytest.raises(UsageError) as error:
         load_experiment(str(path))
-    assert str(error.value) == (
-        f"presets extend each other in a loop: {path} -> {tmp_path / 'sub/../self.toml'}"
-    )
+    assert str(error.value) == (f"presets extend each other in a loop: {path} -> sub/../self.toml")
 
 
 def test_an_extends_path_too_long_to_look_up_is_one_short_line(tmp_path):

@@ -320,11 +320,14 @@ def _shown_path(path: Any, limit: int = 80) -> str:
 def _run(
     source: str, overrides: list[str], out: str | None, progress: bool, check: bool = False
 ) -> int:
-    from murmur.config import load_experiment
+    from murmur.config import load_experiment, shadowed_path
     from murmur.training.plan import plan
     from murmur.training.runs import check_run_dir, create_run_dir
     from murmur.training.setup import prepare
 
+    note = shadowed_path(source)
+    if note is not None:
+        print(f"murmur: {note}", file=sys.stderr)
     experiment = load_experiment(source, overrides)
     plans = [plan(config) for _, config in experiment.runs]  # all before any starts
     setups = [prepare(checked) for checked in plans]  # the data files and graphs too
@@ -493,9 +496,6 @@ def _datasets() -> int:
     for name, info in DATASETS.items():
         shape = f"{info.train}/{info.test} x {info.features}, {info.classes or '-'} classes"
         print(f"{name:<{width}}  {info.source:<9}  {shape:<32}  {info.description}")
-    return 0
-
-
     own = "your own .npz or .csv"
     print(
         f"{'file':<{width}}  {'file':<9}  {own:<32}  --set data.dataset=file --set "
@@ -532,6 +532,9 @@ def _describe_file(args: argparse.Namespace) -> int:
     print(f"sha256: {loaded.sha256}")
     overrides = " ".join(f"--set data.{key}={value}" for key, value in settings.items())
     print(f"train on it: murmur run PRESET {overrides} --set data.sha256={loaded.sha256}")
+    return 0
+
+
 def _report(folders: list[str], out: str | None) -> int:
     from murmur.metrics.report import failed_line, format_table, read_run
     from murmur.metrics.report_files import write_report

@@ -3,13 +3,16 @@
 A run is described by seven sections::
 
     [run]        seed, iterations, eval_every, threads, checkpoint_every
-    [data]       dataset, root, partition, labels_per_agent, dirichlet_alpha, batch_size
+    [data]       dataset, root, partition, labels_per_agent, dirichlet_alpha, batch_size,
+                 allow_missing_classes; a file of your own: path, test_path,
+                 test_fraction, label_column, task, standardize, sha256
     [model]      name, hidden
     [topology]   graph, agents, degree, probability, rows, edges_file, varying, every
     [timing]     the virtual clock: compute speed, stragglers, latency, bandwidth
     [faults]     faults the simulator injects: drop (lost messages), link_down,
                  link_up (links that fail), crashes, crash_at, rejoin_at, rejoin_from
-    [algorithm]  name, then that algorithm's own parameters
+    [algorithm]  name, then that algorithm's own parameters (the mini-batch ones: the
+                 step, and the local optimizer: optimizer, momentum, weight_decay, ...)
 
 Presets are TOML files shipped in ``murmur/presets``. A preset may start from
 another one (``extends = "other"``) and may instead of one run name several

@@ -184,9 +184,16 @@ def test_launch_starts_torchrun_and_rank_0_writes_the_run_folder(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert "detsgrad" in done.stdout and str(out) in done.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "metrics.jsonl", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "agents.pt",
+        "config.toml",
+        "metrics.jsonl",
+        "model.pt",
+        "summary.json",
+    ]
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["agents"], summary["runtime"], summary["iterations"]) == (2, "distributed", 20)
+    assert summary["model"]["agents"] == 2 and summary["model"]["file"] == "model.pt"
     assert [r["iteration"] for r in read_records(out)] == [0, 20]
 
 

@@ -66,24 +66,7 @@ def launch(
             print(f"resuming {resume} from {unit} {done}", file=sys.stderr)
         rank_argv, name, preset = ["--resume", resume], "", ""
     else:
-        if nproc is None or source is None:
-            raise UsageError("murmur launch needs --nproc and a preset (or --resume DIR)")
-        note = shadowed_path(source)
-        if note is not None:
-            print(f"murmur: {note}", file=sys.stderr)
-        experiment = load_experiment(source, overrides)
-        name, config = single_run(experiment)
-        checked = plan(
-            config,
-            "distributed",
-            world=nproc,
-            world_name="--nproc",
-            agents_per_rank=agents_per_rank,
-        )
-        prepare(checked)  # the data files are read before any rank starts
-        root = Path(out) if out else default_run_dir(experiment.name)
-        check_run_dir(root)
-        rank_argv, preset = [f"--out={root}"], experiment.name
+        checked, rank_argv, name, preset = _planned(nproc, source, overrides, out, agents_per_rank)
     check_restarts(checked, max_restarts)
     check_port_free(LOOPBACK, port)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -98,6 +81,31 @@ def launch(
                 checked, port, max_restarts, timeout, progress, [*rank_argv, f"--plan={plan_file}"]
             )
         )
+
+
+def _planned(
+    nproc: int | None,
+    source: str | None,
+    overrides: Sequence[str],
+    out: str | None,
+    agents_per_rank: int,
+) -> tuple[Plan, list[str], str, str]:
+    """A new run's plan, checked for ``nproc`` ranks, with its data files read, and the
+    ranks' arguments, name and preset; its folder is checked to be free."""
+    if nproc is None or source is None:
+        raise UsageError("murmur launch needs --nproc and a preset (or --resume DIR)")
+    note = shadowed_path(source)
+    if note is not None:
+        print(f"murmur: {note}", file=sys.stderr)
+    experiment = load_experiment(source, overrides)
+    name, config = single_run(experiment)
+    checked = plan(
+        config, "distributed", world=nproc, world_name="--nproc", agents_per_rank=agents_per_rank
+    )
+    prepare(checked)  # the data files are read before any rank starts
+    root = Path(out) if out else default_run_dir(experiment.name)
+    check_run_dir(root)
+    return checked, [f"--out={root}"], name, experiment.name
 
 
 def _check_arguments(

@@ -175,6 +175,6 @@ def _network(run_dir: Path, summary: ModelSummary) -> nn.Module:
     if config.model.name == "custom":
         raise UsageError(
             f"the run in {run_dir} trained a module given from Python (model.name = "
-            "\"custom\"); pass that module: load_model(folder, module)"
+            '"custom"); pass that module: load_model(folder, module)'
         )
     return build_model(config.model, summary["features"], summary["outputs"], seed=0)

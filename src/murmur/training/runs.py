@@ -102,9 +102,7 @@ def train_run(
         raise
     finally:
         writer.close()
-    if setup.steps:
-        outcome.extra["steps"] = setup.steps
-    _leave_model(setup, outcome, run_dir)
+    _add_steps_and_model(setup, outcome, run_dir)
     result = _result(config, outcome, name, preset, time.perf_counter() - started, run_dir)
     result = dataclasses.replace(result, records=writer.records)
     if run_dir is not None:
@@ -112,9 +110,12 @@ def train_run(
     return result
 
 
-def _leave_model(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
-    """Write a mini-batch run's final models (``model.pt``, ``agents.pt``) into its
-    folder, and say in its summary what the average model scores."""
+def _add_steps_and_model(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
+    """Say in the summary what ``"auto"`` steps became; write a mini-batch run's final
+    models (``model.pt``, ``agents.pt``) into its folder and say what the average
+    model scores."""
+    if setup.steps:
+        outcome.extra["steps"] = setup.steps
     if isinstance(setup, SgdSetup) and outcome.parameters is not None:
         outcome.extra["model"] = write_model_files(
             run_dir,
