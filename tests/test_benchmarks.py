@@ -250,3 +250,17 @@ def test_distributed_transport_breakdown_prints_every_step_of_one_send():
     assert all(value > 0 for value in steps.values()), steps
     parts = [value for name, value in steps.items() if "one way" not in name]
     assert steps["transport, one way"] >= 0.5 * sum(parts), steps
+
+
+def test_optimizers_quick_run_prints_a_row_per_algorithm_and_optimizer():
+    lines = _quick_run("optimizers.py")
+    start = lines.index("| algorithm | optimizer | accuracy | worst agent | messages | MB sent |")
+    rows = [line.split("|")[1:-1] for line in lines[start + 2 :] if line.startswith("|")]
+    assert [(cells[0].strip(), cells[1].split()[0]) for cells in rows] == [
+        (algorithm, optimizer)
+        for algorithm in ("dsgd", "detsgrad")
+        for optimizer in ("sgd", "momentum", "adam")
+    ]
+    for cells in rows:
+        assert 0 <= float(cells[2].split("±")[0]) <= 1
+        assert float(cells[4].split("±")[0]) > 0
