@@ -95,6 +95,18 @@ def test_section_defaults():
     assert FaultsConfig(link_down=0.1).active and FaultsConfig(crashes=(3,)).active
 
 
+OPTIMIZER_DEFAULTS = {
+    "optimizer": "sgd",
+    "beta1": 0.9,
+    "beta2": 0.999,
+    "adam_eps": 1e-8,
+    "weight_decay": 0.0,
+    "warmup": 0,
+}
+"""The local optimizer's keys, which every SGD algorithm has after a, d2 and eps."""
+OPTIMIZER_KEYS = list(OPTIMIZER_DEFAULTS)
+
+
 def test_algorithm_defaults():
     assert dataclasses.asdict(DetsgradConfig()) == {
         "a": 0.1,
@@ -107,16 +119,23 @@ def test_algorithm_defaults():
         "compress": "none",
         "fraction": 0.01,
         "levels": 16,
+        **OPTIMIZER_DEFAULTS,
     }
     assert dataclasses.asdict(DsgdConfig()) == {
         "a": 0.1,
         "d2": 1.0,
         "eps": 1e-5,
+        **OPTIMIZER_DEFAULTS,
         "weights": "laplacian",
         "b": "auto",
         "order": "cta",
     }
-    assert dataclasses.asdict(CentralizedConfig()) == {"a": 0.1, "d2": 1.0, "eps": 1e-5}
+    assert dataclasses.asdict(CentralizedConfig()) == {
+        "a": 0.1,
+        "d2": 1.0,
+        "eps": 1e-5,
+        **OPTIMIZER_DEFAULTS,
+    }
 
 
 def test_build_config_with_only_an_algorithm_name_uses_every_default():
@@ -236,7 +255,16 @@ def test_floats_must_fit_in_float32(value):
 def test_to_dict_puts_the_algorithm_name_first():
     algorithm = single("detsgrad").to_dict()["algorithm"]
     assert list(algorithm)[:4] == ["name", "a", "d2", "eps"]
-    assert list(algorithm)[4:] == ["compress", "fraction", "levels", "b", "v0", "d1", "trigger"]
+    assert list(algorithm)[4:] == [
+        *OPTIMIZER_KEYS,
+        "compress",
+        "fraction",
+        "levels",
+        "b",
+        "v0",
+        "d1",
+        "trigger",
+    ]
     assert algorithm["name"] == "detsgrad"
 
 
@@ -385,7 +413,7 @@ def test_detsgrad_only_key_is_refused_for_dsgd_with_its_valid_keys():
         single("dsgd", ["algorithm.v0=2"])
     message = str(error.value)
     assert "unknown key algorithm.v0 (for algorithm 'dsgd')" in message
-    assert "valid keys: a, d2, eps, weights, b, order" in message
+    assert f"valid keys: a, d2, eps, {', '.join(OPTIMIZER_KEYS)}, weights, b, order" in message
 
 
 def test_switching_algorithm_keeps_shared_keys_and_drops_the_others():
@@ -402,6 +430,7 @@ def test_switching_algorithm_keeps_shared_keys_and_drops_the_others():
         "a",
         "d2",
         "eps",
+        *OPTIMIZER_KEYS,
         "weights",
         "b",
         "order",
