@@ -1,6 +1,8 @@
 """Local optimizers in the distributed runtime: each rank keeps its agents' optimizer
 state, and the run is the simulator's, to float tolerance (one agent per rank, a block
-of agents per rank, and sync-ps's server-side optimizer to the bit)."""
+of agents per rank, and sync-ps's server-side optimizer to the bit); ranks killed and
+resumed from their checkpoints, optimizer state included, end as the run never
+stopped."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 import torch
 from ranks import assert_records_match, drive, read_records
 from test_distributed import DETSGRAD, write_config
+from test_distributed_resume import comparable, run_ranks, whole_and_stopped
 from test_distributed_server import SYNC_PS
 from test_distributed_server import drive as drive_server
 
@@ -67,3 +70,16 @@ def test_sync_ps_with_adam_gives_the_simulators_model_to_the_bit(tmp_path):
     simulated = run(config)
     assert summary["iterations"] == 30
     torch.testing.assert_close(torch.load(params), simulated.parameters, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "algorithm",
+    [f"{DETSGRAD}\n{MOMENTUM}", f"{ADAM_TRACKING}\n{ADAM}"],
+    ids=["detsgrad-momentum", "detsgrad-gt-adam"],
+)
+def test_ranks_killed_and_resumed_with_an_optimizer_give_the_uninterrupted_run(tmp_path, algorithm):
+    whole, stopped = whole_and_stopped(tmp_path, algorithm)
+    resume = ["run", "--resume", str(stopped), "--runtime", "distributed"]
+    report, stderr = run_ranks(tmp_path / "c", resume)
+    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
+    assert comparable(stopped) == comparable(whole)
