@@ -513,6 +513,18 @@ def _apply_to_members(
     return configs
 
 
+def same_config(saved: str, config: Config) -> bool:
+    """Whether the TOML text ``saved`` (a run folder's config.toml, a checkpoint's
+    copy) describes ``config``: the same text, or the same values once keys that a
+    later murmur added take their defaults (so that older runs can be resumed)."""
+    if saved == config.to_toml():
+        return True
+    try:
+        return build_config(tomllib.loads(saved)) == config
+    except (tomllib.TOMLDecodeError, UsageError):
+        return False
+
+
 def save_config(config: Config, path: Path) -> None:
     """Write the resolved config as TOML; ``murmur run path`` reproduces the run."""
     path.write_text(config.to_toml())

@@ -18,7 +18,7 @@ from murmur.config import load_experiment
 from murmur.data import load_dataset
 from murmur.errors import UsageError
 from murmur.experiment import resume, run
-from murmur.training.checkpoint import CHECKPOINT, load_checkpoint
+from murmur.training.checkpoint import CHECKPOINT, load_checkpoint, write_atomic
 from murmur.training.model_file import AGENTS_FILE, MODEL_FILE
 
 
@@ -136,3 +136,31 @@ def test_run_into_a_folder_that_holds_something_takes_a_new_subfolder(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="is a file"):
         run(_config("dsgd", "run.iterations=20"), tmp_path / "file")
+
+
+def test_a_run_saved_before_keys_were_added_resumes(tmp_path, periodic_checkpoints):
+    """A folder whose config.toml and checkpoint lack keys a later murmur added (here
+    the local optimizer's) resumes, those keys taking their defaults."""
+    run(_config("dsgd", "run.checkpoint_every=25"), tmp_path / "finished")
+    shutil.copytree(tmp_path / "finished", tmp_path / "old")
+    (tmp_path / "old" / "summary.json").unlink()
+
+    def older(text: str) -> str:
+        return "".join(
+            line for line in text.splitlines(keepends=True) if not line.startswith("optimizer")
+        )
+
+    config = tmp_path / "old" / "config.toml"
+    config.write_text(older(config.read_text()))
+    saved = load_checkpoint(tmp_path / "old" / CHECKPOINT)
+    write_atomic(tmp_path / "old" / CHECKPOINT, {**saved, "config": older(saved["config"])})
+    resume(tmp_path / "old")
+    summaries = [
+        json.loads((tmp_path / folder / "summary.json").read_text())["messages"]
+        for folder in ("finished", "old")
+    ]
+    assert summaries[0] == summaries[1]
+    config.write_text(config.read_text().replace("seed = 0", "seed = 1"))
+    (tmp_path / "old" / "summary.json").unlink()
+    with pytest.raises(UsageError, match="another config"):
+        resume(tmp_path / "old")

@@ -50,7 +50,7 @@ import torch
 import torch.distributed as dist
 
 from murmur.algorithms.protocols import Algorithm
-from murmur.config import Config, TimingConfig, load_experiment
+from murmur.config import Config, TimingConfig, load_experiment, same_config
 from murmur.distributed.checkpoints import (
     FOLDER,
     RankCheckpoints,
@@ -334,7 +334,7 @@ def resume_distributed(
 def check_same_run(run_dir: Path, config: Config) -> None:
     """UsageError unless ``run_dir`` holds an unfinished run of ``config``, which a
     resumed or restarted rank 0 may continue."""
-    if (run_dir / "config.toml").read_text() != config.to_toml():
+    if not same_config((run_dir / "config.toml").read_text(), config):
         raise UsageError(
             f"{run_dir} holds a run of another config; a restarted or resumed run "
             "continues only its own folder"

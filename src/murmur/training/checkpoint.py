@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from murmur.config import Config
+from murmur.config import Config, same_config
 from murmur.errors import UsageError
 
 CHECKPOINT = "checkpoint.pt"
@@ -138,7 +138,7 @@ def read_checkpoint(path: Path, config: Config, run_dir: Path | None = None) -> 
             raise UsageError(f"{path} is damaged: its '{key}' is missing or not a {kind.__name__}")
     if not isinstance(payload.get("state"), dict):
         raise UsageError(f"{path} is damaged: it holds no state")
-    if payload["config"] != config.to_toml():
+    if not same_config(payload["config"], config):
         raise UsageError(
             f"{path} was saved by a run of another config than "
             f"{(run_dir or path.parent) / 'config.toml'}; "
