@@ -9,3 +9,6 @@ SMALL_SGD = [
     "run.iterations=60",
     "run.eval_every=20",
 ]
+
+RUN_FILES = ["agents.pt", "config.toml", "metrics.jsonl", "model.pt", "summary.json"]
+"""What the folder of a finished mini-batch run holds, sorted."""

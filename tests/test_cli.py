@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from small_runs import RUN_FILES
 
 from murmur.cli import main
 from murmur.config import load_experiment, preset_names
@@ -296,13 +297,7 @@ def test_module_entry_point_reports_one_line(tmp_path):
 def test_single_run_writes_its_folder(capsys, tmp_path):
     out = tmp_path / "one"
     printed = run_ok(capsys, "run", "detsgrad", *FAST, "--out", str(out))
-    assert sorted(p.name for p in out.iterdir()) == [
-        "agents.pt",
-        "config.toml",
-        "metrics.jsonl",
-        "model.pt",
-        "summary.json",
-    ]
+    assert sorted(p.name for p in out.iterdir()) == RUN_FILES
     assert str(out.resolve()) in printed
 
     saved = load_experiment(str(out / "config.toml")).runs[0][1]

@@ -29,6 +29,7 @@ from ranks import (
     free_port,
     read_records,
 )
+from small_runs import RUN_FILES
 
 import murmur.distributed.runtime as distributed
 from murmur.cli import main
@@ -184,13 +185,7 @@ def test_launch_starts_torchrun_and_rank_0_writes_the_run_folder(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert "detsgrad" in done.stdout and str(out) in done.stdout
-    assert sorted(p.name for p in out.iterdir()) == [
-        "agents.pt",
-        "config.toml",
-        "metrics.jsonl",
-        "model.pt",
-        "summary.json",
-    ]
+    assert sorted(p.name for p in out.iterdir()) == RUN_FILES
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["agents"], summary["runtime"], summary["iterations"]) == (2, "distributed", 20)
     assert summary["model"]["agents"] == 2 and summary["model"]["file"] == "model.pt"
