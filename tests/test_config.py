@@ -54,6 +54,10 @@ def test_section_defaults():
         "checkpoint_every": 0,
         "compile": "auto",
         "device": "cpu",
+        "seeds": (),
+        "portable": False,
+        "log": ("jsonl",),
+        "last_k": 5,
     }
     assert dataclasses.asdict(DataConfig()) == {
         "dataset": "mnist5k",

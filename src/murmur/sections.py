@@ -43,6 +43,18 @@ class RunConfig:
     """Where the simulator computes the agents' gradients and evaluations: ``cuda`` puts
     the model and the data on the GPU (the stacked parameters and the algorithm's state
     stay in CPU memory and cross once per step); simulator SGD and server runs only."""
+    seeds: tuple[int, ...] = ()
+    """Run the experiment once per seed of this list (each run's ``run.seed``), and
+    report the mean and spread across them; empty: one run of ``run.seed``."""
+    portable: bool = False
+    """Pin the CPU kernels (one instruction set, MKL's reproducible mode, one thread)
+    before torch computes anything, so that a seed gives the same numbers on any
+    x86-64 machine, at some cost in speed."""
+    log: tuple[Literal["jsonl", "csv", "tensorboard"], ...] = ("jsonl",)
+    """Where each evaluation's record goes besides the summary: ``metrics.jsonl``,
+    ``metrics.csv``, TensorBoard event files (``pip install 'murmur[tensorboard]'``)."""
+    last_k: int = 5
+    """The summary's ``last_k`` accuracy is the mean of the last this many evaluations."""
 
     def __post_init__(self) -> None:
         require(self.seed >= 0, f"run.seed must be >= 0, not {self.seed}")
@@ -51,6 +63,12 @@ class RunConfig:
         require(
             1 <= self.threads <= MAX_THREADS,
             f"run.threads must be from 1 to {MAX_THREADS}, not {self.threads}",
+        )
+        require(self.last_k >= 1, f"run.last_k must be at least 1, not {self.last_k}")
+        require(len(set(self.seeds)) == len(self.seeds), "run.seeds must not repeat a seed")
+        require(all(seed >= 0 for seed in self.seeds), "run.seeds must be >= 0")
+        require(
+            "jsonl" in self.log, 'run.log must keep "jsonl" (murmur report and --resume read it)'
         )
         require(
             self.checkpoint_every >= 0,
