@@ -20,6 +20,10 @@ presets to run one after the other and compare (``compare = ["a", "b"]``; an
 entry may also be a table ``{ preset = "a", label = "a-2", set = ["k=v"] }``).
 Every value is type-checked, unknown keys are refused with the list of valid
 ones, and the resolved config of each run is saved as ``config.toml``.
+
+A config that lists ``run.seeds`` (``murmur run --seeds 0-4``) stands for one run
+per seed: :func:`load_experiment` expands it, each run with its own ``run.seed``
+and no ``run.seeds``, so that each saved ``config.toml`` repeats exactly its run.
 """
 
 from __future__ import annotations
@@ -93,11 +97,36 @@ class Config:
 
 @dataclass(frozen=True)
 class Experiment:
-    """What ``murmur run`` executes: one or more labelled runs of a preset."""
+    """What ``murmur run`` executes: one or more labelled runs of a preset.
+
+    A run whose config lists ``run.seeds`` is expanded into one run per seed (its
+    ``run.seed`` that seed, its ``run.seeds`` empty); ``seeds`` holds each run's seed
+    where it came from such a list, None where not (empty: no run did).
+    ``notes``: lines worth telling the user, e.g. a ``--set`` that only some members
+    of a comparison have a key for.
+    """
 
     name: str
     description: str
     runs: tuple[tuple[str, Config], ...]
+    seeds: tuple[int | None, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def seeded(self) -> bool:
+        """Whether some run was expanded from a list of seeds."""
+        return any(seed is not None for seed in self.seeds)
+
+    def folder(self, index: int) -> str:
+        """Where run ``index`` is written, relative to the experiment's folder ("" for
+        that folder itself): ``<label>`` for a member of a comparison, ``seed-<n>`` for
+        a seed of one preset, ``<label>/seed-<n>`` for a seed of a member."""
+        label = self.runs[index][0]
+        seed = self.seeds[index] if self.seeds else None
+        parts = [label] if len({name for name, _ in self.runs}) > 1 else []
+        if seed is not None:
+            parts.append(f"seed-{seed}")
+        return "/".join(parts)
 
 
 # ---------------------------------------------------------------- building
@@ -445,7 +474,7 @@ def load_experiment(source: str, overrides: Sequence[str] = ()) -> Experiment:
     members = raw.pop("compare", None)
     if members is None:
         config = build_config(apply_overrides(raw, overrides))
-        return Experiment(name, description, ((config.algorithm.name, config),))
+        return _expanded(Experiment(name, description, ((config.algorithm.name, config),)))
     if raw:
         raise UsageError(f"preset {name} has 'compare' and also sections {sorted(raw)}; keep one")
     if not isinstance(members, list) or not members:
@@ -459,7 +488,55 @@ def load_experiment(source: str, overrides: Sequence[str] = ()) -> Experiment:
     labels = [label for label, _ in runs]
     if len(set(labels)) != len(labels):
         raise UsageError(f"preset {name}: 'compare' labels must differ, got {labels}")
-    return Experiment(name, description, tuple(_apply_to_members(runs, overrides)))
+    configs, notes = _apply_to_members(runs, overrides)
+    return _expanded(Experiment(name, description, tuple(configs), notes=tuple(notes)))
+
+
+def _expanded(experiment: Experiment) -> Experiment:
+    """``experiment`` with each run that lists ``run.seeds`` made one run per seed."""
+    runs: list[tuple[str, Config]] = []
+    seeds: list[int | None] = []
+    for label, config in experiment.runs:
+        if not config.run.seeds:
+            runs.append((label, config))
+            seeds.append(None)
+        for seed in config.run.seeds:
+            run = dataclasses.replace(config.run, seed=seed, seeds=())
+            runs.append((label, dataclasses.replace(config, run=run)))
+            seeds.append(seed)
+    if all(seed is None for seed in seeds):
+        return experiment
+    return dataclasses.replace(experiment, runs=tuple(runs), seeds=tuple(seeds))
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """The seeds of ``--seeds``: ``0-4`` (0 to 4), ``0,3,7``, or both, ``0-2,10``."""
+    seeds: list[int] = []
+    for item in text.split(","):
+        first, dash, last = item.strip().partition("-")
+        if not _is_seed(first) or (dash and not _is_seed(last)):
+            raise UsageError(
+                f"--seeds {_shown(text)}: write seeds as 0-4 (a range), 0,3,7 (a list) "
+                "or both, 0-2,10: whole numbers from 0"
+            )
+        low, high = int(first), int(last) if dash else int(first)
+        if high < low:
+            raise UsageError(f"--seeds {_shown(text)}: the range {item.strip()} runs backwards")
+        if len(seeds) + high - low >= MAX_SEEDS:
+            raise UsageError(f"--seeds {_shown(text)}: at most {MAX_SEEDS} seeds")
+        seeds.extend(range(low, high + 1))
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        raise UsageError(f"--seeds {_shown(text)} names seed {repeated[0]} twice")
+    return tuple(seeds)
+
+
+MAX_SEEDS = 1000
+"""The most seeds ``--seeds`` accepts: more is a typo (``0-10000``), not an experiment."""
+
+
+def _is_seed(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) < 20 and int(text) < 2**63
 
 
 def _compare_member(name: str, member: Any) -> tuple[str, str, list[str]]:
@@ -494,23 +571,32 @@ def _default_label(preset: str) -> str:
 
 def _apply_to_members(
     runs: list[tuple[str, dict[str, Any]]], overrides: Sequence[str]
-) -> list[tuple[str, Config]]:
-    """Apply each override to every member that has the key (algorithm keys differ)."""
+) -> tuple[list[tuple[str, Config]], list[str]]:
+    """Apply each override to every member that has the key (algorithm keys differ);
+    also a note for each override that some members have no key for."""
     configs = [(label, build_config(raw)) for label, raw in runs]
+    notes = []
     for item in overrides:
         section, key, _ = parse_override(item)
-        applied, first_error = False, None
+        applied, skipped, first_error = [], [], None
         for index, (label, config) in enumerate(configs):
             try:
                 configs[index] = (label, build_config(apply_overrides(config.to_dict(), [item])))
-                applied = True
+                applied.append(label)
             except UsageError as error:
                 if section != "algorithm" or not str(error).startswith("unknown key"):
                     raise
                 first_error = first_error or error
+                skipped.append(label)
         if not applied and first_error is not None:
             raise first_error
-    return configs
+        if skipped:
+            verb = "has" if len(skipped) == 1 else "have"
+            notes.append(
+                f"--set {item.strip()} applies to {', '.join(applied)}; "
+                f"{', '.join(skipped)} {verb} no such key"
+            )
+    return configs, notes
 
 
 def same_config(saved: str, config: Config) -> bool:
