@@ -391,7 +391,11 @@ def test_accuracies_are_percent_with_two_decimals_and_bytes_in_units():
         "a", "detsgrad", bytes=530_000_000, accuracy={"mean": 0.81234, "min": 0.7, "max": 0.84567}
     )
     row = markdown_rows(format_table([summary], markdown=True))[0]
-    assert (row["acc mean %"], row["acc min %"], row["acc max %"]) == ("81.23", "70.00", "84.57")
+    assert (row["final acc mean %"], row["final acc min %"], row["final acc max %"]) == (
+        "81.23",
+        "70.00",
+        "84.57",
+    )
     assert row["bytes"] == "530.00 MB"
     assert row["wall s"] == "12.3"
 
@@ -448,9 +452,9 @@ def test_missing_and_null_fields_render_as_dash():
         "dataset",
         "topology",
         "iterations",
-        "acc mean %",
-        "acc min %",
-        "acc max %",
+        "final acc mean %",
+        "final acc min %",
+        "final acc max %",
         "events",
         "messages",
         "bytes",
@@ -580,14 +584,14 @@ def test_layerwise_columns_show_train_accuracy_layers_and_virtual_seconds(markdo
     assert rows["central"]["virtual s"] == "1234.5"
     for column in LAYERWISE_COLUMNS:  # an SGD run lacks them all
         assert rows["sgd"][column] == "-", column
-    assert rows["sgd"]["acc mean %"] == "80.00"
+    assert rows["sgd"]["final acc mean %"] == "80.00"
 
 
 def test_layerwise_columns_sit_beside_their_sgd_counterparts():
     header = markdown_rows(format_table([layerwise_summary("a", "dssfn")], markdown=True))[0]
     names = list(header)
     assert names.index("layers") == names.index("iterations") + 1
-    assert names.index("train acc %") == names.index("acc max %") + 1
+    assert names.index("train acc %") == names.index("final acc max %") + 1
     assert names.index("virtual s") == names.index("wall s") + 1
 
 
@@ -663,9 +667,9 @@ SGD_HEADER = [
     "agents",
     "topology",
     "iterations",
-    "acc mean %",
-    "acc min %",
-    "acc max %",
+    "final acc mean %",
+    "final acc min %",
+    "final acc max %",
     "events",
     "messages",
     "bytes",
@@ -700,7 +704,7 @@ def test_target_columns_show_workers_staleness_time_to_target_and_speedups(markd
     }
     for name, cells in expected.items():
         assert tuple(rows[name][column] for column in WORKER_COLUMNS + TARGET_COLUMNS) == cells
-    assert rows["w4"]["acc mean %"] == "80.00"
+    assert rows["w4"]["final acc mean %"] == "80.00"
     assert rows["w4"]["virtual s"] == "2.50"
 
 

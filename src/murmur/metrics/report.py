@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
@@ -479,6 +479,8 @@ def _columns(summaries: list[RunSummary], with_folder: bool) -> list[_Column]:
         _Column("topology", lambda s: _text(s.get("topology")), False),
         _Column("iterations", lambda s: _count(s.get("iterations")), True),
     ]
+    if seeds_repeat_labels(summaries):
+        columns.append(_Column("seed", lambda s: _count(s.get("seed")), True))
     if has_column(summaries, "layers"):
         columns.append(_Column("layers", lambda s: _layers(s.get("layers")), True))
     columns += _accuracy_columns(summaries)
@@ -523,13 +525,38 @@ def _columns(summaries: list[RunSummary], with_folder: bool) -> list[_Column]:
     return columns
 
 
+def seeds_repeat_labels(summaries: list[RunSummary]) -> bool:
+    """Whether two runs of one label differ in seed: the table then has a "seed" column."""
+    seeds: dict[str, set[object]] = {}
+    for summary in summaries:
+        seeds.setdefault(run_label(summary), set()).add(summary.get("seed"))
+    return any(len(values) > 1 for values in seeds.values())
+
+
+def last_k_accuracy(summary: RunSummary) -> float | None:
+    """The agents' mean accuracy averaged over the run's last evaluations
+    (``accuracy_last_k``, ``run.last_k`` of them); None where the summary has none."""
+    last_k = cast(dict[str, Any], summary).get("accuracy_last_k")
+    return as_number(last_k.get("mean")) if isinstance(last_k, dict) else None
+
+
+def model_accuracy(summary: RunSummary) -> float | None:
+    """The test accuracy of the agents' average model (``model_accuracy``); None without."""
+    return as_number(cast(dict[str, Any], summary).get("model_accuracy"))
+
+
 def _accuracy_columns(summaries: list[RunSummary]) -> list[_Column]:
-    """Test accuracy over agents; mean training accuracy when some run has it."""
+    """Test accuracy over agents at the final evaluation; the last-k mean, the average
+    model's and the mean training accuracy when some run has them."""
     columns = [
-        _Column("acc mean %", lambda s: _percent(_accuracy(s.get("accuracy"), "mean")), True),
-        _Column("acc min %", lambda s: _percent(_accuracy(s.get("accuracy"), "min")), True),
-        _Column("acc max %", lambda s: _percent(_accuracy(s.get("accuracy"), "max")), True),
+        _Column("final acc mean %", lambda s: _percent(_accuracy(s.get("accuracy"), "mean")), True),
+        _Column("final acc min %", lambda s: _percent(_accuracy(s.get("accuracy"), "min")), True),
+        _Column("final acc max %", lambda s: _percent(_accuracy(s.get("accuracy"), "max")), True),
     ]
+    if any(last_k_accuracy(summary) is not None for summary in summaries):
+        columns.append(_Column("last-k acc %", lambda s: _percent(last_k_accuracy(s)), True))
+    if any(model_accuracy(summary) is not None for summary in summaries):
+        columns.append(_Column("avg model acc %", lambda s: _percent(model_accuracy(s)), True))
     if has_column(summaries, "train_accuracy"):
         columns.append(
             _Column(
@@ -593,7 +620,12 @@ def _worker_columns(summaries: list[RunSummary]) -> list[_Column]:
 def format_table(summaries: list[RunSummary], markdown: bool = False) -> str:
     """One row per run summary: aligned columns for a terminal, or a Markdown table.
 
-    Accuracies and the saving are percentages with two decimals. "saving vs
+    Accuracies and the saving are percentages with two decimals. "final acc
+    mean/min/max %" are the test accuracy over agents at the run's last
+    evaluation; "last-k acc %" (where summaries have ``accuracy_last_k``) the
+    agents' mean over the last ``run.last_k`` evaluations, and "avg model acc %"
+    (``model_accuracy``) that of the agents' average model. A "seed" column
+    appears when two runs of one name differ in seed. "saving vs
     DSGD" is 1 - messages / messages of the (first) run whose algorithm is
     "dsgd"; it is "-" without such a run, for a run without a messages count,
     for single-agent runs and for runs whose communication_saving is null
@@ -619,34 +651,42 @@ def format_table(summaries: list[RunSummary], markdown: bool = False) -> str:
     """
     columns = _columns(summaries, with_folder=not markdown)
     rows = [[column.cell(summary) for column in columns] for summary in summaries]
+    headers = [(column.header, column.numeric) for column in columns]
+    return render_table(headers, rows, markdown)
+
+
+def render_table(
+    headers: Sequence[tuple[str, bool]], rows: list[list[str]], markdown: bool = False
+) -> str:
+    """Rows of cells under ``headers`` ((text, numeric): numeric columns are aligned
+    right): aligned columns for a terminal, or a Markdown table."""
     if markdown:
-        return _markdown_table(columns, rows)
-    return _plain_table(columns, rows)
+        return _markdown_table(headers, rows)
+    return _plain_table(headers, rows)
 
 
-def _plain_table(columns: list[_Column], rows: list[list[str]]) -> str:
+def _plain_table(headers: Sequence[tuple[str, bool]], rows: list[list[str]]) -> str:
     widths = [
-        max([len(column.header), *(len(row[i]) for row in rows)])
-        for i, column in enumerate(columns)
+        max([len(header), *(len(row[i]) for row in rows)]) for i, (header, _) in enumerate(headers)
     ]
 
     def line(cells: list[str]) -> str:
         padded = [
-            cell.rjust(width) if column.numeric else cell.ljust(width)
-            for cell, width, column in zip(cells, widths, columns, strict=True)
+            cell.rjust(width) if numeric else cell.ljust(width)
+            for cell, width, (_, numeric) in zip(cells, widths, headers, strict=True)
         ]
         return "  ".join(padded).rstrip()
 
-    lines = [line([column.header for column in columns]), "  ".join("-" * w for w in widths)]
+    lines = [line([header for header, _ in headers]), "  ".join("-" * w for w in widths)]
     lines.extend(line(row) for row in rows)
     return "\n".join(lines)
 
 
-def _markdown_table(columns: list[_Column], rows: list[list[str]]) -> str:
+def _markdown_table(headers: Sequence[tuple[str, bool]], rows: list[list[str]]) -> str:
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
-    separator = "|" + "|".join("---:" if column.numeric else "---" for column in columns) + "|"
-    lines = [line([column.header for column in columns]), separator]
+    separator = "|" + "|".join("---:" if numeric else "---" for _, numeric in headers) + "|"
+    lines = [line([header for header, _ in headers]), separator]
     lines.extend(line(row) for row in rows)
     return "\n".join(lines)

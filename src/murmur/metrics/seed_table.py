@@ -1,0 +1,191 @@
+"""The results table across seeds: one row per group of runs that differ only in seed.
+
+Each figure of a group's row is the mean across its seeds and the sample standard
+deviation (``mean +- sd``; ``±`` in Markdown), see :mod:`murmur.metrics.statistics`;
+"95 % CI" is the 95 % confidence interval of the mean final accuracy (Student's t
+with n - 1 degrees of freedom); "seeds" is n. A group of one run shows its value
+alone and "-" for the interval. When every group holds one run the table is
+:func:`murmur.metrics.report.format_table`'s, as without seeds.
+
+The figures: the agents' mean, worst and best test accuracy at the final
+evaluation, the last-k mean accuracy, the average model's and the training
+accuracy where summaries have them, messages, bytes, wall-clock seconds and
+virtual seconds where runs have a virtual clock. Figures that compare a run with
+another one (savings and bytes vs DSGD, speedups) are in the per-seed table.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from murmur.metrics.record_types import RunSummary
+from murmur.metrics.report import (
+    MISSING,
+    as_number,
+    format_table,
+    has_column,
+    human_bytes,
+    last_k_accuracy,
+    model_accuracy,
+    render_table,
+    run_label,
+)
+from murmur.metrics.statistics import Spread, spread
+
+__all__ = ["format_results", "format_seed_table", "figure_spread"]
+
+Group = Sequence[RunSummary]
+
+
+@dataclass(frozen=True)
+class _Figure:
+    header: str
+    value: Callable[[RunSummary], float | None]
+    text: Callable[[float], str] | None
+    """How a mean or sd is written; None: with the decimals of ``_virtual_decimals``."""
+
+
+def _accuracy(statistic: str) -> Callable[[RunSummary], float | None]:
+    def value(summary: RunSummary) -> float | None:
+        accuracy = summary.get("accuracy")
+        return as_number(accuracy.get(statistic)) if isinstance(accuracy, dict) else None
+
+    return value
+
+
+def _train_accuracy(summary: RunSummary) -> float | None:
+    accuracy = summary.get("train_accuracy")
+    return as_number(accuracy.get("mean")) if isinstance(accuracy, dict) else None
+
+
+def _field(key: str) -> Callable[[RunSummary], float | None]:
+    return lambda summary: as_number(summary.get(key))
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.2f}"
+
+
+def _count(value: float) -> str:
+    return str(round(value))
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}"
+
+
+def _virtual_decimals(mean: float) -> int:
+    """Decimals that give a mean of simulated seconds three significant digits (its sd
+    the same decimals): virtual times are often tiny."""
+    return 1 if mean == 0 else max(1, 2 - math.floor(math.log10(abs(mean))))
+
+
+FINAL_MEAN = _Figure("final acc mean %", _accuracy("mean"), _percent)
+
+
+def figure_spread(
+    group: Group, value: Callable[[RunSummary], float | None] = FINAL_MEAN.value
+) -> Spread | None:
+    """The spread across a group's runs of one figure (the final mean accuracy by
+    default), over the runs that have it; None where none has."""
+    values = [v for summary in group if (v := value(summary)) is not None and math.isfinite(v)]
+    return spread(values) if values else None
+
+
+def _figures(summaries: list[RunSummary]) -> list[_Figure]:
+    def present(value: Callable[[RunSummary], float | None]) -> bool:
+        return any(value(summary) is not None for summary in summaries)
+
+    optional = [
+        _Figure("last-k acc %", last_k_accuracy, _percent),
+        _Figure("avg model acc %", model_accuracy, _percent),
+        _Figure("train acc %", _train_accuracy, _percent),
+    ]
+    figures = [
+        _Figure("final acc min %", _accuracy("min"), _percent),
+        _Figure("final acc max %", _accuracy("max"), _percent),
+        *(figure for figure in optional if present(figure.value)),
+        _Figure("messages", _field("messages"), _count),
+        _Figure("bytes", _field("bytes"), human_bytes),
+        _Figure("wall s", _field("wall_seconds"), _seconds),
+    ]
+    if has_column(summaries, "virtual_seconds"):
+        figures.append(_Figure("virtual s", _field("virtual_seconds"), None))
+    return [FINAL_MEAN, *figures]
+
+
+def _cell(group: Group, figure: _Figure, plus_minus: str) -> str:
+    result = figure_spread(group, figure.value)
+    if result is None:
+        return MISSING
+    decimals = _virtual_decimals(result.mean)
+
+    def text(value: float) -> str:
+        return f"{value:.{decimals}f}" if figure.text is None else figure.text(value)
+
+    if result.sd is None:
+        return text(result.mean)
+    return f"{text(result.mean)} {plus_minus} {text(result.sd)}"
+
+
+def _interval(group: Group) -> str:
+    """The 95 % interval of the mean final accuracy, within 0 to 100 %."""
+    result = figure_spread(group)
+    if result is None or result.low is None or result.high is None:
+        return MISSING
+    return f"[{_percent(max(0.0, result.low))}, {_percent(min(1.0, result.high))}]"
+
+
+def _folder(group: Group) -> str:
+    """The folder that holds a group's runs: the run's own for one run."""
+    folders = [str(summary.get("run_dir", "")) for summary in group]
+    if not all(folders):
+        return MISSING
+    try:
+        return os.path.commonpath(folders)
+    except ValueError:  # relative and absolute paths, or several drives
+        return MISSING
+
+
+def _text(value: object) -> str:
+    return MISSING if value is None or value == "" else str(value)
+
+
+def format_seed_table(groups: Sequence[Group], markdown: bool = False) -> str:
+    """One row per group of runs (one configuration over several seeds): the mean and
+    sd across seeds of each figure, the interval of the mean accuracy, the seeds."""
+    summaries = [summary for group in groups for summary in group]
+    figures = _figures(summaries)
+    plus_minus = "±" if markdown else "+-"
+    headers = [
+        *((header, False) for header in ("name", "algorithm", "dataset")),
+        ("agents", True),
+        ("topology", False),
+        ("iterations", True),
+        ("seeds", True),
+        (FINAL_MEAN.header, True),
+        ("95 % CI", True),
+        *((figure.header, True) for figure in figures[1:]),
+        *([] if markdown else [("run folder", False)]),
+    ]
+    rows = []
+    for group in groups:
+        first = group[0]
+        cells = [run_label(first), _text(first.get("algorithm")), _text(first.get("dataset"))]
+        cells += [_text(first.get("agents")), _text(first.get("topology"))]
+        cells += [_text(first.get("iterations")), str(len(group))]
+        cells += [_cell(group, FINAL_MEAN, plus_minus), _interval(group)]
+        cells += [_cell(group, figure, plus_minus) for figure in figures[1:]]
+        rows.append(cells if markdown else [*cells, _folder(group)])
+    return render_table(headers, rows, markdown)
+
+
+def format_results(groups: Sequence[Group], markdown: bool = False) -> str:
+    """The results table: one row per run when every group has one run (as without
+    seeds), else one row per group (:func:`format_seed_table`)."""
+    if all(len(group) == 1 for group in groups):
+        return format_table([group[0] for group in groups], markdown)
+    return format_seed_table(groups, markdown)
