@@ -21,10 +21,13 @@ from murmur.metrics.report import (
     format_table,
     has_column,
     has_target,
+    last_k_accuracy,
     read_run,
     relative_bytes,
     run_label,
 )
+from murmur.metrics.seed_groups import group_runs
+from murmur.metrics.seed_table import format_results
 
 _PLOT_FILES = (
     ("Mean test accuracy", "accuracy.png"),
@@ -110,9 +113,15 @@ def _report_markdown(
 ) -> str:
     summaries = [run.summary for run in runs if not run.failed]
     failed = [f"- {failed_line(run)}" for run in runs if run.failed]
-    parts = ["# murmur report", "", _overview(summaries, len(failed)), "", "## Results", ""]
+    groups = [
+        [run.summary for run in group.runs]
+        for group in group_runs([run for run in runs if isinstance(run, Run)])
+    ]
+    parts = ["# murmur report", "", _overview(summaries, len(failed), groups), "", "## Results", ""]
     if summaries:
-        parts += [format_table(summaries, markdown=True), ""]
+        parts += [format_results(groups, markdown=True), ""]
+    if any(len(group) > 1 for group in groups):
+        parts += ["### Each seed", "", format_table(summaries, markdown=True), ""]
     if failed:
         parts += [*failed, ""]
     if any(share is not None for share in relative_bytes(summaries)):
@@ -126,7 +135,9 @@ def _report_markdown(
     return "\n".join(parts) + "\n"
 
 
-def _overview(summaries: list[RunSummary], failed: int) -> str:
+def _overview(
+    summaries: list[RunSummary], failed: int, groups: Sequence[Sequence[RunSummary]] = ()
+) -> str:
     """The report's first sentences: how many runs finished and failed, what the numbers are."""
     failures = f"{failed} run{'s' if failed != 1 else ''} failed"
     if not summaries:
@@ -139,14 +150,32 @@ def _overview(summaries: list[RunSummary], failed: int) -> str:
     count = len(summaries)
     overview = (
         f"{count} run{'s' if count != 1 else ''}. Accuracies are test accuracies over "
-        f"agents at the end of each run; {seconds}"
+        f"agents at the final evaluation of each run; {seconds}"
     )
+    if any(last_k_accuracy(summary) is not None for summary in summaries):
+        overview += (
+            " last-k acc is the agents' mean accuracy averaged over each run's last "
+            "run.last_k evaluations."
+        )
+    if any(len(group) > 1 for group in groups):
+        overview += " " + _seeds_note(groups)
     if failed:
         listed = "is" if failed == 1 else "are"
         overview += (
             f" {failures} and {listed} listed below the table, left out of it and the plots."
         )
     return overview
+
+
+def _seeds_note(groups: Sequence[Sequence[RunSummary]]) -> str:
+    """What the table across seeds shows."""
+    return (
+        f"Runs that differ only in seed form {len(groups)} group{'s' * (len(groups) != 1)}, "
+        "one row each: a figure is the mean ± the sample standard deviation across the "
+        "group's seeds (seeds: how many), and 95 % CI the 95 % confidence interval of the "
+        "mean final accuracy, mean ± t(0.975, n - 1) · sd / √n (within 0 to 100 %); the "
+        "rows of each seed follow the table."
+    )
 
 
 def _relative_bytes_note() -> str:
