@@ -6,6 +6,7 @@ Bad input ends with one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -52,6 +53,12 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="preset name or path to a .toml file (default: default)",
     )
     _add_overrides(run, "override one config value (repeatable), e.g. --set topology.agents=20")
+    run.add_argument(
+        "--seeds",
+        metavar="SEEDS",
+        help="run every run once per seed, e.g. 0-4 or 0,3,7 (sets run.seeds), into "
+        "OUT/seed-N (OUT/LABEL/seed-N for a comparison); tables give mean +- sd across seeds",
+    )
     run.add_argument("--out", help="run folder (default: runs/PRESET-TIMESTAMP)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument(
@@ -275,12 +282,28 @@ def _run_command(args: argparse.Namespace) -> int:
         )
     if args.plan is not None and args.runtime != "distributed":
         raise UsageError("--plan is for the ranks of --runtime distributed; drop it")
+    if args.seeds is not None:
+        args.overrides = [*args.overrides, _seeds_override(args)]
     if args.resume is not None:
         return _resume(args)
     if args.runtime == "distributed":
         return _run_distributed(args)
     source = "default" if args.preset is None else args.preset
     return _run(source, args.overrides, args.out, progress=not args.quiet, check=args.check)
+
+
+def _seeds_override(args: argparse.Namespace) -> str:
+    """``--seeds`` as the ``--set run.seeds=[...]`` it stands for; UsageError for bad text."""
+    from murmur.config import parse_override, parse_seeds
+
+    if args.resume is not None:
+        raise UsageError(
+            "--resume continues a run in its own folder with its own config.toml; drop --seeds"
+        )
+    seeds = parse_seeds(args.seeds)
+    if any(parse_override(item)[:2] == ("run", "seeds") for item in args.overrides):
+        raise UsageError("give the seeds once: --seeds or --set run.seeds, not both")
+    return f"run.seeds=[{', '.join(map(str, seeds))}]"
 
 
 def _launch(args: argparse.Namespace) -> int:
@@ -329,6 +352,8 @@ def _run(
     if note is not None:
         print(f"murmur: {note}", file=sys.stderr)
     experiment = load_experiment(source, overrides)
+    for line in experiment.notes:
+        print(f"murmur: {line}", file=sys.stderr)
     plans = [plan(config) for _, config in experiment.runs]  # all before any starts
     setups = [prepare(checked) for checked in plans]  # the data files and graphs too
     root = (
@@ -337,8 +362,8 @@ def _run(
     check_run_dir(root)
     several = len(experiment.runs) > 1
     if check:
-        for (label, _), setup in zip(experiment.runs, setups, strict=True):
-            print(_plan_line(label, setup))
+        for index, setup in enumerate(setups):
+            print(_plan_line(_run_name(experiment, index), setup))
         print(f"checked: {len(setups)} run{'s' * several}; nothing was trained or written")
         return 0
     create_run_dir(root)  # before the first line: a folder that cannot be made is one error
@@ -348,25 +373,48 @@ def _run(
 def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progress: bool) -> int:
     """Train the runs of ``experiment`` one after the other; print the table."""
     from murmur.experiment import run
-    from murmur.metrics.report import format_table
+    from murmur.metrics.seed_table import format_results
 
     several = len(experiment.runs) > 1
-    summaries: list[RunSummary] = []
-    for (label, config), setup in zip(experiment.runs, setups, strict=True):
-        run_dir = root / label if several else root
+    groups: dict[str, list[RunSummary]] = {}  # a member's runs, one per seed
+    for index, ((label, config), setup) in enumerate(zip(experiment.runs, setups, strict=True)):
+        run_dir = root / experiment.folder(index)
         if progress:
-            print(f"{label}: {config.algorithm.name} on {config.data.dataset}", file=sys.stderr)
+            print(
+                f"{_run_name(experiment, index)}: {config.algorithm.name} on {config.data.dataset}",
+                file=sys.stderr,
+            )
         result = run(
             setup.plan, run_dir, name=label, preset=experiment.name, progress=progress, setup=setup
         )
-        summaries.append(result.to_dict())
-        _warn_caps(label, summaries[-1], config)
-    table = format_table(summaries)
-    print(table)
+        groups.setdefault(label, []).append(result.to_dict())
+        _warn_caps(label, groups[label][-1], config)
+    print(format_results(list(groups.values())))
     if several:
-        (root / "comparison.md").write_text(format_table(summaries, markdown=True) + "\n")
-        print(f"\nruns in {root}; plots: murmur report {root}")
+        (root / "comparison.md").write_text(_comparison_markdown(list(groups.values())))
+        each = f"; each seed's row: {root / 'comparison.md'}" if experiment.seeded else ""
+        print(f"\nruns in {root}{each}; plots: murmur report {root}")
     return 0
+
+
+def _run_name(experiment: Experiment, index: int) -> str:
+    """How progress lines and ``--check`` name run ``index``: its label, and its seed
+    where it is one of a list of seeds."""
+    label = experiment.runs[index][0]
+    seed = experiment.seeds[index] if experiment.seeds else None
+    return label if seed is None else f"{label} (seed {seed})"
+
+
+def _comparison_markdown(groups: list[list[RunSummary]]) -> str:
+    """comparison.md: the results table; with seeds, then a row for each seed."""
+    from murmur.metrics.report import format_table
+    from murmur.metrics.seed_table import format_results
+
+    text = format_results(groups, markdown=True) + "\n"
+    if any(len(group) > 1 for group in groups):
+        each = format_table([summary for group in groups for summary in group], markdown=True)
+        text += f"\nEach seed:\n\n{each}\n"
+    return text
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -536,23 +584,26 @@ def _describe_file(args: argparse.Namespace) -> int:
 
 
 def _report(folders: list[str], out: str | None) -> int:
-    from murmur.metrics.report import failed_line, format_table, read_run
+    from murmur.metrics.report import Run, failed_line, read_run
     from murmur.metrics.report_files import write_report
+    from murmur.metrics.seed_groups import group_runs
+    from murmur.metrics.seed_table import format_results
 
     run_dirs: list[Path] = []
     for folder in map(Path, folders):
         if (folder / "summary.json").is_file() or not folder.is_dir():
             run_dirs.append(folder)
         else:
-            members = sorted((p.parent for p in folder.glob("*/summary.json")), key=_natural)
+            members = _run_folders(folder)
             if not members:
                 raise UsageError(f"{folder} holds no run (no summary.json in it or its subfolders)")
             run_dirs.extend(members)
     target = Path(out) if out else Path(folders[0]) if len(folders) == 1 else Path("report")
     path = write_report(run_dirs, target)
     runs = [read_run(d) for d in run_dirs]
-    finished = [run.summary for run in runs if not run.failed]
-    print(format_table(finished) if finished else "no run finished")
+    groups = group_runs([run for run in runs if isinstance(run, Run)])
+    summaries = [[run.summary for run in group.runs] for group in groups]
+    print(format_results(summaries) if summaries else "no run finished")
     for run in runs:
         if run.failed:
             print(failed_line(run))
@@ -568,6 +619,17 @@ def _reproduce(paper: str, out: str | None, quick: bool, progress: bool) -> int:
     path = reproduce(paper, target, quick=quick, progress=progress)
     print(f"report: {path}")
     return 0
+
+
+def _run_folders(folder: Path) -> list[Path]:
+    """The run folders (those with a summary.json) below ``folder``, at any depth (a
+    comparison over seeds: LABEL/seed-N), in natural order; none inside a run folder."""
+    found = []
+    for parent, children, files in os.walk(folder):
+        if "summary.json" in files and Path(parent) != folder:
+            found.append(Path(parent))
+            children.clear()
+    return sorted(found, key=lambda path: [_natural(Path(part)) for part in path.parts])
 
 
 def _natural(path: Path) -> list[tuple[int, int | str]]:

@@ -216,6 +216,12 @@ def _torchrun(argv: list[str]) -> int:
 
 def single_run(experiment: Experiment) -> tuple[str, Config]:
     """The one run of ``experiment``; the distributed runtime runs no comparisons yet."""
+    if experiment.seeded and len(experiment.runs) > 1:
+        raise UsageError(
+            f"run.seeds makes {len(experiment.runs)} runs of preset {experiment.name}; the "
+            "distributed runtime runs one at a time: run each seed as its own launch "
+            "(--set run.seed=N), or use murmur run"
+        )
     if len(experiment.runs) != 1:
         raise UsageError(
             f"preset {experiment.name} compares {len(experiment.runs)} runs; the distributed "
