@@ -1,0 +1,66 @@
+"""The table across seeds on known summaries: its cells, optional columns and folders."""
+
+from __future__ import annotations
+
+from summaries import summary_for
+from test_report import markdown_rows, plain_rows
+
+from murmur.metrics.report import format_table
+from murmur.metrics.seed_table import format_results, format_seed_table
+from murmur.metrics.statistics import spread
+
+
+def seeds_of(name: str, means: list[float], **fields) -> list[dict]:
+    return [
+        summary_for(
+            name,
+            "dsgd",
+            seed=seed,
+            accuracy={"mean": mean, "min": mean - 0.1, "max": mean + 0.05, "per_agent": None},
+            messages=200 + 10 * seed,
+            run_dir=f"/runs/x/{name}/seed-{seed}",
+            **fields,
+        )
+        for seed, mean in enumerate(means)
+    ]
+
+
+def test_cells_are_the_mean_and_sd_across_seeds():
+    group = seeds_of("a", [0.8, 0.9, 0.85])
+    row = markdown_rows(format_seed_table([group, seeds_of("b", [0.5])], markdown=True))
+    result = spread([0.8, 0.9, 0.85])
+    assert row[0]["seeds"] == "3"
+    assert row[0]["final acc mean %"] == f"{100 * result.mean:.2f} ± {100 * result.sd:.2f}"
+    assert row[0]["95 % CI"] == f"[{100 * result.low:.2f}, {min(100.0, 100 * result.high):.2f}]"
+    assert row[0]["messages"] == "210 ± 10"
+    assert row[0]["bytes"] == "2.00 MB ± 0 B"
+    assert (row[1]["seeds"], row[1]["final acc mean %"], row[1]["95 % CI"]) == ("1", "50.00", "-")
+    plain = plain_rows(format_seed_table([group]))[0]
+    assert plain["final acc mean %"] == result.text(scale=100)
+    assert plain["run folder"] == "/runs/x/a"
+
+
+def test_the_interval_stays_within_0_and_100_percent():
+    row = markdown_rows(format_seed_table([seeds_of("a", [0.97, 1.0, 0.99])], markdown=True))[0]
+    assert row["95 % CI"].endswith(", 100.00]")
+
+
+def test_last_k_and_the_average_model_appear_where_summaries_have_them():
+    plain = seeds_of("a", [0.8, 0.9])
+    assert "last-k acc %" not in format_seed_table([plain])
+    assert "last-k acc %" not in format_table(plain)
+    last_k = seeds_of("a", [0.8, 0.9], accuracy_last_k={"mean": 0.7, "min": 0.6, "max": 0.8})
+    for summary, model in zip(last_k, (0.81, 0.83), strict=True):
+        summary["model_accuracy"] = model
+    row = markdown_rows(format_seed_table([last_k], markdown=True))[0]
+    assert row["last-k acc %"] == "70.00 ± 0.00"
+    assert row["avg model acc %"] == "82.00 ± 1.41"
+    per_seed = markdown_rows(format_table(last_k, markdown=True))
+    assert [r["last-k acc %"] for r in per_seed] == ["70.00", "70.00"]
+    assert [r["seed"] for r in per_seed] == ["0", "1"]  # one name, two seeds
+
+
+def test_one_run_per_group_is_the_plain_table():
+    summaries = [summary_for("a", "dsgd"), summary_for("b", "detsgrad")]
+    assert format_results([[s] for s in summaries]) == format_table(summaries)
+    assert "seed" not in format_table(summaries).splitlines()[0].split()
