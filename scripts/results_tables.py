@@ -1,0 +1,119 @@
+"""Regenerate the results tables of the docs: every one over several seeds, in portable
+mode, so that any x86-64 machine prints the same numbers.
+
+    python scripts/results_tables.py                  # every table (hours on 2 cores)
+    python scripts/results_tables.py --only default   # one of them
+    python scripts/results_tables.py --list           # their names and commands
+
+Each table is one ``murmur run PRESET --seeds S --portable`` whose comparison table
+(mean +- sd across seeds) is written, with the command and its wall time, to
+``docs/results/NAME.md``; the README quotes those files. The run folders stay in
+``--out`` (default ``runs/results``) for ``murmur report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results"
+
+
+@dataclass(frozen=True)
+class Table:
+    """One results table: a preset, its settings, and what the table shows."""
+
+    name: str
+    preset: str
+    settings: tuple[str, ...]
+    title: str
+
+
+TABLES = (
+    Table(
+        "default",
+        "default",
+        (),
+        "The default experiment: mnist5k, 10 agents on a ring, one digit per agent, "
+        "MLP 784-100-10, 3000 iterations of 32 samples per agent",
+    ),
+    Table(
+        "default-iid",
+        "default",
+        ("data.partition=iid",),
+        "The default experiment on an i.i.d. split",
+    ),
+    Table(
+        "talk-less",
+        "talk-less",
+        (),
+        "Talking less: DSGD, CHOCO-SGD, SPARQ-SGD, DETSGRAD and DETSGRAD-GT on the default split",
+    ),
+)
+
+
+def command(table: Table, seeds: str, out: Path) -> list[str]:
+    """The ``murmur run`` that makes ``table``."""
+    sets = [item for setting in table.settings for item in ("--set", setting)]
+    return [
+        *("murmur", "run", table.preset, *sets),
+        *("--seeds", seeds, "--portable", "--quiet", "--out", str(out / table.name)),
+    ]
+
+
+def make(table: Table, seeds: str, out: Path) -> Path:
+    """Run ``table``'s command and write its markdown file; returns the file."""
+    argv = command(table, seeds, out)
+    started = time.perf_counter()
+    executable = [sys.executable, "-m", "murmur", *argv[1:]]
+    subprocess.run(executable, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    minutes = (time.perf_counter() - started) / 60
+    comparison = out / table.name / "comparison.md"
+    body = comparison.read_text() if comparison.is_file() else _single_table(out / table.name)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    target = RESULTS / f"{table.name}.md"
+    target.write_text(
+        f"{table.title}; seeds {seeds}, portable mode.\n\n{body.rstrip()}\n\n"
+        f"Made by `{shlex.join(argv)}` ({minutes:.0f} min on this machine; "
+        f"`python scripts/results_tables.py --only {table.name}` remakes this file).\n"
+    )
+    return target
+
+
+def _single_table(folder: Path) -> str:
+    """The report table of a run that is not a comparison (one member over seeds)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "murmur", "report", str(folder)],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    report = folder / "report.md"
+    return report.read_text() if report.is_file() else done.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", choices=[t.name for t in TABLES])
+    parser.add_argument("--seeds", default="0-4", help="seeds of every table (default 0-4)")
+    parser.add_argument("--out", type=Path, default=Path("runs") / "results")
+    parser.add_argument("--list", action="store_true", help="print the tables' commands")
+    args = parser.parse_args(argv)
+    chosen = [table for table in TABLES if not args.only or table.name in args.only]
+    for table in chosen:
+        if args.list:
+            print(f"{table.name}: {shlex.join(command(table, args.seeds, args.out))}")
+        else:
+            print(f"{table.name}: {make(table, args.seeds, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
