@@ -146,12 +146,39 @@ def _add_datasets(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
 
 
+PLOT_FORMATS = ("png", "pdf", "svg")
+"""``murmur report --format``: murmur.metrics.canvas.FORMATS, named here so that the
+parser does not load matplotlib."""
+
+
+def _dots_per_inch(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
+    return value
+
+
 def _add_report(commands: argparse._SubParsersAction[_Parser]) -> None:
     report = commands.add_parser("report", help="tables and plots from run folders")
     report.add_argument("runs", nargs="+", help="run folders (or folders of runs)")
     report.add_argument(
         "--out",
         help="where report.md and the plots go (default: the one folder given, else ./report)",
+    )
+    report.add_argument(
+        "--format",
+        choices=PLOT_FORMATS,
+        default=PLOT_FORMATS[0],
+        help="the plots' file format (default: png)",
+    )
+    report.add_argument(
+        "--dpi",
+        type=_dots_per_inch,
+        default=150.0,
+        help="resolution of PNG plots in dots per inch (default: 150)",
     )
 
     reproduce = commands.add_parser(
@@ -270,7 +297,7 @@ def _command(args: argparse.Namespace) -> int:
         return _datasets() if args.file is None else _describe_file(args)
     if args.command == "reproduce":
         return _reproduce(args.paper, args.out, quick=args.quick, progress=not args.quiet)
-    return _report(args.runs, args.out)
+    return _report(args.runs, args.out, args.format, args.dpi)
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -583,7 +610,7 @@ def _describe_file(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(folders: list[str], out: str | None) -> int:
+def _report(folders: list[str], out: str | None, fmt: str = "png", dpi: float = 150.0) -> int:
     from murmur.metrics.report import Run, failed_line, read_run
     from murmur.metrics.report_files import write_report
     from murmur.metrics.seed_groups import group_runs
@@ -599,7 +626,7 @@ def _report(folders: list[str], out: str | None) -> int:
                 raise UsageError(f"{folder} holds no run (no summary.json in it or its subfolders)")
             run_dirs.extend(members)
     target = Path(out) if out else Path(folders[0]) if len(folders) == 1 else Path("report")
-    path = write_report(run_dirs, target)
+    path = write_report(run_dirs, target, fmt=fmt, dpi=dpi)
     runs = [read_run(d) for d in run_dirs]
     groups = group_runs([run for run in runs if isinstance(run, Run)])
     summaries = [[run.summary for run in group.runs] for group in groups]

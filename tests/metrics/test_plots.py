@@ -1,19 +1,26 @@
 """Plots beyond the per-iteration ones: time vs nodes, accuracy vs degree and the x-axis
-label (layer-wise runs), speedup and staleness (worker-based runs), and accuracy against
-cumulative bytes and messages."""
+label (layer-wise runs), speedup and staleness (worker-based runs), accuracy against
+cumulative bytes and messages and the share of messages lost; seed groups drawn as one
+line with a band, the time, loss and consensus curves, the formats and the legend."""
 
 from __future__ import annotations
 
 import json
 import math
+import struct
 from pathlib import Path
 
 import pytest
+from matplotlib.container import BarContainer
 from summaries import summary_for, worker_summary
 
+from murmur import cli
+from murmur.cli import main
+from murmur.errors import UsageError
 from murmur.metrics import plots
 from murmur.metrics.report import Run, read_run
 from murmur.metrics.report_files import write_report
+from murmur.metrics.seed_curves import plot_groups, seed_curve
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NEW_PLOTS = ("time_vs_nodes.png", "accuracy_vs_degree.png")
@@ -117,6 +124,12 @@ def sweep(root: Path) -> list[Path]:
     sgd = summary_for("sgd", "detsgrad", agents=10, accuracy=accuracy(0.2, 10))
     runs.append(make_run(root, sgd, sgd_records(10)))
     return runs
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    return struct.unpack(">II", data[16:24])
 
 
 def is_png(path: Path) -> bool:
@@ -261,9 +274,9 @@ def drawn_figures(monkeypatch) -> list:
     figures = []
     save = plots._save
 
-    def recording_save(figure, path):
+    def recording_save(figure, path, *args):
         figures.append(figure)
-        save(figure, path)
+        save(figure, path, *args)
 
     monkeypatch.setattr(plots, "_save", recording_save)
     return figures
@@ -485,17 +498,48 @@ def drop_sweep(root: Path) -> list[Path]:
     return [make_run(root, summary, sgd_records(4)) for summary in summaries]
 
 
-def test_accuracy_vs_lost_messages_has_one_line_per_algorithm(tmp_path):
+def test_accuracy_vs_lost_messages_has_one_point_per_run(tmp_path, monkeypatch):
+    figures = drawn_figures(monkeypatch)
     runs = [read_run(run_dir) for run_dir in drop_sweep(tmp_path / "runs")]
-    lines = plots.algorithm_points(
-        runs, lambda s: plots._percent_of(plots.lost_share(s)), plots._mean_accuracy_percent
-    )
-    assert list(lines) == ["dsgd", "detsgrad"]  # centralized SGD sent nothing to lose
-    xs, ys = plots.mean_line(lines["dsgd"])
-    assert xs == [0.0, 10.0, 30.0]
-    assert ys == pytest.approx([94.0, 90.0, 86.0])
+    points = plots.lost_points(runs)
+    # centralized SGD sent nothing to lose; every other run is its own point
+    assert [point.label for point in points] == [
+        "dsgd-None",
+        "dsgd-20",
+        "dsgd-60",
+        "detsgrad-None",
+        "detsgrad-20",
+        "detsgrad-60",
+    ]
+    assert [point.lost[0] for point in points[:3]] == [0.0, 10.0, 30.0]
+    assert [point.accuracy[0] for point in points[:3]] == pytest.approx([94.0, 90.0, 86.0])
     assert plots.plot_accuracy_vs_lost(runs, tmp_path / "lost.png")
     assert is_png(tmp_path / "lost.png")
+    (axes,) = figures[0].axes
+    labels = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert labels == [point.label for point in points]
+
+
+def test_accuracy_vs_lost_keeps_runs_of_one_algorithm_apart(tmp_path, monkeypatch):
+    """Two CHOCO-SGD runs, top-k at 91.8 % and qsgd at 81.4 %, are two points, not one
+    at their mean."""
+    figures = drawn_figures(monkeypatch)
+    runs = [
+        fake_run([], **summary_for(name, "choco-sgd", accuracy=accuracy(value, 4), **lost))
+        for name, value, lost in (
+            ("choco-topk", 0.918, {"dropped_messages": 20}),
+            ("choco-qsgd", 0.814, {"dropped_messages": 60}),
+            ("dsgd", 0.90, {}),
+        )
+    ]
+    assert plots.plot_accuracy_vs_lost(runs, tmp_path / "lost.png")
+    (axes,) = figures[0].axes
+    points = {bar.get_label(): list(bar.lines[0].get_ydata()) for bar in axes.containers}
+    assert points == {
+        "choco-topk": [pytest.approx(91.8)],
+        "choco-qsgd": [pytest.approx(81.4)],
+        "dsgd": [pytest.approx(90.0)],
+    }
 
 
 def test_report_links_the_lost_plot_and_shows_the_lost_share(tmp_path):
@@ -519,3 +563,230 @@ def test_runs_without_faults_draw_no_lost_plot(tmp_path):
     runs = [read_run(run_dir) for run_dir in sweep(tmp_path / "runs")]
     assert not plots.plot_accuracy_vs_lost(runs, tmp_path / "lost.png")
     assert not (tmp_path / "lost.png").exists()
+
+
+# Seed groups, the new curves, formats and the legend.
+
+
+def seed_records(seed: int, steps: int = 4, clock: float = 1.0) -> list[dict]:
+    """Evaluations every 10 iterations: accuracy 50 + 10 step + seed %, virtual time
+    ``clock`` per step, a training loss and a consensus distance."""
+    return [
+        {
+            "iteration": 10 * step,
+            "test_accuracy": [0.5 + 0.1 * step + 0.01 * seed] * 2,
+            "accuracy_mean": 0.5 + 0.1 * step + 0.01 * seed,
+            "accuracy_min": 0.45 + 0.1 * step,
+            "accuracy_max": 0.55 + 0.1 * step,
+            "messages": 20 * step,
+            "bytes": 8000 * step,
+            "events_per_agent": [5 * step + seed, 5 * step],
+            "virtual_seconds": clock * step,
+            "wall_seconds": 0.5 * step,
+            "train_loss": 2.0 / (1 + step) if step else None,
+            "consensus_distance": 0.1 / (1 + step) if step else 0.0,
+        }
+        for step in range(steps)
+    ]
+
+
+def seed_run(root: Path, name: str, seed: int, records: list[dict], **fields) -> Path:
+    """A run folder root/name/seed-N whose config differs from its siblings' only in seed."""
+    fields.setdefault("events_per_agent", records[-1]["events_per_agent"])
+    summary = summary_for(name, fields.pop("algorithm", "dsgd"), agents=2, seed=seed, **fields)
+    run_dir = root / name / f"seed-{seed}"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.toml").write_text(f'[run]\nname = "{name}"\nseed = {seed}\n')
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run_dir
+
+
+def seed_comparison(root: Path) -> list[Run]:
+    """Three seeds of "event" (their clocks run at 1.0, 1.5 and 2.0 s per step) and one
+    run of "base"."""
+    dirs = [seed_run(root, "event", s, seed_records(s, clock=1 + s / 2)) for s in range(3)]
+    dirs.append(seed_run(root, "base", 0, seed_records(0)))
+    return [read_run(run_dir) for run_dir in dirs]
+
+
+def test_a_seed_group_is_one_line_with_a_band_and_one_legend_entry(tmp_path, monkeypatch):
+    figures = drawn_figures(monkeypatch)
+    plots.plot_accuracy(seed_comparison(tmp_path), tmp_path / "accuracy.png")
+    (axes,) = figures[0].axes
+    lines = [line for line in axes.get_lines() if not line.get_label().startswith("_")]
+    assert [line.get_label() for line in lines] == ["event (3 seeds)", "base"]
+    assert list(lines[0].get_xdata()) == [0, 10, 20, 30]
+    assert list(lines[0].get_ydata()) == pytest.approx([51.0, 61.0, 71.0, 81.0])  # the mean
+    assert len(axes.collections) == 2  # the seeds' band and the single run's agent band
+    seeds_band = axes.collections[0].get_paths()[0].vertices[:, 1]
+    assert seeds_band.min() == pytest.approx(50.0) and seeds_band.max() == pytest.approx(82.0)
+    legend = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert legend == ["event (3 seeds)", "base"]
+    assert "over seeds" in axes.get_title() and "over agents" in axes.get_title()
+
+
+def test_seeds_on_different_clocks_are_averaged_on_a_common_grid(tmp_path, monkeypatch):
+    figures = drawn_figures(monkeypatch)
+    assert plots.plot_accuracy_vs_virtual_time(seed_comparison(tmp_path), tmp_path / "t.png")
+    (axes,) = figures[0].axes
+    event = next(line for line in axes.get_lines() if line.get_label() == "event (3 seeds)")
+    # every seed's times up to 3.0 s, where the fastest clock ends
+    assert list(event.get_xdata()) == [0, 1, 1.5, 2, 3]
+    # at 1.5 s: seed 0 halfway from 60 to 70 %, seed 1 at 61 %, seed 2 3/4 from 52 to 62 %
+    assert event.get_ydata()[2] == pytest.approx((65.0 + 61.0 + 59.5) / 3)
+    assert event.get_marker() == "None"  # interpolated: no point is a measurement
+    assert len(axes.collections) == 1  # one band: the single run has none here
+
+
+def test_seed_curve_interpolates_within_the_common_range_and_keeps_shared_points():
+    curve = seed_curve([([0, 2, 4], [0, 2, 4]), ([0, 1, 3], [0, 3, 3])])
+    assert list(curve.x) == [0, 1, 2, 3]  # seed 2's x range ends at 3
+    assert list(curve.y) == pytest.approx([0, 2, 2.5, 3])
+    assert list(curve.low) == pytest.approx([0, 1, 2, 3])
+    assert list(curve.high) == pytest.approx([0, 3, 3, 3])
+    assert curve.seeds == 2 and not curve.measured
+    shared = seed_curve([([0, 1, 1], [1, 2, 5]), ([1, 0], [7, 3]), ([], [])])
+    assert list(shared.x) == [0, 1] and shared.measured and shared.seeds == 2
+    assert list(shared.y) == pytest.approx([2, 6])  # of points at one x the last counts
+    assert seed_curve([([0, 1], [1, 1]), ([2, 3], [1, 1])]) is None  # no common range
+    assert seed_curve([([], [])]) is None
+
+
+def test_runs_without_a_seed_or_config_are_groups_of_their_own():
+    runs = [fake_run([], name="a"), fake_run([], name="a", seed=0), fake_run([], name="b")]
+    assert [len(group.runs) for group in plot_groups(runs)] == [1, 1, 1]
+
+
+def test_events_of_a_seed_group_are_mean_bars_with_min_to_max_error_bars(
+    tmp_path, monkeypatch
+):
+    figures = drawn_figures(monkeypatch)
+    plots.plot_events_per_agent(seed_comparison(tmp_path), tmp_path / "events.png")
+    (axes,) = figures[0].axes
+    bars = {bar.get_label(): bar for bar in axes.containers if isinstance(bar, BarContainer)}
+    assert list(bars) == ["event (3 seeds)", "base"]
+    assert [patch.get_height() for patch in bars["event (3 seeds)"]] == pytest.approx([16, 15])
+    assert bars["event (3 seeds)"].errorbar is not None and bars["base"].errorbar is None
+
+
+def test_train_loss_and_consensus_distance_are_drawn_on_log_axes(tmp_path, monkeypatch):
+    figures = drawn_figures(monkeypatch)
+    runs = seed_comparison(tmp_path)
+    assert plots.plot_train_loss(runs, tmp_path / "loss.png")
+    assert plots.plot_consensus_distance(runs, tmp_path / "consensus.png")
+    for figure in figures:
+        (axes,) = figure.axes
+        assert axes.get_yscale() == "log"
+        base = next(line for line in axes.get_lines() if line.get_label() == "base")
+        assert list(base.get_xdata()) == [10, 20, 30]  # no loss yet, and consensus 0, at 0
+
+
+def test_curves_the_runs_lack_are_not_written(tmp_path):
+    runs = [read_run(run_dir) for run_dir in sweep(tmp_path / "runs")]  # layer-wise and SGD
+    for file in ("loss.png", "consensus.png", "time.png"):
+        (tmp_path / file).write_bytes(PNG_MAGIC)  # stale copies go
+    assert not plots.plot_train_loss(runs, tmp_path / "loss.png")
+    single = [read_run(make_run(tmp_path / "one", summary_for("c", "centralized", agents=1), []))]
+    assert not plots.plot_consensus_distance(single, tmp_path / "consensus.png")
+    distributed = [fake_run(sgd_records(4), name="d", algorithm="dsgd")]  # no virtual clock
+    assert not plots.plot_accuracy_vs_virtual_time(distributed, tmp_path / "time.png")
+    assert not any((tmp_path / file).exists() for file in ("loss.png", "consensus.png", "time.png"))
+
+
+def test_a_time_axis_spanning_a_factor_of_20_is_logarithmic(tmp_path, monkeypatch):
+    figures = drawn_figures(monkeypatch)
+    slow = fake_run(seed_records(0, clock=50.0), name="sync")
+    fast = fake_run(seed_records(0, clock=1.0), name="async")
+    assert plots.plot_accuracy_vs_virtual_time([slow, fast], tmp_path / "t.png")
+    plots.plot_accuracy_vs_wall_time([slow, fast], tmp_path / "wall.png")
+    time, wall = (figure.axes[0] for figure in figures)
+    assert time.get_xscale() == "log" and "log scale" in time.get_xlabel()
+    assert list(time.get_lines()[0].get_xdata()) == [50, 100, 150]  # 0 s cannot be shown
+    assert wall.get_xscale() == "linear"  # both runs' wall clocks end at 1.5 s
+
+
+def test_the_legend_stands_outside_the_axes(tmp_path, monkeypatch):
+    figures = drawn_figures(monkeypatch)
+    runs = [fake_run(seed_records(0), name=f"run-with-a-long-name-{n}") for n in range(8)]
+    plots.plot_accuracy(runs, tmp_path / "accuracy.png")
+    (axes,) = figures[0].axes
+    renderer = figures[0].canvas.get_renderer()
+    legend = axes.get_legend().get_window_extent(renderer)
+    assert legend.x0 >= axes.get_window_extent(renderer).x1
+    assert len(axes.get_legend().get_texts()) == 8
+    assert not axes.collections  # 8 lines: no agent bands, they would smear into one
+
+
+@pytest.mark.parametrize(
+    ("fmt", "magic"), [("png", PNG_MAGIC), ("pdf", b"%PDF"), ("svg", b"<?xml")]
+)
+def test_the_report_writes_every_plot_in_the_format_asked(tmp_path, fmt, magic):
+    runs = [seed_run(tmp_path / "runs", "event", s, seed_records(s)) for s in range(2)]
+    out = tmp_path / "report"
+    report = write_report(runs, out, fmt=fmt).read_text()
+    files = sorted(path.name for path in out.iterdir() if path.suffix != ".md")
+    assert files == sorted(
+        f"{stem}.{fmt}"
+        for stem in (
+            "accuracy",
+            "messages",
+            "events_per_agent",
+            "accuracy_vs_bytes",
+            "accuracy_vs_messages",
+            "accuracy_vs_wall_time",
+            "accuracy_vs_virtual_time",
+            "train_loss",
+            "consensus_distance",
+        )
+    )
+    for file in files:
+        assert (out / file).read_bytes().startswith(magic), file
+        image = "" if fmt == "pdf" else "!"
+        assert f"{image}[" in report and f"]({file})" in report
+    if fmt == "pdf":
+        assert "![" not in report  # markdown viewers do not show a PDF: a link
+    write_report(runs, out, fmt=fmt)
+    assert files == sorted(path.name for path in out.iterdir() if path.suffix != ".md")
+
+
+def test_dpi_sets_the_size_of_a_png(tmp_path):
+    run = [fake_run(seed_records(0), name="a")]
+    plots.plot_accuracy(run, tmp_path / "low.png", dpi=100)
+    plots.plot_accuracy(run, tmp_path / "high.png", dpi=300)
+    low, high = png_size(tmp_path / "low.png"), png_size(tmp_path / "high.png")
+    assert high[0] == pytest.approx(3 * low[0], rel=0.03)
+    assert high[1] == pytest.approx(3 * low[1], rel=0.03)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [({"fmt": "gif"}, "unknown plot format 'gif'"), ({"dpi": 0}, "dpi must be a positive")],
+)
+def test_a_bad_format_or_dpi_is_a_usage_error_before_anything_is_written(
+    tmp_path, fields, message
+):
+    run = seed_run(tmp_path / "runs", "a", 0, seed_records(0))
+    with pytest.raises(UsageError, match=message):
+        write_report([run], tmp_path / "report", **fields)
+    assert not (tmp_path / "report").exists()
+
+
+@pytest.mark.parametrize("option", [["--format", "gif"], ["--dpi", "-3"], ["--dpi", "x"]])
+def test_murmur_report_refuses_a_bad_format_or_dpi_in_one_line(tmp_path, capsys, option):
+    run = seed_run(tmp_path / "runs", "a", 0, seed_records(0))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", str(run), *option])
+    _, err = capsys.readouterr()
+    assert exit_info.value.code == 2
+    assert len(err.splitlines()) == 1 and err.startswith("murmur report: error:"), err
+    assert not (run / "report.md").exists()
+
+
+def test_murmur_report_format_and_dpi(tmp_path, capsys):
+    run = seed_run(tmp_path / "runs", "a", 0, seed_records(0))
+    assert main(["report", str(run), "--format", "svg", "--out", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "accuracy.svg").read_bytes().startswith(b"<?xml")
+    assert main(["report", str(run), "--dpi", "60", "--out", str(tmp_path / "p")]) == 0
+    assert png_size(tmp_path / "p" / "accuracy.png")[1] < 300  # 4.2 inches at 60 dpi
+    assert cli.PLOT_FORMATS == plots.FORMATS

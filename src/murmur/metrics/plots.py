@@ -1,86 +1,186 @@
-"""PNG plots of finished runs: accuracy, messages and events per agent,
-accuracy against cumulative bytes and against cumulative messages; for
-layer-wise runs also training time vs nodes and accuracy vs mean degree; for
-worker-based runs also speedup vs workers and the staleness histogram.
+"""The figures of ``murmur report``, from finished runs.
 
-Figures are drawn on the Agg canvas directly, without pyplot, so plotting
-never opens a window, never changes the caller's matplotlib backend and
-leaves no figure behind. Each run keeps its colour (its position in the list)
-in every per-run plot, also when a plot skips some runs. A per-run plot with
-no run to show still writes its file, with a note saying why it is empty.
+Against the run's progress (iteration, or layer for layer-wise runs): mean test
+accuracy, cumulative messages, the training loss and the consensus distance.
+Against the cost of reaching an accuracy: cumulative bytes and messages, virtual
+time (the simulator's clock: what the asynchronous methods save) and wall time.
+Final events per agent as bars. Across runs: for layer-wise runs training time
+vs nodes and accuracy vs mean degree, final accuracy vs the share of messages
+lost, and for worker-based runs speedup vs workers and the staleness histogram.
 
-The per-algorithm plots (time vs nodes, accuracy vs degree) draw one line per
-algorithm across runs and are written only when there is something to compare:
-some algorithm with runs at two or more x values. They return whether they
-wrote their file, as do the speedup and staleness plots.
+Runs that differ only in their seed are one seed group
+(:mod:`murmur.metrics.seed_curves`): the line plots draw a group as one line, the
+mean across its seeds on a common x grid, with a band from the lowest to the
+highest seed, and one legend entry, "label (n seeds)"; the events bars and the
+lost-messages points show the mean with error bars from the lowest to the highest
+seed. A single run's accuracy band is the spread over its agents instead, as the
+title says. Each group keeps its colour (its position in the list) in every plot,
+also when a plot skips some groups. A plot with nothing to show still writes its
+file, with a note saying why it is empty, except the optional ones, which return
+whether they wrote their file and remove a stale copy when they do not.
+
+The figures go through :mod:`murmur.metrics.canvas`: the legend outside the axes,
+the format from the file's suffix (PNG, PDF or SVG), PNGs at ``dpi``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import SupportsFloat
+from typing import SupportsFloat, cast
 
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from murmur.metrics.canvas import DPI, FORMATS, new_figure, save
+from murmur.metrics.canvas import colour as _colour
+from murmur.metrics.canvas import finish as _finish
 from murmur.metrics.record_types import EvaluationRecord, RunSummary
 from murmur.metrics.report import Run, has_target, lost_share, run_label, speedups
+from murmur.metrics.seed_curves import Curve, Series, group_label, plot_groups, seed_curve
+from murmur.metrics.seed_groups import SeedGroup
 
 __all__ = [
+    "DPI",
+    "FORMATS",
     "plot_accuracy",
     "plot_messages",
     "plot_events_per_agent",
     "plot_accuracy_vs_bytes",
     "plot_accuracy_vs_messages",
+    "plot_accuracy_vs_virtual_time",
+    "plot_accuracy_vs_wall_time",
+    "plot_train_loss",
+    "plot_consensus_distance",
     "accuracy_against",
     "plot_time_vs_nodes",
     "plot_accuracy_vs_degree",
     "plot_accuracy_vs_lost",
+    "lost_points",
     "plot_speedup_vs_workers",
     "plot_staleness",
     "speedup_lines",
     "x_axis_label",
 ]
 
-DPI = 120
-FIGURE_SIZE = (7.0, 4.2)
 MAX_AGENT_TICKS = 32
+MAX_AGENT_BANDS = 4
+"""The accuracy plot shades single runs' spread over agents up to this many lines."""
+MAX_MARKED_POINTS = 40
+"""A line with more points is drawn without markers."""
+LOG_SPAN = 20.0
+"""A time axis is logarithmic when the lines' last values span this factor or more."""
+SEEDS_NOTE = "line: mean over seeds, band: min to max over seeds"
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+AccuracySeries = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""Iterations and the mean, min and max accuracy over agents (%), of one run."""
+Line = tuple[int, str, Curve]
+"""A group's colour index, legend entry and curve."""
 
 
-def plot_accuracy(runs: Sequence[Run], path: str | Path) -> None:
-    """Mean test accuracy (%) vs iteration or layer, one line per run, min-max band over agents."""
-    figure, axes = _new_figure()
-    drawn: list[Run] = []
-    for index, run in enumerate(runs):
-        iterations, mean, low, high = _accuracy_series(run.records)
-        if not np.isfinite(mean).any():
-            continue
+@dataclass(frozen=True)
+class _Lines:
+    """What a line plot draws: each run's (x, y) series, or None for a run left out
+    (named in the legend as ``left out, LEFT_OUT: ...``), and the axes' words."""
+
+    series: Callable[[Run], Series | None]
+    ylabel: str
+    title: str
+    empty: str
+    xlabel: str | None = None
+    """None: iteration or layer, from the runs drawn (:func:`x_axis_label`)."""
+    log_x: bool | None = False
+    """None: logarithmic when the lines' last x values span :data:`LOG_SPAN` or more."""
+    log_y: bool = False
+    left_out: str = ""
+
+
+def plot_accuracy(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> None:
+    """Mean test accuracy (%) vs iteration or layer, one line per seed group.
+
+    A group of seeds' band is the min to max of its seeds' mean; a single run's is
+    the min to max over its agents, drawn while there are at most
+    :data:`MAX_AGENT_BANDS` lines (more overlap into one smear). Where records carry
+    ``model_accuracy`` (the average model's test accuracy, multi-agent runs) it is
+    drawn dashed in the line's colour.
+    """
+    figure, axes = new_figure()
+    lines = _accuracy_lines(runs)
+    agent_bands = len(lines) <= MAX_AGENT_BANDS
+    bands: set[str] = set()
+    average_model = False
+    for index, group, series, curve in lines:
         colour = _colour(index)
-        axes.plot(iterations, mean, color=colour, marker=".", label=run_label(run.summary))
-        band = np.isfinite(low) & np.isfinite(high)
-        if band.any():
-            axes.fill_between(
-                iterations, low, high, where=band, color=colour, alpha=0.2, linewidth=0
-            )
-        drawn.append(run)
-    xlabel = _progress_axis(axes, drawn)
+        _draw_line(axes, curve, colour, group_label(group.label, curve.seeds), len(lines))
+        if curve.seeds > 1:
+            bands.add("seeds")
+        elif agent_bands and _agent_band(axes, series, colour):
+            bands.add("agents")
+        model = seed_curve([_model_accuracy(run) for run in group.runs])
+        if model is not None:
+            axes.plot(model.x, model.y, color=colour, linestyle="--", label="_nolegend_")
+            average_model = True
+    if average_model:
+        axes.plot([], [], color="0.3", linestyle="--", label="dashed: average model")
     _finish(
         axes,
-        bool(drawn),
+        bool(lines),
         "no evaluation records with test accuracy",
-        xlabel,
+        _progress_axis(axes, [run for _, group, _, _ in lines for run in group.runs]),
         "test accuracy (%)",
-        "Mean test accuracy (band: min to max over agents)",
+        _titled("Mean test accuracy over agents", _accuracy_band_note(bands)),
     )
-    _save(figure, path)
+    _save(figure, path, dpi)
 
 
-def _progress_axis(axes, runs: Sequence[Run]) -> str:
+def _accuracy_lines(
+    runs: Sequence[Run],
+) -> list[tuple[int, SeedGroup, list[AccuracySeries], Curve]]:
+    """Each group with accuracy: its colour index, its runs' accuracy series and its curve."""
+    lines = []
+    for index, group in enumerate(plot_groups(runs)):
+        series = [_accuracy_series(run.records) for run in group.runs]
+        curve = seed_curve([(iterations, mean) for iterations, mean, _, _ in series])
+        if curve is not None:
+            lines.append((index, group, series, curve))
+    return lines
+
+
+def _agent_band(axes: Axes, series: Sequence[AccuracySeries], colour: str) -> bool:
+    """Fill the one run's min-to-max band over agents; whether it had one."""
+    iterations, _, low, high = next(member for member in series if np.isfinite(member[1]).any())
+    band = np.isfinite(low) & np.isfinite(high)
+    if band.any():
+        axes.fill_between(iterations, low, high, where=band, color=colour, alpha=0.2, linewidth=0)
+    return bool(band.any())
+
+
+def _model_accuracy(run: Run) -> Series:
+    """The average model's accuracy (%) against iterations; none for one agent, whose
+    model it is."""
+    if run.summary.get("agents") == 1:
+        return [], []
+    return _percent_series(run.records, "model_accuracy")
+
+
+def _accuracy_band_note(bands: set[str]) -> str:
+    if {"agents", "seeds"} <= bands:
+        return "band: min to max over agents (one run), over seeds (n seeds: line is their mean)"
+    if "seeds" in bands:
+        return SEEDS_NOTE
+    return "band: min to max over agents" if "agents" in bands else ""
+
+
+def _titled(title: str, note: str) -> str:
+    return f"{title}\n({note})" if note else title
+
+
+def _progress_axis(axes: Axes, runs: Sequence[Run]) -> str:
     """The x label for ``runs`` (layer or iteration); layers get whole-number ticks."""
     xlabel = x_axis_label(runs)
     if xlabel == "layer":
@@ -88,129 +188,266 @@ def _progress_axis(axes, runs: Sequence[Run]) -> str:
     return xlabel
 
 
-def plot_messages(runs: Sequence[Run], path: str | Path) -> None:
-    """Cumulative messages vs iteration (or layer), one line per run that sends any."""
-    figure, axes = _new_figure()
-    drawn: list[Run] = []
-    for index, run in enumerate(runs):
-        if run.summary.get("agents") == 1:
-            continue
-        iterations, messages = _series(run.records, "messages")
-        if not iterations:
-            continue
-        axes.plot(
-            iterations, messages, color=_colour(index), marker=".", label=run_label(run.summary)
-        )
-        drawn.append(run)
-    xlabel = _progress_axis(axes, drawn)
-    _finish(
-        axes,
-        bool(drawn),
-        "no run with message counts",
-        xlabel,
-        "messages (cumulative)",
-        "Messages sent",
-    )
-    _save(figure, path)
-
-
-def plot_events_per_agent(runs: Sequence[Run], path: str | Path) -> None:
-    """Final events per agent as grouped bars: one group per agent, one colour per run."""
-    figure, axes = _new_figure()
-    bars = []
-    for index, run in enumerate(runs):
-        counts = _final_events_per_agent(run) if run.summary.get("agents") != 1 else []
-        if counts:
-            bars.append((index, run, counts))
-    width = 0.8 / max(len(bars), 1)
-    for position, (index, run, counts) in enumerate(bars):
-        agents = np.arange(len(counts))
-        axes.bar(
-            agents - 0.4 + width * (position + 0.5),
-            counts,
-            width=width,
-            color=_colour(index),
-            label=run_label(run.summary),
-        )
-    # Every agent gets a tick while they stay readable; beyond that, integer ticks only.
-    agent_count = max((len(counts) for _, _, counts in bars), default=0)
-    if 0 < agent_count <= MAX_AGENT_TICKS:
-        axes.set_xticks(range(agent_count))
-    elif bars:
-        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    _finish(
-        axes,
-        bool(bars),
-        "no multi-agent run with events per agent",
-        "agent",
-        "events (total)",
-        "Events per agent",
-    )
-    _save(figure, path)
-
-
-def plot_accuracy_vs_bytes(runs: Sequence[Run], path: str | Path) -> None:
-    """Mean test accuracy (%) vs cumulative bytes sent, log x axis, one line per run.
-
-    A log axis cannot show 0 bytes: each line starts at the run's first
-    evaluation with a positive byte count (an evaluation before any exchange
-    is left out), and runs that never send a byte (centralized ones) are left
-    out of the plot altogether; the legend names them.
-    """
-    _plot_accuracy_against(
+def plot_messages(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> None:
+    """Cumulative messages vs iteration (or layer), one line per group that sends any."""
+    _plot_lines(
         runs,
         path,
-        key="bytes",
-        xlabel="bytes sent (cumulative, log scale)",
-        title="Mean test accuracy vs bytes sent",
-        log_x=True,
+        _Lines(
+            series=lambda run: _multi_agent(run, "messages"),
+            ylabel="messages (cumulative)",
+            title="Messages sent",
+            empty="no run with message counts",
+        ),
+        dpi,
     )
 
 
-def plot_accuracy_vs_messages(runs: Sequence[Run], path: str | Path) -> None:
-    """Mean test accuracy (%) vs cumulative point-to-point messages, one line per run.
+def _multi_agent(run: Run, key: str) -> Series:
+    """A record field against iterations; nothing for a one-agent run."""
+    return ([], []) if run.summary.get("agents") == 1 else _series(run.records, key)
 
-    Runs that never send a message (centralized ones) are left out, as the
-    legend says; the other runs keep their evaluations at 0 messages.
-    """
-    _plot_accuracy_against(
+
+def plot_train_loss(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
+    """Training loss vs iteration, log y axis; written (and True) only when some run's
+    records have a ``train_loss`` (mini-batch runs: the mean since the previous
+    evaluation), else a stale path is removed and False returned."""
+    return _plot_lines(
         runs,
         path,
-        key="messages",
-        xlabel="point-to-point messages (cumulative)",
-        title="Mean test accuracy vs messages",
-        log_x=False,
+        _Lines(
+            series=lambda run: _series(run.records, "train_loss"),
+            ylabel="training loss (log scale)",
+            title="Training loss (mean over the steps since the previous evaluation)",
+            empty="no run with a training loss",
+            log_y=True,
+        ),
+        dpi,
+        optional=True,
     )
 
 
-def _plot_accuracy_against(
-    runs: Sequence[Run],
-    path: str | Path,
-    key: str,
-    xlabel: str,
-    title: str,
-    log_x: bool,
-) -> None:
-    """One accuracy line per run against its cumulative ``key``; runs that send none left out."""
-    figure, axes = _new_figure()
-    drawn, left_out = False, []
-    for index, run in enumerate(runs):
-        counts, accuracy = accuracy_against(run.records, key)
-        if not any(count > 0 for count in counts):
-            if counts:
-                left_out.append(run_label(run.summary))
-            continue
-        if log_x:  # a log axis cannot show 0
-            first = next(i for i, count in enumerate(counts) if count > 0)
-            counts, accuracy = counts[first:], accuracy[first:]
-        axes.plot(counts, accuracy, color=_colour(index), marker=".", label=run_label(run.summary))
-        drawn = True
+def _consensus_distance(run: Run) -> Series:
+    """A multi-agent run's consensus distance against iterations, without the values
+    that are rounding off identical models (below 1e-9 of the run's largest), which a
+    log axis would stretch over orders of magnitude."""
+    iterations, distances = _multi_agent(run, "consensus_distance")
+    floor = 1e-9 * max(distances, default=0.0)
+    points = [(i, d) for i, d in zip(iterations, distances, strict=True) if d > floor]
+    return [i for i, _ in points], [d for _, d in points]
+
+
+def plot_consensus_distance(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
+    """Consensus distance (1/N) sum_i ||x_i - x_bar||^2 vs iteration, log y axis, one
+    line per multi-agent group; written (and True) only when some run has it."""
+    return _plot_lines(
+        runs,
+        path,
+        _Lines(
+            series=_consensus_distance,
+            ylabel="consensus distance (log scale)",
+            title="Consensus distance: mean squared distance of the agents to their average",
+            empty="no multi-agent run with a consensus distance",
+            log_y=True,
+        ),
+        dpi,
+        optional=True,
+    )
+
+
+def plot_accuracy_vs_bytes(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> None:
+    """Mean test accuracy (%) vs cumulative bytes sent, log x axis, one line per group.
+
+    A log axis cannot show 0 bytes: each line starts at the first evaluation with
+    a positive byte count (an evaluation before any exchange is left out), and runs
+    that never send a byte (centralized ones) are left out of the plot altogether;
+    the legend names them.
+    """
+    _plot_lines(
+        runs,
+        path,
+        _Lines(
+            series=lambda run: _sent(run, "bytes"),
+            xlabel="bytes sent (cumulative, log scale)",
+            ylabel="test accuracy (%)",
+            title="Mean test accuracy vs bytes sent",
+            empty="no run with bytes and test accuracy",
+            log_x=True,
+            left_out="no bytes",
+        ),
+        dpi,
+    )
+
+
+def plot_accuracy_vs_messages(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> None:
+    """Mean test accuracy (%) vs cumulative point-to-point messages, one line per group.
+
+    Runs that never send a message (centralized ones) are left out, as the legend
+    says; the other runs keep their evaluations at 0 messages.
+    """
+    _plot_lines(
+        runs,
+        path,
+        _Lines(
+            series=lambda run: _sent(run, "messages"),
+            xlabel="point-to-point messages (cumulative)",
+            ylabel="test accuracy (%)",
+            title="Mean test accuracy vs messages",
+            empty="no run with messages and test accuracy",
+            left_out="no messages",
+        ),
+        dpi,
+    )
+
+
+def _sent(run: Run, key: str) -> Series | None:
+    """Accuracy against a cumulative count; None for a run that never sends."""
+    counts, accuracy = accuracy_against(run.records, key)
+    if counts and not any(count > 0 for count in counts):
+        return None
+    return counts, accuracy
+
+
+def plot_accuracy_vs_virtual_time(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI
+) -> bool:
+    """Mean test accuracy (%) vs the simulator's virtual seconds, one line per group:
+    the figure of asynchronous methods, which reach an accuracy sooner on the clock
+    than the iterations say. The x axis turns logarithmic when the lines' ends span
+    a factor of 20 or more. Written (and True) only when some run's records have
+    ``virtual_seconds``; otherwise a stale path is removed and False returned."""
+    return _plot_lines(
+        runs,
+        path,
+        _Lines(
+            series=lambda run: accuracy_against(run.records, "virtual_seconds"),
+            xlabel="virtual time (s, simulator's clock)",
+            ylabel="test accuracy (%)",
+            title="Mean test accuracy vs virtual time",
+            empty="no run with virtual time",
+            log_x=None,
+        ),
+        dpi,
+        optional=True,
+    )
+
+
+def plot_accuracy_vs_wall_time(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> None:
+    """Mean test accuracy (%) vs wall-clock seconds since the run started, one line per
+    group (the real time of distributed runs; in the simulator, how long simulating
+    took). Log x axis under the same rule as the virtual-time plot."""
+    _plot_lines(
+        runs,
+        path,
+        _Lines(
+            series=lambda run: accuracy_against(run.records, "wall_seconds"),
+            xlabel="wall time (s)",
+            ylabel="test accuracy (%)",
+            title="Mean test accuracy vs wall time",
+            empty="no run with wall time and test accuracy",
+            log_x=None,
+        ),
+        dpi,
+    )
+
+
+def _plot_lines(
+    runs: Sequence[Run], path: str | Path, lines: _Lines, dpi: float, optional: bool = False
+) -> bool:
+    """Draw ``lines`` (see :class:`_Lines`); whether the file was written. An optional
+    plot with no line writes nothing and removes a stale ``path``."""
+    drawn, left_out, log_x = _group_lines(runs, lines)
+    if optional and not drawn:
+        Path(path).unlink(missing_ok=True)
+        return False
+    figure, axes = new_figure()
+    for index, label, curve in drawn:
+        _draw_line(axes, curve, _colour(index), label, len(drawn))
     if drawn and log_x:
         axes.set_xscale("log")
+    if drawn and lines.log_y:
+        _log_y(axes, drawn)
     if drawn and left_out:
-        axes.plot([], [], " ", label=f"left out, no {key}: {', '.join(left_out)}")
-    _finish(axes, drawn, f"no run with {key} and test accuracy", xlabel, "test accuracy (%)", title)
-    _save(figure, path)
+        axes.plot([], [], " ", label=f"left out, {lines.left_out}: {', '.join(left_out)}")
+    xlabel = lines.xlabel
+    if xlabel is None:
+        xlabel = _progress_axis(axes, [run for run in runs if _drawn(run, lines)])
+    elif log_x and "log" not in xlabel:
+        xlabel = xlabel.replace(")", ", log scale)") if xlabel.endswith(")") else xlabel + " (log)"
+    seeds = any(curve.seeds > 1 for _, _, curve in drawn)
+    title = _titled(lines.title, SEEDS_NOTE if seeds else "")
+    _finish(axes, bool(drawn), lines.empty, xlabel, lines.ylabel, title)
+    _save(figure, path, dpi)
+    return True
+
+
+def _log_y(axes: Axes, drawn: list[Line]) -> None:
+    """A log y axis; plain numbers on its ticks while the values span less than 100x,
+    on the minor ticks too below 10x."""
+    axes.set_yscale("log")
+    low = min(float(np.min(curve.low)) for _, _, curve in drawn)
+    high = max(float(np.max(curve.high)) for _, _, curve in drawn)
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    if high < 100 * low:
+        axes.yaxis.set_major_formatter(plain)
+    if high < 10 * low:
+        axes.yaxis.set_minor_formatter(plain)
+
+
+def _drawn(run: Run, lines: _Lines) -> bool:
+    series = lines.series(run)
+    return series is not None and bool(series[0])
+
+
+def _group_lines(runs: Sequence[Run], lines: _Lines) -> tuple[list[Line], list[str], bool]:
+    """Each group's curve (points a log axis cannot show dropped), the labels of the
+    groups left out, and whether the x axis is logarithmic."""
+    groups = plot_groups(runs)
+    members = [[lines.series(run) for run in group.runs] for group in groups]
+    left_out = [
+        group.label
+        for group, series in zip(groups, members, strict=True)
+        if all(member is None for member in series)
+    ]
+    log_x = lines.log_x
+    if log_x is None:
+        log_x = _spans(_curves(groups, members, False, False))
+    drawn = _curves(groups, members, log_x, lines.log_y)
+    return drawn, left_out, log_x
+
+
+def _curves(
+    groups: Sequence[SeedGroup], members: list[list[Series | None]], log_x: bool, log_y: bool
+) -> list[Line]:
+    drawn = []
+    for index, (group, series) in enumerate(zip(groups, members, strict=True)):
+        kept = [_positive(member, log_x, log_y) for member in series if member is not None]
+        curve = seed_curve(kept)
+        if curve is not None:
+            drawn.append((index, group_label(group.label, curve.seeds), curve))
+    return drawn
+
+
+def _positive(series: Series, x: bool, y: bool) -> Series:
+    """The points of ``series`` a log axis can show: positive x (if ``x``) and y (if ``y``)."""
+    points = [(a, b) for a, b in zip(*series, strict=True) if (not x or a > 0) and (not y or b > 0)]
+    return [a for a, _ in points], [b for _, b in points]
+
+
+def _spans(lines: list[Line]) -> bool:
+    """Whether the lines' last x values span :data:`LOG_SPAN` or more (all positive)."""
+    ends = [float(curve.x[-1]) for _, _, curve in lines]
+    return bool(ends) and min(ends) > 0 and max(ends) / min(ends) >= LOG_SPAN
+
+
+def _draw_line(axes: Axes, curve: Curve, colour: str, label: str, lines: int) -> None:
+    """A curve in ``colour``; a group of seeds with its min-to-max band, fainter when
+    there are more than :data:`MAX_AGENT_BANDS` ``lines``."""
+    marker = "." if curve.measured and len(curve.x) <= MAX_MARKED_POINTS else None
+    axes.plot(curve.x, curve.y, color=colour, marker=marker, label=label)
+    if curve.seeds > 1:
+        alpha = 0.2 if lines <= MAX_AGENT_BANDS else 0.12
+        axes.fill_between(curve.x, curve.low, curve.high, color=colour, alpha=alpha, linewidth=0)
 
 
 def accuracy_against(records: list[EvaluationRecord], key: str) -> tuple[list[float], list[float]]:
@@ -220,14 +457,59 @@ def accuracy_against(records: list[EvaluationRecord], key: str) -> tuple[list[fl
     """
     counts, accuracy = [], []
     for record in records:
-        count, mean = _finite(record.get(key)), _statistic(record, "accuracy_mean", np.mean)
+        count, mean = _finite(_field(record, key)), _statistic(record, "accuracy_mean", np.mean)
         if count is not None and mean is not None:
             counts.append(count)
             accuracy.append(100 * mean)
     return counts, accuracy
 
 
-def plot_time_vs_nodes(runs: Sequence[Run], path: str | Path) -> bool:
+def plot_events_per_agent(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> None:
+    """Final events per agent as grouped bars: one group of bars per agent, one colour
+    per seed group (the mean over its seeds, error bars from min to max)."""
+    figure, axes = new_figure()
+    bars = []
+    for index, group in enumerate(plot_groups(runs)):
+        counts = [_final_events_per_agent(run) for run in group.runs]
+        counts = [c for c in counts if c and len(c) == len(counts[0])]
+        if counts and group.runs[0].summary.get("agents") != 1:
+            bars.append((index, group_label(group.label, len(counts)), np.array(counts)))
+    width = 0.8 / max(len(bars), 1)
+    for position, (index, label, table) in enumerate(bars):
+        agents = np.arange(table.shape[1])
+        mean = table.mean(axis=0)
+        spread = [mean - table.min(axis=0), table.max(axis=0) - mean]
+        several = table.shape[0] > 1
+        axes.bar(
+            agents - 0.4 + width * (position + 0.5),
+            mean,
+            width=width,
+            color=_colour(index),
+            label=label,
+            yerr=spread if several else None,
+            ecolor="0.25",
+            capsize=2 if several else 0,
+        )
+    # Every agent gets a tick while they stay readable; beyond that, integer ticks only.
+    agent_count = max((table.shape[1] for _, _, table in bars), default=0)
+    if 0 < agent_count <= MAX_AGENT_TICKS:
+        axes.set_xticks(range(agent_count))
+    elif bars:
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    several = any(table.shape[0] > 1 for _, _, table in bars)
+    note = "bars: mean over seeds, error bars: min to max over seeds" if several else ""
+    _finish(
+        axes,
+        bool(bars),
+        "no multi-agent run with events per agent",
+        "agent",
+        "events (total)",
+        _titled("Events per agent", note),
+    )
+    _save(figure, path, dpi)
+
+
+def plot_time_vs_nodes(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
     """Training time on the virtual clock vs number of nodes, one line per algorithm.
 
     Uses each run's summary ``agents`` and ``virtual_seconds``; runs without
@@ -244,10 +526,11 @@ def plot_time_vs_nodes(runs: Sequence[Run], path: str | Path) -> bool:
         ylabel="training time (virtual seconds)",
         title="Training time vs number of nodes (virtual clock)",
         integer_x=True,
+        dpi=dpi,
     )
 
 
-def plot_accuracy_vs_degree(runs: Sequence[Run], path: str | Path) -> bool:
+def plot_accuracy_vs_degree(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
     """Final mean test accuracy (%) vs mean graph degree, one line per algorithm.
 
     Uses each run's summary ``mean_degree`` and ``accuracy.mean``; runs
@@ -263,28 +546,90 @@ def plot_accuracy_vs_degree(runs: Sequence[Run], path: str | Path) -> bool:
         ylabel="mean test accuracy (%)",
         title="Mean test accuracy vs mean degree",
         integer_x=False,
+        dpi=dpi,
     )
 
 
-def plot_accuracy_vs_lost(runs: Sequence[Run], path: str | Path) -> bool:
-    """Final mean test accuracy (%) vs the share of messages lost (%), one line per
-    algorithm: how each stands up to ``faults.drop``.
+@dataclass(frozen=True)
+class LostPoint:
+    """A seed group's final accuracy against its share of messages lost, in percent:
+    the means over its seeds and their min and max."""
 
-    The share is measured, ``dropped_messages`` over ``messages`` (``lost_share``):
-    a run without faults sits at 0 and runs that sent nothing are left out.
-    Written, and True returned, under the same condition as plot_time_vs_nodes:
-    some algorithm at two or more shares.
+    label: str
+    index: int
+    seeds: int
+    lost: tuple[float, float, float]
+    accuracy: tuple[float, float, float]
+    """(mean, min, max)."""
+
+
+def lost_points(runs: Sequence[Run]) -> list[LostPoint]:
+    """One point per seed group with a measured lost share and a final accuracy.
+
+    The share is ``dropped_messages`` over ``messages`` (``lost_share``): a run
+    without faults sits at 0, a run that sent nothing is left out, as is one
+    without a final mean accuracy.
     """
-    return _plot_by_algorithm(
-        runs,
-        path,
-        x_of=lambda summary: _percent_of(lost_share(summary)),
-        y_of=_mean_accuracy_percent,
-        xlabel="messages lost (%)",
-        ylabel="mean test accuracy (%)",
-        title="Mean test accuracy vs messages lost",
-        integer_x=False,
+    points = []
+    for index, group in enumerate(plot_groups(runs)):
+        pairs = [
+            (lost, accuracy)
+            for run in group.runs
+            if (lost := _percent_of(lost_share(run.summary))) is not None
+            and (accuracy := _mean_accuracy_percent(run.summary)) is not None
+        ]
+        if pairs:
+            losses, accuracies = zip(*pairs, strict=True)
+            points.append(
+                LostPoint(group.label, index, len(pairs), _spread(losses), _spread(accuracies))
+            )
+    return points
+
+
+def _spread(values: Sequence[float]) -> tuple[float, float, float]:
+    return float(np.mean(values)), min(values), max(values)
+
+
+def plot_accuracy_vs_lost(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
+    """Final mean test accuracy (%) vs the share of messages lost (%): one point per
+    run, or per seed group (mean, error bars from min to max over its seeds), named
+    after it: how each stands up to ``faults.drop``.
+
+    Written, and True returned, only when the points lie at two or more lost
+    shares; otherwise nothing is written, a stale path is removed and False is
+    returned.
+    """
+    points = lost_points(runs)
+    if len({round(point.lost[0], 9) for point in points}) < 2:
+        Path(path).unlink(missing_ok=True)
+        return False
+    figure, axes = new_figure()
+    for number, point in enumerate(points):
+        (x, x_low, x_high), (y, y_low, y_high) = point.lost, point.accuracy
+        axes.errorbar(
+            [x],
+            [y],
+            xerr=[[x - x_low], [x_high - x]] if point.seeds > 1 else None,
+            yerr=[[y - y_low], [y_high - y]] if point.seeds > 1 else None,
+            color=_colour(point.index),
+            marker=_MARKERS[number % len(_MARKERS)],
+            markersize=7,
+            linestyle="none",
+            capsize=3,
+            label=group_label(point.label, point.seeds),
+        )
+    several = any(point.seeds > 1 for point in points)
+    note = "mean over seeds, error bars: min to max over seeds" if several else ""
+    _finish(
+        axes,
+        True,
+        "",
+        "messages lost (%)",
+        "final mean test accuracy (%)",
+        _titled("Final mean test accuracy vs messages lost, one point per run", note),
     )
+    _save(figure, path, dpi)
+    return True
 
 
 def _percent_of(fraction: float | None) -> float | None:
@@ -374,7 +719,7 @@ def _speedup_line(
         axes.plot([], [], " ", label=f"{name}: not reached, left out: W = {left_out}")
 
 
-def plot_speedup_vs_workers(runs: Sequence[Run], path: str | Path) -> bool:
+def plot_speedup_vs_workers(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
     """Iteration and time speedup to the target loss vs workers W, with linear speedup y = W.
 
     One colour per algorithm: iteration speedup W * its_1 / its_W solid, time
@@ -388,7 +733,7 @@ def plot_speedup_vs_workers(runs: Sequence[Run], path: str | Path) -> bool:
     if not any(len({w for w, _, _ in points}) >= 2 for points, _ in lines.values()):
         Path(path).unlink(missing_ok=True)
         return False
-    figure, axes = _new_figure()
+    figure, axes = new_figure()
     all_workers: set[float] = set()
     for index, (name, (points, not_reached)) in enumerate(lines.items()):
         if points:
@@ -412,11 +757,11 @@ def plot_speedup_vs_workers(runs: Sequence[Run], path: str | Path) -> bool:
         "speedup over W = 1",
         "Speedup to the target loss (runs that did not reach it left out)",
     )
-    _save(figure, path)
+    _save(figure, path, dpi)
     return True
 
 
-def plot_staleness(runs: Sequence[Run], path: str | Path) -> bool:
+def plot_staleness(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
     """Staleness histogram of each run with one: share of applied gradients (%) per staleness.
 
     One line per run (its name as label), log y axis so that rare staleness
@@ -432,7 +777,7 @@ def plot_staleness(runs: Sequence[Run], path: str | Path) -> bool:
     if not histograms:
         Path(path).unlink(missing_ok=True)
         return False
-    figure, axes = _new_figure()
+    figure, axes = new_figure()
     for index, run, counts in histograms:
         total = sum(counts)
         shares = [100 * count / total if count > 0 else math.nan for count in counts]
@@ -454,7 +799,7 @@ def plot_staleness(runs: Sequence[Run], path: str | Path) -> bool:
         "applied gradients (%)",
         "Staleness of applied gradients",
     )
-    _save(figure, path)
+    _save(figure, path, dpi)
     return True
 
 
@@ -531,6 +876,7 @@ def _plot_by_algorithm(
     ylabel: str,
     title: str,
     integer_x: bool,
+    dpi: float,
 ) -> bool:
     """One line per algorithm through the mean y at each x, sorted by x.
 
@@ -541,7 +887,7 @@ def _plot_by_algorithm(
     if not any(len({x for x, _ in points}) >= 2 for points in lines.values()):
         Path(path).unlink(missing_ok=True)
         return False
-    figure, axes = _new_figure()
+    figure, axes = new_figure()
     for index, (name, points) in enumerate(lines.items()):
         colour = _colour(index)
         xs, means = mean_line(points)
@@ -553,13 +899,11 @@ def _plot_by_algorithm(
     if integer_x:
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     _finish(axes, True, "", xlabel, ylabel, title)
-    _save(figure, path)
+    _save(figure, path, dpi)
     return True
 
 
-def _accuracy_series(
-    records: list[EvaluationRecord],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _accuracy_series(records: list[EvaluationRecord]) -> AccuracySeries:
     """Iterations and mean/min/max accuracy in percent; NaN where a record lacks a value.
 
     Statistics the record does not carry are computed from its per-agent
@@ -623,29 +967,16 @@ def _finite(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _colour(index: int) -> str:
-    return f"C{index % 10}"
+def _field(record: EvaluationRecord, key: str) -> object:
+    """A record's value of ``key``, also of a key its type does not name."""
+    return cast(Mapping[str, object], record).get(key)
 
 
-def _new_figure() -> tuple[Figure, Axes]:
-    figure = Figure(figsize=FIGURE_SIZE)
-    FigureCanvasAgg(figure)
-    return figure, figure.add_subplot()
+def _percent_series(records: list[EvaluationRecord], key: str) -> Series:
+    """Iterations and a fraction field of the records in percent, where both are present."""
+    iterations, values = _series(records, key)
+    return iterations, [100 * value for value in values]
 
 
-def _finish(axes: Axes, drawn: bool, empty_note: str, xlabel: str, ylabel: str, title: str) -> None:
-    axes.set_title(title)
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    if drawn:
-        axes.grid(alpha=0.3)
-        axes.legend(loc="best", fontsize="small")
-    else:
-        axes.text(0.5, 0.5, empty_note, ha="center", va="center", transform=axes.transAxes)
-        axes.set_xticks([])
-        axes.set_yticks([])
-
-
-def _save(figure: Figure, path: str | Path) -> None:
-    figure.tight_layout()
-    figure.savefig(Path(path), dpi=DPI, format="png")
+def _save(figure: Figure, path: str | Path, dpi: float = DPI) -> None:
+    save(figure, path, dpi)

@@ -1,4 +1,5 @@
-"""``murmur report``: report.md with the run table and PNG plots, from run folders.
+"""``murmur report``: report.md with the run table and plots (PNG, PDF or SVG), from
+run folders.
 
 Reading the folders and formatting the table are :mod:`murmur.metrics.report`;
 the plots are :mod:`murmur.metrics.plots` (matplotlib is loaded only here).
@@ -6,6 +7,7 @@ the plots are :mod:`murmur.metrics.plots` (matplotlib is loaded only here).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,42 +31,75 @@ from murmur.metrics.report import (
 from murmur.metrics.seed_groups import group_runs
 from murmur.metrics.seed_table import format_results
 
-_PLOT_FILES = (
-    ("Mean test accuracy", "accuracy.png"),
-    ("Messages", "messages.png"),
-    ("Events per agent", "events_per_agent.png"),
-    ("Mean test accuracy vs bytes sent", "accuracy_vs_bytes.png"),
-    ("Mean test accuracy vs messages", "accuracy_vs_messages.png"),
+_PLOTS: tuple[tuple[str, str, str], ...] = (
+    ("Mean test accuracy", "accuracy", "plot_accuracy"),
+    ("Messages", "messages", "plot_messages"),
+    ("Events per agent", "events_per_agent", "plot_events_per_agent"),
+    ("Mean test accuracy vs bytes sent", "accuracy_vs_bytes", "plot_accuracy_vs_bytes"),
+    ("Mean test accuracy vs messages", "accuracy_vs_messages", "plot_accuracy_vs_messages"),
+    ("Mean test accuracy vs wall time", "accuracy_vs_wall_time", "plot_accuracy_vs_wall_time"),
 )
-# Plots drawn only when the runs have the fields and vary along the x axis.
-_OPTIONAL_PLOT_FILES = (
-    ("Training time vs number of nodes (virtual clock)", "time_vs_nodes.png"),
-    ("Mean test accuracy vs mean degree", "accuracy_vs_degree.png"),
-    ("Mean test accuracy vs messages lost", "accuracy_vs_lost.png"),
-    ("Speedup vs number of workers (to the target training loss)", "speedup_vs_workers.png"),
-    ("Staleness of applied gradients", "staleness.png"),
+"""The plots of every report: (title, file name without the format's suffix, the
+function of :mod:`murmur.metrics.plots` that draws it)."""
+_OPTIONAL_PLOTS: tuple[tuple[str, str, str], ...] = (
+    (
+        "Mean test accuracy vs virtual time",
+        "accuracy_vs_virtual_time",
+        "plot_accuracy_vs_virtual_time",
+    ),
+    ("Training loss", "train_loss", "plot_train_loss"),
+    ("Consensus distance", "consensus_distance", "plot_consensus_distance"),
+    (
+        "Training time vs number of nodes (virtual clock)",
+        "time_vs_nodes",
+        "plot_time_vs_nodes",
+    ),
+    ("Mean test accuracy vs mean degree", "accuracy_vs_degree", "plot_accuracy_vs_degree"),
+    ("Mean test accuracy vs messages lost", "accuracy_vs_lost", "plot_accuracy_vs_lost"),
+    (
+        "Speedup vs number of workers (to the target training loss)",
+        "speedup_vs_workers",
+        "plot_speedup_vs_workers",
+    ),
+    ("Staleness of applied gradients", "staleness", "plot_staleness"),
 )
+"""Plots drawn only when the runs have their fields and vary along the x axis; each
+says whether it wrote its file."""
 
 
-def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
+def write_report(
+    run_dirs: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    fmt: str = plots.FORMATS[0],
+    dpi: float = plots.DPI,
+) -> Path:
     """Write out_dir/report.md and its plots for the given run folders; return its path.
+
+    The plots are ``fmt`` files (png, pdf or svg; PNGs at ``dpi`` dots per inch);
+    another format or a dpi that is not a positive number is a UsageError.
 
     All runs are read before anything is written, so a bad folder leaves
     out_dir untouched. Re-running overwrites the report and plots.
 
     Runs that failed during training are left out of the table and plots and
-    listed below the table with their error. Besides the accuracy, messages
-    and events plots and accuracy against cumulative bytes (log axis) and
-    messages, time_vs_nodes.png and accuracy_vs_degree.png are written (and
-    linked) only when some algorithm has runs at two or more node counts /
-    mean degrees, speedup_vs_workers.png only when some algorithm has a W = 1
-    run and another W that reached the target, and staleness.png only when
-    some run has a staleness histogram; otherwise a stale copy from an
-    earlier report in out_dir is removed. When every run failed, report.md
-    says so and no plot is drawn (stale ones are removed).
+    listed below the table with their error. Every report has the accuracy,
+    messages and events plots and accuracy against cumulative bytes (log axis),
+    messages and wall time. accuracy_vs_virtual_time, train_loss and
+    consensus_distance are written (and linked) only when some run's records have
+    virtual seconds, a training loss or (with several agents) a consensus distance;
+    time_vs_nodes and accuracy_vs_degree only when some algorithm has runs at two or
+    more node counts / mean degrees, accuracy_vs_lost when the runs lost two or
+    more shares of their messages, speedup_vs_workers only when some algorithm has a
+    W = 1 run and another W that reached the target, and staleness only when some
+    run has a staleness histogram; otherwise a stale copy (in ``fmt``) from an
+    earlier report in out_dir is removed. When every run failed, report.md says so
+    and no plot is drawn (stale ones are removed). Runs that differ only in seed
+    are drawn as one line or point per group (:mod:`murmur.metrics.plots`).
     """
     if not run_dirs:
         raise UsageError("no run folders given; pass one or more folders written by `murmur run`")
+    _check_output(fmt, dpi)
     runs = [read_run(run_dir) for run_dir in run_dirs]
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -74,38 +109,41 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
     except OSError as error:
         raise UsageError(f"cannot create report folder {out}: {error.strerror}") from None
 
-    plot_files = _write_plots([run for run in runs if not run.failed], out)
+    plot_files = _write_plots([run for run in runs if not run.failed], out, fmt, dpi)
     report_path = out / "report.md"
     report_path.write_text(_report_markdown(runs, out, plot_files), encoding="utf-8")
     return report_path
 
 
-def _write_plots(runs: list[Run], out: Path) -> list[tuple[str, str]]:
-    """Draw the plots of ``runs`` into out; the (title, file) of each plot written."""
+def _check_output(fmt: str, dpi: float) -> None:
+    """A UsageError for a plot format or dpi the plots cannot be written with."""
+    if fmt not in plots.FORMATS:
+        raise UsageError(f"unknown plot format {fmt!r}; valid formats: {', '.join(plots.FORMATS)}")
+    if isinstance(dpi, bool) or not isinstance(dpi, int | float) or not 0 < dpi < math.inf:
+        raise UsageError(f"dpi must be a positive number, not {dpi!r}")
+
+
+def _write_plots(runs: list[Run], out: Path, fmt: str, dpi: float) -> list[tuple[str, str]]:
+    """Draw the plots of ``runs`` into out as ``fmt`` files; the (title, file) of each
+    plot written."""
     if not runs:
-        for _, file in (*_PLOT_FILES, *_OPTIONAL_PLOT_FILES):
-            (out / file).unlink(missing_ok=True)
+        for _, stem, _ in (*_PLOTS, *_OPTIONAL_PLOTS):
+            (out / f"{stem}.{fmt}").unlink(missing_ok=True)
         return []
-    plots.plot_accuracy(runs, out / "accuracy.png")
-    plots.plot_messages(runs, out / "messages.png")
-    plots.plot_events_per_agent(runs, out / "events_per_agent.png")
-    plots.plot_accuracy_vs_bytes(runs, out / "accuracy_vs_bytes.png")
-    plots.plot_accuracy_vs_messages(runs, out / "accuracy_vs_messages.png")
-    optional = {
-        "time_vs_nodes.png": plots.plot_time_vs_nodes(runs, out / "time_vs_nodes.png"),
-        "accuracy_vs_degree.png": plots.plot_accuracy_vs_degree(
-            runs, out / "accuracy_vs_degree.png"
-        ),
-        "accuracy_vs_lost.png": plots.plot_accuracy_vs_lost(runs, out / "accuracy_vs_lost.png"),
-        "speedup_vs_workers.png": plots.plot_speedup_vs_workers(
-            runs, out / "speedup_vs_workers.png"
-        ),
-        "staleness.png": plots.plot_staleness(runs, out / "staleness.png"),
-    }
-    return [
-        *_PLOT_FILES,
-        *((title, file) for title, file in _OPTIONAL_PLOT_FILES if optional[file]),
-    ]
+    written = []
+    for title, stem, plot in _PLOTS:
+        getattr(plots, plot)(runs, out / f"{stem}.{fmt}", dpi=dpi)
+        written.append((title, f"{stem}.{fmt}"))
+    for title, stem, optional in _OPTIONAL_PLOTS:
+        if getattr(plots, optional)(runs, out / f"{stem}.{fmt}", dpi=dpi):
+            written.append((title, f"{stem}.{fmt}"))
+    return written
+
+
+def _plot_section(title: str, file: str) -> list[str]:
+    """A plot's part of report.md: its heading and the image (a link for a PDF)."""
+    link = f"[{title} (PDF)]({file})" if file.endswith(".pdf") else f"![{title}]({file})"
+    return [f"## {title}", "", link, ""]
 
 
 def _report_markdown(
@@ -129,7 +167,7 @@ def _report_markdown(
     if any(has_target(summary) for summary in summaries):
         parts += [_target_note(summaries), ""]
     for title, file in plot_files:
-        parts += [f"## {title}", "", f"![{title}]({file})", ""]
+        parts += _plot_section(title, file)
     parts += ["## Configurations", ""]
     parts += [_config_line(run, out) for run in runs]
     return "\n".join(parts) + "\n"
