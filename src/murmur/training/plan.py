@@ -25,6 +25,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from murmur import portable
 from murmur.algorithms.schedules import SgdConfig
 from murmur.config import Config, build_config
 from murmur.data.datasets import Dataset, DatasetInfo
@@ -121,6 +122,7 @@ def plan(
     names (it is read, never changed). ``data``: the Dataset of a config of
     ``data.dataset = "arrays"``; the plan's config carries its (or a file's) SHA-256.
     """
+    portable.enforce(config.run)  # before anything here computes
     member = ALGORITHMS[config.algorithm.name]
     check_capabilities(member, config, runtime)
     device = _device(member, config, runtime)
@@ -332,6 +334,8 @@ def _compiled(member: Member[object], config: Config, runtime: Runtime, work: in
         return False
     if wanted is True:
         return True
+    if config.run.portable:  # inductor's kernels are built for this CPU and compiler
+        return False
     return work * config.run.iterations >= COMPILE_WORTH and compiler_available()
 
 

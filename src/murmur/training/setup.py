@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from murmur import portable
 from murmur.algorithms.asysg import WorkersConfig
 from murmur.algorithms.estimates import Segments
 from murmur.algorithms.hogwild import HogwildConfig
@@ -140,6 +141,7 @@ def prepare(
     """
     plan = run if isinstance(run, Plan) else make_plan(run, module=module, data=data)
     config = plan.config
+    portable.enforce(config.run)  # a plan read from a file too
     torch.set_num_threads(config.run.threads)
     dataset = run_dataset(config, data)
     graph, shards, batch_size = _learners(plan, dataset)
