@@ -87,6 +87,7 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="simulator: all agents in this process; distributed: this process is one rank "
         "of a torchrun job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)",
     )
+    _add_portable(run)
     _add_agents_per_rank(run)
     _add_timeout(run)
 
@@ -119,6 +120,7 @@ def _add_launch(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="restart every rank up to N times after one fails; they continue from the "
         "newest checkpoint all ranks saved, or start over (default 0)",
     )
+    _add_portable(launch)
     _add_agents_per_rank(launch)
     _add_timeout(launch)
 
@@ -206,6 +208,16 @@ def _add_overrides(parser: argparse.ArgumentParser, help: str) -> None:
     )
 
 
+def _add_portable(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--portable",
+        action="store_true",
+        help="portable numbers: pin the CPU kernels (AVX2, MKL_CBWR=COMPATIBLE, oneDNN off, "
+        "one thread) before anything computes, so that a seed gives the same numbers on any "
+        "x86-64 machine, at some cost in speed (sets run.portable; MURMUR_PORTABLE=1 too)",
+    )
+
+
 def _add_agents_per_rank(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--agents-per-rank",
@@ -243,6 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     try:
+        _portable_first(args)
         return _command(args)
     except UsageError as error:
         _error_line(str(error))
@@ -283,6 +296,29 @@ def _failure_line(error: BaseException) -> str | None:
             "a smaller model or data.batch_size)"
         )
     return None
+
+
+def _portable_first(args: argparse.Namespace) -> None:
+    """Pin the CPU kernels first thing, before anything computes, where ``--portable``
+    or ``MURMUR_PORTABLE=1`` asks for portable numbers (:mod:`murmur.portable`); a new
+    run's config then says ``run.portable = true``. UsageError where they cannot be had."""
+    if args.command not in ("run", "launch", "reproduce"):
+        return
+    from murmur import portable
+
+    flag = getattr(args, "portable", False)
+    if not (flag or portable.asked()):
+        return
+    given = args.command == "reproduce" or args.resume is not None
+    given = given or getattr(args, "plan", None) is not None
+    if flag and given:
+        raise UsageError(
+            "--portable sets run.portable of a new run; one of --resume or --plan keeps "
+            "its own config's: drop --portable"
+        )
+    if not given:
+        args.overrides = [*args.overrides, "run.portable=true"]
+    portable.pin()
 
 
 def _command(args: argparse.Namespace) -> int:
@@ -379,6 +415,10 @@ def _run(
     if note is not None:
         print(f"murmur: {note}", file=sys.stderr)
     experiment = load_experiment(source, overrides)
+    if any(config.run.portable for _, config in experiment.runs):
+        from murmur import portable
+
+        portable.pin()  # before the plans compute; the other runs then compute pinned too
     for line in experiment.notes:
         print(f"murmur: {line}", file=sys.stderr)
     plans = [plan(config) for _, config in experiment.runs]  # all before any starts
