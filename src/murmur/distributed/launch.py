@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from murmur import portable
 from murmur.config import Config, Experiment, load_experiment, shadowed_path
 from murmur.distributed.checkpoints import check_agents_per_rank, check_resumable_ranks
 from murmur.distributed.mailbox import (
@@ -69,10 +70,7 @@ def launch(
         checked, rank_argv, name, preset = _planned(nproc, source, overrides, out, agents_per_rank)
     check_restarts(checked, max_restarts)
     check_port_free(LOOPBACK, port)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    interface = loopback_interface()
-    if interface is not None:
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+    rank_environment(checked)
     with tempfile.TemporaryDirectory(prefix="murmur-launch-") as folder:
         plan_file = Path(folder) / "plan.json"
         write_plan_file(plan_file, checked, name, preset)
@@ -81,6 +79,19 @@ def launch(
                 checked, port, max_restarts, timeout, progress, [*rank_argv, f"--plan={plan_file}"]
             )
         )
+
+
+def rank_environment(checked: Plan) -> None:
+    """Set what every rank inherits from this process's environment: one OpenMP thread,
+    gloo on loopback and, for ``run.portable``, the pinned kernels' settings
+    (:data:`murmur.portable.ENVIRONMENT`, ``MURMUR_PORTABLE=1`` with them), which each
+    rank pins and checks before it computes."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    interface = loopback_interface()
+    if interface is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+    if checked.config.run.portable:
+        portable.pin_environment()
 
 
 def _planned(
