@@ -28,6 +28,7 @@ from murmur.metrics.fields import (
     nullable,
     object_of,
 )
+from murmur.portable import MachineSummary
 
 __all__ = [
     "AccuracySummary",
@@ -240,6 +241,8 @@ class _ExtraFields(TypedDict, total=False):
     """Every SGD algorithm's chosen step sizes for the run's graph."""
     model: Annotated[ModelSummary, object_of(ModelSummary)]
     """Mini-batch runs: the average model they leave (``model.pt``) and its test scores."""
+    machine: Annotated[MachineSummary, object_of(MachineSummary)]
+    """The torch, CPU kernels, BLAS and threads the run computed with (murmur.portable)."""
 
 
 class LayerReport(TypedDict):

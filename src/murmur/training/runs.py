@@ -30,6 +30,7 @@ from typing import Any
 
 from torch import nn
 
+from murmur import portable
 from murmur.config import Config, load_experiment, save_config
 from murmur.errors import RunFailed, UsageError, one_line
 from murmur.metrics.evaluation import accuracy_summary
@@ -114,6 +115,7 @@ def _add_steps_and_model(setup: Setup, outcome: Outcome, run_dir: Path | None) -
     """Say in the summary what ``"auto"`` steps became; write a mini-batch run's final
     models (``model.pt``, ``agents.pt``) into its folder and say what the average
     model scores."""
+    outcome.extra["machine"] = portable.machine()  # what the numbers were computed with
     if setup.steps:
         outcome.extra["steps"] = setup.steps
     if isinstance(setup, SgdSetup) and outcome.parameters is not None:
