@@ -264,3 +264,15 @@ def test_optimizers_quick_run_prints_a_row_per_algorithm_and_optimizer():
     for cells in rows:
         assert 0 <= float(cells[2].split("±")[0]) <= 1
         assert float(cells[4].split("±")[0]) > 0
+
+
+def test_portable_quick_run_prints_every_setting_and_that_the_portable_ones_agree():
+    lines = _quick_run("portable.py")
+    start = next(i for i, line in enumerate(lines) if line.startswith("setting "))
+    rows = [line for line in lines[start + 1 :] if line.strip()][:-1]
+    assert [row[:24].strip() for row in rows][:4] == ["default", "avx2", "avx2+cbwr", "portable"]
+    for row in rows:
+        if row.startswith("portable"):
+            assert row[24:].split()[:2] == ["AVX2,", "COMPATIBLE"], row
+            assert row[24:].split()[4] == "yes", row  # the portable row's numbers
+    assert lines[-1].startswith("portable runs identical: yes")
