@@ -8,17 +8,15 @@ from murmur.reproduce.claims import Claim, Verdict, judge
 from murmur.reproduce.report import VERDICT_PREFIX, markdown_table, write_report
 
 
-def test_a_passed_criterion_holds_and_a_failed_one_does_not_unless_the_run_is_quick():
+def test_a_passed_criterion_holds_and_a_failed_one_does_not_also_on_a_quick_run():
     assert str(judge(True, quick=False)) == "holds"
-    assert str(judge(True, quick=True)) == "holds"
+    assert str(judge(True, quick=True)) == "holds (quick)"
     assert str(judge(False, quick=False)) == "does not hold"
-    assert str(judge(False, quick=True)) == "not comparable (quick run)"
+    assert str(judge(False, quick=True)) == "does not hold (quick)"
 
 
-def test_only_a_not_comparable_verdict_has_a_reason():
+def test_a_not_comparable_verdict_needs_its_reason():
     assert str(Verdict("not comparable", "one core")) == "not comparable (one core)"
-    with pytest.raises(ValueError):
-        Verdict("holds", "because")
     with pytest.raises(ValueError):
         Verdict("not comparable")
 
@@ -35,6 +33,7 @@ def test_the_report_lists_every_claim_with_its_own_verdict_line(tmp_path):
             table=markdown_table(("a", "b"), [(1, 2)]),
             plots=("plot.png",),
             note="two cores",
+            reduced="200 iterations, not 3,000",
         ),
     ]
     text = write_report(tmp_path, "A paper", claims, quick=False, seconds=3.0).read_text()
@@ -43,3 +42,5 @@ def test_the_report_lists_every_claim_with_its_own_verdict_line(tmp_path):
     assert "| 2 | second | does not hold |" in text
     assert "| a | b |\n|---|---|\n| 1 | 2 |" in text
     assert "![second](plot.png)" in text and "Note: two cores" in text
+    assert "**Quick run:** 200 iterations, not 3,000" in text.split("## 2. second")[1]
+    assert "**Quick run:**" not in text.split("## 2. second")[0]

@@ -8,6 +8,12 @@ a range of iteration counts K with the step scaled as 1 / sqrt(K), for the
 ergodic rate. The claims: near-linear iteration and time speed-up while
 W <= sqrt(K), for both forms and on real cores, and an average squared
 gradient norm falling as O(1 / sqrt(K)).
+
+A quick run (:data:`QUICK`) decides every claim at reduced size, as each claim's
+``reduced`` says: a looser target loss and fewer workers for the speed-ups (the
+criterion's W <= sqrt(K) then takes the K of that target), 1,000 Hogwild! steps
+with the accuracy condition relaxed to :data:`QUICK_ACCURACY_POINTS`, and shorter
+ergodic-rate runs.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ EFFICIENCY = 0.75
 
 ACCURACY_POINTS = 1.0
 """Hogwild!'s W processes learn as well as one when within this many points of it."""
+QUICK_ACCURACY_POINTS = 2.0
+"""The same after a quick run's 1,000 steps, mid-training (see ``_REDUCED_HOGWILD``)."""
 
 SLOPE_TOLERANCE = 0.1
 """The ergodic rate holds when the fitted log-log slope is at most -1/2 plus this."""
@@ -228,8 +236,19 @@ def _speedup_claim(
         measured=f"{kind} speed-up {shown} (sqrt(K) = {limit:.1f}).",
         criterion=criterion,
         verdict=judge(passed, quick=quick),
+        reduced=_reduced_speedup(workers, target) if quick else "",
         table=table,
         plots=(plot,),
+    )
+
+
+def _reduced_speedup(workers: list[int], target: float) -> str:
+    return (
+        f"training loss {target:g} as target, not {FULL.target_loss:g}, and W = "
+        f"{', '.join(map(str, workers))} within {QUICK.max_iterations:,} iterations. The "
+        "theorem's condition W = O(sqrt(K)) is about the K at hand, so the same criterion "
+        "applies with the K the one-worker run needs for the looser target: a smaller K, "
+        "and a range of W it bounds as the full run's K does."
     )
 
 
@@ -267,11 +286,8 @@ def _hogwild(result: RunResult, quick: bool) -> Claim:
     speedup = result.extra.get("speedup")
     single = result.extra.get("single_process", {})
     single_accuracy = single.get("accuracy")
-    note = (
-        f"this machine gives the run {cores()} cores, so only W = {workers} processes are "
-        "measured against one, where the paper ran up to tens of threads; with W equal to "
-        "the cores the speed-up cannot exceed W."
-    )
+    points = QUICK_ACCURACY_POINTS if quick else ACCURACY_POINTS
+    title = "Hogwild! running-time speed-up on this machine's cores"
     paper = (
         "AsySG-incon (lock-free shared-memory SGD, Hogwild!) has a near-linear running-time "
         "speed-up in the number of threads, with the same accuracy (the paper's Hogwild "
@@ -279,11 +295,16 @@ def _hogwild(result: RunResult, quick: bool) -> Claim:
     )
     criterion = (
         f"samples per second of W processes >= {EFFICIENCY:g} W times one process's, and "
-        f"test accuracy within {ACCURACY_POINTS:g} points of one process's."
+        f"test accuracy within {points:g} points of one process's."
+    )
+    note = (
+        f"this machine gives the run {cores()} cores, so only W = {workers} processes are "
+        "measured against one, where the paper ran up to tens of threads; with W equal to "
+        "the cores the speed-up cannot exceed W, and other work on the machine lowers it."
     )
     if speedup is None or single_accuracy is None:
         return Claim(
-            title="Hogwild! running-time speed-up on this machine's cores",
+            title=title,
             paper=paper,
             measured=f"W = {workers}: no single-process comparison was run.",
             criterion=criterion,
@@ -291,21 +312,30 @@ def _hogwild(result: RunResult, quick: bool) -> Claim:
             note=note,
         )
     accuracy = classification_accuracy(result).mean
-    passed = (
-        speedup >= EFFICIENCY * workers and 100 * abs(accuracy - single_accuracy) <= ACCURACY_POINTS
-    )
-    rate = result.samples_per_second
+    passed = speedup >= EFFICIENCY * workers and 100 * abs(accuracy - single_accuracy) <= points
     return Claim(
-        title="Hogwild! running-time speed-up on this machine's cores",
+        title=title,
         paper=paper,
-        measured=f"{workers} processes: {rate:,.0f} samples/s against "
+        measured=f"{workers} processes: {result.samples_per_second:,.0f} samples/s against "
         f"{single['samples_per_second']:,.0f} with one, a speed-up of {speedup:.2f}; test "
         f"accuracy {percent(accuracy)} against {percent(single_accuracy)} "
         f"({result.iterations:,} steps each).",
         criterion=criterion,
         verdict=judge(passed, quick=quick),
+        reduced=_REDUCED_HOGWILD if quick else "",
         note=note,
     )
+
+
+_REDUCED_HOGWILD = (
+    f"{QUICK.hogwild_iterations:,} steps each way, not {FULL.hogwild_iterations:,}, and the "
+    f"accuracy condition relaxed from {ACCURACY_POINTS:g} to {QUICK_ACCURACY_POINTS:g} points. "
+    "So early either model's accuracy still moves by most of a point from seed to seed (one "
+    "process 91.5 to 92.2 %, two 91.3 to 91.8 % over seeds 0 to 3, measured here), where "
+    "full-length runs vary by about 0.3 points; 2 points is about twice that spread, and "
+    "two standard errors of an accuracy near 92 % on the 1,000 test images. The speed-up "
+    "condition is the full run's."
+)
 
 
 # ---------------------------------------------------------- ergodic rate
@@ -365,6 +395,12 @@ def _ergodic_rate(
         criterion=f"fitted slope of log(average) against log(K) <= -0.5 + {SLOPE_TOLERANCE:g} "
         "(a decrease at least about as fast as 1 / sqrt(K)).",
         verdict=judge(slope <= -0.5 + SLOPE_TOLERANCE, quick=quick),
+        reduced=f"the same criterion on K = {', '.join(f'{k:,}' for k in iterations)} "
+        f"(not {', '.join(f'{k:,}' for k in FULL.rate_iterations)}) with "
+        f"{scale.rate_evaluations} evaluated iterates each: the rate is a statement about "
+        "every K, and a slope over a factor of 4 in K is still a slope."
+        if quick
+        else "",
         table=markdown_table(("K", "step a", "mean squared gradient norm"), rows),
         plots=(plot,),
     )

@@ -5,6 +5,13 @@ ring, batch 32, seed 0): DETSGRAD and DSGD with an i.i.d. split and with one
 digit per agent, and centralized SGD with as many samples per step. The claims:
 every agent comparable to centralized SGD (both splits), fewer messages than
 DSGD, and the events of each agent over the iterations.
+
+A quick run trains 200 iterations instead of 3,000, and decides each claim on a
+reduced criterion (:attr:`~murmur.reproduce.claims.Claim.reduced`): at 200
+iterations no decentralized agent has caught up with centralized SGD, so its
+agents are compared with DSGD's at the same iteration; and as every agent still
+fires at nearly every iteration for the first 250 or so, the events claim gets a
+run of its own, DETSGRAD on the one-digit split for 400 iterations.
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ TITLE = 'DETSGRAD (George & Gurram, "Distributed Deep Learning with Event-Trigge
 FULL_ITERATIONS = 3000
 """The presets' length."""
 QUICK_ITERATIONS = 200
+QUICK_EVENTS_ITERATIONS = 400
+"""The quick run of the events claim: the drift that triggers events shrinks only after
+the first 250 or so iterations, when every agent still fires nearly every time."""
 
 TOLERANCE_POINTS = 3.0
 """An agent is comparable to centralized SGD when its test accuracy is at most this
@@ -36,7 +46,8 @@ _SPLIT_OVERRIDES = {
 
 
 def plan(quick: bool) -> list[PlannedRun]:
-    """Centralized SGD, then DETSGRAD and DSGD on each split."""
+    """Centralized SGD, then DETSGRAD and DSGD on each split; a quick run adds the
+    longer DETSGRAD run of the events claim (:func:`events_label`)."""
     length: tuple[str, ...] = (f"run.iterations={QUICK_ITERATIONS if quick else FULL_ITERATIONS}",)
     if quick:
         length += ("run.eval_every=50",)
@@ -44,7 +55,15 @@ def plan(quick: bool) -> list[PlannedRun]:
     for split, overrides in _SPLIT_OVERRIDES.items():
         for preset in ("detsgrad", "dsgd"):
             runs.append(PlannedRun(f"{preset}-{split}", preset, length + overrides))
+    if quick:
+        events = (f"run.iterations={QUICK_EVENTS_ITERATIONS}", "run.eval_every=50")
+        runs.append(PlannedRun(events_label(True), "detsgrad", events + _SPLIT_OVERRIDES["digit"]))
     return runs
+
+
+def events_label(quick: bool) -> str:
+    """The run whose events the events claim counts."""
+    return f"detsgrad-digit-{QUICK_EVENTS_ITERATIONS}" if quick else "detsgrad-digit"
 
 
 def reproduce(out: Path, quick: bool, progress: bool) -> list[Claim]:
@@ -69,18 +88,39 @@ def _comparable(results: dict[str, RunResult], split: str, quick: bool, out: Pat
     ]
     rows.append(("centralized SGD", percent(central), ""))
     plot = _accuracy_bars(agents, dsgd, central, SPLITS[split], out / f"accuracy-{split}.png")
+    measured = (
+        f"DETSGRAD agents {percent(min(agents))} to {percent(max(agents))} "
+        f"(mean {percent(detsgrad.mean)}); centralized SGD {percent(central)}; the worst "
+        f"agent is {gap:.2f} points below centralized"
+    )
+    if quick:
+        behind = 100 * (min(dsgd) - min(agents))
+        measured += f", {behind:.2f} points below DSGD's worst agent ({percent(min(dsgd))})"
+        passed = behind <= TOLERANCE_POINTS
+    else:
+        passed = gap <= TOLERANCE_POINTS
     return Claim(
         title=f"Every agent comparable to centralized SGD ({SPLITS[split]})",
         paper="every agent reaches an accuracy close to centralized SGD's on MNIST, with an "
         "i.i.d. split and with a split where each agent holds only some digits (one digit "
         "each); the paper's tables of per-agent and centralized accuracy (paraphrased, "
         "docs/ALGORITHMS.md).",
-        measured=f"DETSGRAD agents {percent(min(agents))} to {percent(max(agents))} "
-        f"(mean {percent(detsgrad.mean)}); centralized SGD "
-        f"{percent(central)}; the worst agent is {gap:.2f} points below centralized.",
-        criterion=f"every agent's test accuracy at least centralized SGD's minus "
+        measured=measured + ".",
+        criterion=f"every DETSGRAD agent's test accuracy at least DSGD's worst agent's minus "
+        f"{TOLERANCE_POINTS:g} points, after {QUICK_ITERATIONS} iterations."
+        if quick
+        else f"every agent's test accuracy at least centralized SGD's minus "
         f"{TOLERANCE_POINTS:g} points.",
-        verdict=judge(gap <= TOLERANCE_POINTS, quick=quick),
+        verdict=judge(passed, quick=quick),
+        reduced=f"{QUICK_ITERATIONS} iterations, not {FULL_ITERATIONS:,}. So early no "
+        "decentralized agent on a ring of 10 has caught up with centralized SGD, which "
+        "takes all 10 agents' samples in every step, so the gap to it measures the horizon "
+        "more than DETSGRAD. DSGD, which sends every iteration, stands for what an agent "
+        "can reach at this horizon: the reduced criterion holds DETSGRAD's worst agent to "
+        f"DSGD's within the same {TOLERANCE_POINTS:g} points, which is the full criterion "
+        "once DSGD has caught up."
+        if quick
+        else "",
         table=markdown_table(("agent", "DETSGRAD", "DSGD"), rows),
         plots=(plot,),
     )
@@ -141,6 +181,11 @@ def _communication(results: dict[str, RunResult], quick: bool) -> Claim:
         + ".",
         criterion="DETSGRAD's messages / DSGD's messages < 1 on both splits.",
         verdict=judge(max(ratios) < 1, quick=quick),
+        reduced=f"the same criterion after {QUICK_ITERATIONS} iterations, not "
+        f"{FULL_ITERATIONS:,}: the count is exact at any length, and as events thin out "
+        "later the ratio of a full run is lower still."
+        if quick
+        else "",
         table=markdown_table(
             ("split", "DETSGRAD events", "DETSGRAD messages", "DSGD messages", "ratio", "saving"),
             rows,
@@ -149,8 +194,9 @@ def _communication(results: dict[str, RunResult], quick: bool) -> Claim:
 
 
 def _events(results: dict[str, RunResult], quick: bool, out: Path) -> Claim:
-    result = results["detsgrad-digit"]
-    records = read_run(out / "runs" / "detsgrad-digit").records
+    label = events_label(quick)
+    result = results[label]
+    records = read_run(out / "runs" / label).records
     iterations = [record["iteration"] for record in records]
     per_agent = [record["events_per_agent"] for record in records]
     total = result.iterations
@@ -187,6 +233,13 @@ def _events(results: dict[str, RunResult], quick: bool, out: Path) -> Claim:
         criterion="no agent fires at every iteration, and every agent's events per "
         "iteration after the middle evaluation are at most those before it.",
         verdict=judge(not always and slower, quick=quick),
+        reduced=f"the same criterion on a DETSGRAD run of its own, {QUICK_EVENTS_ITERATIONS} "
+        f"iterations on the one-digit split (not {FULL_ITERATIONS:,}; the other quick runs' "
+        f"{QUICK_ITERATIONS} end while every agent still fires at nearly every iteration, "
+        "before the drift that triggers events shrinks): its middle evaluation is at "
+        f"iteration {QUICK_EVENTS_ITERATIONS // 2}."
+        if quick
+        else "",
         table=markdown_table(
             ("agent", f"events to {iterations[half]:,}", "events after", "total"), rows
         ),

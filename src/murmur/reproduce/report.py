@@ -15,7 +15,12 @@ def write_report(
     out: Path, title: str, claims: Sequence[Claim], *, quick: bool, seconds: float
 ) -> Path:
     """Write ``out/report.md`` and return its path."""
-    kind = "quick run (short runs: a failed criterion is not comparable)" if quick else "full run"
+    kind = (
+        "quick run (short runs: each claim is decided on the reduced criterion it states, "
+        'its verdict marked "(quick)")'
+        if quick
+        else "full run"
+    )
     lines = [
         f"# Reproducing {title}",
         "",
@@ -45,8 +50,10 @@ def _section(number: int, claim: Claim) -> list[str]:
         "",
         f"**Criterion:** {claim.criterion}",
         "",
-        f"{VERDICT_PREFIX} {claim.verdict}",
     ]
+    if claim.reduced:
+        lines += [f"**Quick run:** {claim.reduced}", ""]
+    lines += [f"{VERDICT_PREFIX} {claim.verdict}"]
     if claim.note:
         lines += ["", f"Note: {claim.note}"]
     if claim.table:
