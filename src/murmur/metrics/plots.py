@@ -72,7 +72,7 @@ MAX_AGENT_BANDS = 4
 """The accuracy plot shades single runs' spread over agents up to this many lines."""
 MAX_MARKED_POINTS = 40
 """A line with more points is drawn without markers."""
-LOG_SPAN = 20.0
+LOG_SPAN = 10.0
 """A time axis is logarithmic when the lines' last values span this factor or more."""
 SEEDS_NOTE = "line: mean over seeds, band: min to max over seeds"
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -314,7 +314,7 @@ def plot_accuracy_vs_virtual_time(
     """Mean test accuracy (%) vs the simulator's virtual seconds, one line per group:
     the figure of asynchronous methods, which reach an accuracy sooner on the clock
     than the iterations say. The x axis turns logarithmic when the lines' ends span
-    a factor of 20 or more. Written (and True) only when some run's records have
+    a factor of 10 or more. Written (and True) only when some run's records have
     ``virtual_seconds``; otherwise a stale path is removed and False returned."""
     return _plot_lines(
         runs,
@@ -365,6 +365,8 @@ def _plot_lines(
         _draw_line(axes, curve, _colour(index), label, len(drawn))
     if drawn and log_x:
         axes.set_xscale("log")
+        if lines.log_x is None:  # seconds: 0.1, 1, 10 rather than powers of ten
+            axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     if drawn and lines.log_y:
         _log_y(axes, drawn)
     if drawn and left_out:
