@@ -8,10 +8,11 @@ differently in the last bits, and MKL's matrix products take a code path of the
 CPU's own; the differences grow about tenfold every 5 to 8 steps. :func:`pin`
 fixes every such choice:
 
-- ``ATEN_CPU_CAPABILITY=avx2``: torch's AVX2 kernels, which every x86-64 CPU since
-  2015 runs, on an AVX-512 machine too;
+- ``ATEN_CPU_CAPABILITY=avx2``: torch's AVX2 kernels, which x86-64 CPUs have had
+  since 2013 (Intel) and 2015 (AMD), on an AVX-512 machine too;
 - ``MKL_CBWR=COMPATIBLE``: MKL's conditional numerical reproducibility mode, one
-  code path on every CPU, Intel's and AMD's (its AVX2 mode is refused on AMD);
+  code path on every CPU, Intel's and AMD's (its AVX2 mode falls back to MKL's own
+  choice on AMD);
 - oneDNN off (``torch.backends.mkldnn``): convolutions take torch's own kernels and
   MKL, as its JIT kernels block their sums by the CPU's caches
   (``ONEDNN_MAX_CPU_ISA=AVX2`` is set too, for whatever still reaches it);
