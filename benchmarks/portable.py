@@ -18,10 +18,12 @@ Each row gives the kernels the run's summary.json says it computed with, its fin
 test loss, whether its numbers are those of the ``portable`` row (summary.json but
 for its times and ``machine``, every record of metrics.jsonl but for its
 ``wall_seconds``, the bytes of model.pt and agents.pt) and where not, the first
-record that differs; then the training seconds (the summary's ``train_seconds``,
-the fastest of ``--repeats`` rounds, the settings taken in turn) and their ratio to
-``default``'s: the cost of each setting. ``noise`` is the largest spread between one
-setting's rounds.
+record that differs; then what the run took, the fastest of ``--repeats`` rounds,
+the settings taken in turn: its training seconds (the summary's ``train_seconds``,
+wall time) and the CPU seconds of the whole command in the child (planning, data,
+training, evaluation and files; not Python's imports), which other processes on the
+machine disturb less, with their ratio to ``default``'s: the cost of each setting.
+``noise`` is the largest spread between one setting's rounds of CPU seconds.
 
     python benchmarks/portable.py                       # about a minute on 2 cores
     python benchmarks/portable.py --iterations 1000 --repeats 5
@@ -53,6 +55,15 @@ TIMES = ("wall_seconds", "train_seconds", "samples_per_second", "wall_seconds_to
 CLEARED = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
 CLEARED += ("MURMUR_PORTABLE",)
 """Settings of the parent's environment that no child inherits unless its row sets them."""
+CPU_TIMED = """
+import sys, time
+from murmur.cli import main
+start = time.process_time()
+code = main(sys.argv[1:])
+print(f"cpu-seconds {time.process_time() - start!r}", file=sys.stderr)
+sys.exit(code)
+"""
+"""``murmur ARGV`` (as ``python -m murmur`` runs it) and the CPU time it took."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,7 @@ class Setting:
 class Row:
     setting: Setting
     seconds: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
     numbers: str = ""
     """A digest of everything the run computed (:func:`numbers`)."""
     records: list[dict[str, object]] = field(default_factory=list)
@@ -96,15 +108,17 @@ def cpu_flags() -> set[str]:
     return set(next(flags, "").split())
 
 
-def train(setting: Setting, argv: list[str], folder: Path) -> None:
-    """``murmur run ARGV`` in a child process with ``setting``'s environment."""
+def train(setting: Setting, argv: list[str], folder: Path) -> float:
+    """``murmur run ARGV`` in a child process with ``setting``'s environment; the CPU
+    seconds it took."""
     environment = {k: v for k, v in os.environ.items() if k not in CLEARED}
     environment |= setting.environment
-    command = [sys.executable, "-m", "murmur", "run", *argv, "--quiet", "--out", str(folder)]
+    command = [sys.executable, "-c", CPU_TIMED, "run", *argv, "--quiet", "--out", str(folder)]
     command += ["--portable"] if setting.portable else []
     done = subprocess.run(command, env=environment, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"{setting.label}: murmur run failed: {done.stderr.strip()}")
+    return float(done.stderr.split()[-1])
 
 
 def numbers(folder: Path) -> tuple[str, dict[str, object], list[dict[str, object]]]:
@@ -128,7 +142,7 @@ def measure(rows: list[Row], argv: list[str], repeats: int) -> None:
         for round_ in range(repeats):
             for index, row in enumerate(rows):
                 folder = Path(scratch) / f"{index}-{round_}"
-                train(row.setting, argv, folder)
+                row.cpu.append(train(row.setting, argv, folder))
                 digest, row.summary, row.records = numbers(folder)
                 if row.numbers and digest != row.numbers:
                     sys.exit(f"{row.setting.label}: two rounds computed different numbers")
@@ -146,10 +160,11 @@ def first_difference(records: list[dict[str, object]], reference: list[dict[str,
 
 def table(rows: list[Row]) -> list[str]:
     reference = next(row for row in rows if row.setting.label == "portable")
-    fastest = min(rows[0].seconds)
+    fastest = min(rows[0].cpu)
     lines = [
         f"{'setting':<24} {'kernels':<18} {'test loss':<20} {'= default':<9} "
-        f"{'= portable':<10} {'differs at':<10} {'train s':>8} {'/default':>8} {'noise':>6}"
+        f"{'= portable':<10} {'differs at':<10} {'train s':>8} {'cpu s':>6} "
+        f"{'/default':>8} {'noise':>6}"
     ]
     for row in rows:
         machine = row.summary["machine"]
@@ -157,12 +172,13 @@ def table(rows: list[Row]) -> list[str]:
         kernels = f"{machine['cpu_capability']}, {machine['mkl_cbwr']}"
         same = row.numbers == reference.numbers
         difference = "-" if same else first_difference(row.records, reference.records)
-        best = min(row.seconds)
-        noise = (max(row.seconds) - best) / best
+        best = min(row.cpu)
+        noise = (max(row.cpu) - best) / best
         lines.append(
             f"{row.setting.label:<24} {kernels:<18} {row.summary['test_loss']!r:<20} "
             f"{'yes' if row.numbers == rows[0].numbers else 'no':<9} "
-            f"{'yes' if same else 'no':<10} {difference:<10} {best:>8.2f} "
+            f"{'yes' if same else 'no':<10} {difference:<10} {min(row.seconds):>8.2f} "
+            f"{best:>6.2f} "
             f"{best / fastest:>8.2f} {noise:>6.0%}"
         )
     return lines
