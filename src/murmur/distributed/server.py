@@ -50,7 +50,6 @@ from typing import Any, NamedTuple, TypedDict
 
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
 
 from murmur.algorithms.asysg import SyncPsConfig, WorkersConfig
 from murmur.algorithms.param_server import ParameterServer, Times, model_metrics
@@ -68,6 +67,7 @@ from murmur.errors import UsageError
 from murmur.metrics.record_types import EvaluationRecord, ServerRecord, SummaryExtra
 from murmur.metrics.records import Outcome
 from murmur.training.checkpoint import read_checkpoint
+from murmur.training.progress import progress_bar
 from murmur.training.setup import Problem, SgdSetup
 
 SERVER = 0
@@ -396,13 +396,7 @@ class _Server:
         """STOP messages sent (headers only, not in ``messages`` or ``bytes``)."""
         self.failed: dict[int, str] = {}
         self.waiting_since: dict[int, float] = {}
-        self.bar = tqdm(
-            total=run_config.iterations,
-            disable=not progress,
-            unit="it",
-            leave=False,
-            dynamic_ncols=True,
-        )
+        self.bar = progress_bar(progress, run_config.iterations)
         self.started = time.perf_counter()
         group = world_group()
         self.outbox = Outbox(group, SERVER, self.ranks)

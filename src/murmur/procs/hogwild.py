@@ -53,6 +53,7 @@ from murmur.metrics.record_types import EvaluationRecord, SgdRecord, SummaryExtr
 from murmur.metrics.records import Outcome
 from murmur.models.stacked import StackedModel, Task
 from murmur.seeding import derive_seed
+from murmur.training.progress import progress_bar
 from murmur.training.reducer import AgentRows, sgd_record
 from murmur.training.setup import Problem, SgdSetup
 
@@ -273,7 +274,7 @@ def _run_jobs(
     """Start a process per job and supervise them; every one is stopped and joined
     whatever happens."""
     started: list[multiprocessing.process.BaseProcess] = []
-    bar = tqdm(total=iterations, disable=not progress, unit="it", leave=False, dynamic_ncols=True)
+    bar = progress_bar(progress, iterations)
     try:
         for job in jobs:
             process = context.Process(

@@ -34,7 +34,6 @@ from collections.abc import Callable
 from typing import Any, TypedDict
 
 import torch
-from tqdm import tqdm
 
 from murmur.algorithms.asysg import WorkersConfig
 from murmur.algorithms.param_server import ParameterServer, Times, model_metrics
@@ -44,6 +43,7 @@ from murmur.metrics.records import Outcome
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.sim.faults import crashed_agents
+from murmur.training.progress import progress_bar
 from murmur.training.setup import SgdSetup
 
 OnRecord = Callable[[EvaluationRecord], None]
@@ -113,9 +113,7 @@ class _ServerRun:
         self.scheduled = 0
         self.checkpoints = setup.checkpoints
         self.save_due = False
-        self.bar = tqdm(
-            total=run.iterations, disable=not progress, unit="it", leave=False, dynamic_ncols=True
-        )
+        self.bar = progress_bar(progress, run.iterations)
         self.started = time.perf_counter()
 
     @property

@@ -24,7 +24,6 @@ from dataclasses import dataclass, replace
 from typing import Any, NotRequired, TypedDict
 
 import torch
-from tqdm import tqdm
 
 from murmur.algorithms.protocols import LayerNetwork, LayerSolution, LayerSolver
 from murmur.algorithms.ssfn import (
@@ -48,6 +47,7 @@ from murmur.metrics.records import OutcomeExtra
 from murmur.seeding import derive_seed
 from murmur.topology import Graph
 from murmur.training.checkpoint import Checkpoints
+from murmur.training.progress import progress_bar
 from murmur.training.reducer import LayerRows, layer_record
 from murmur.training.setup import LayerSetup
 
@@ -209,9 +209,7 @@ def train_layerwise(
     else:
         state = _replayed(state, start.history, classes, seed)
     at = start.copy()
-    bar = tqdm(
-        total=config.layers, initial=start.layer, disable=not progress, unit="layer", leave=False
-    )
+    bar = progress_bar(progress, config.layers, initial=start.layer, unit="layer")
     for layer in range(start.layer + 1, config.layers + 1):
         outputs = at.history[-1]
         if growing is not None:

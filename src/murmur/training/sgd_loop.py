@@ -17,11 +17,11 @@ from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
 import torch
-from tqdm import tqdm
 
 from murmur.algorithms.protocols import Algorithm, Transport
 from murmur.metrics.record_types import EvaluationRecord
 from murmur.training.checkpoint import Checkpoints
+from murmur.training.progress import progress_bar
 from murmur.training.setup import Problem
 
 
@@ -120,14 +120,7 @@ def train_sgd(
         evaluate(Evaluation(0, algorithm.params(start.state), 0, None, 0.0, 0.0))
     at = replace(start)
     batch = BatchRows(problem.x_train, problem.y_train)
-    bar = tqdm(
-        total=iterations,
-        initial=start.done,
-        disable=not progress,
-        unit="it",
-        leave=False,
-        dynamic_ncols=True,
-    )
+    bar = progress_bar(progress, iterations, initial=start.done)
     for iteration in range(start.done, iterations):
         _step(at, problem, algorithm, transport, batch, draw, iteration, round_seconds)
         if at.done % eval_every == 0 or at.done == iterations:
