@@ -201,8 +201,9 @@ def assert_records_match(records: list[dict], expected: list[dict]) -> None:
         assert set(want) - set(got) <= {"virtual_seconds"}
         for key in ("iteration", "samples", "events", "messages", "bytes", "events_per_agent"):
             assert got[key] == want[key], key
-        for key in ("test_loss", "test_accuracy", "consensus_distance"):
+        for key in ("test_loss", "test_accuracy", "consensus_distance", "model_loss"):
             assert got[key] == pytest.approx(want[key], abs=1e-5), key
+        assert got["model_accuracy"] == pytest.approx(want["model_accuracy"], abs=1e-5)
         if want["train_loss"] is not None:
             assert got["train_loss"] == pytest.approx(want["train_loss"], abs=1e-5)
 

@@ -34,6 +34,8 @@ SIMULATOR_RECORD_KEYS = {
     "messages",
     "bytes",
     "events_per_agent",
+    "model_accuracy",
+    "model_loss",
 }
 
 

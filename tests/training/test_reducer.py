@@ -35,9 +35,11 @@ def test_an_sgd_record_sums_the_counts_and_summarizes_the_accuracies():
         wall_seconds=1.5,
         train_loss=0.3,
         consensus_distance=0.125,
+        model={"model_accuracy": 0.8, "model_loss": 0.4},
         virtual_seconds=2.0,
     )
     assert record["iteration"] == 7 and record["samples"] == 96
+    assert (record["model_accuracy"], record["model_loss"]) == (0.8, 0.4)
     assert (record["events"], record["messages"], record["bytes"]) == (6, 12, 120)
     assert record["events_per_agent"] == [1, 2, 3]
     assert record["accuracy_mean"] == pytest.approx(0.75)
@@ -50,9 +52,16 @@ def test_a_record_without_a_virtual_clock_has_no_virtual_seconds_and_regression_
     """A distributed run leaves virtual_seconds out; a regression task has no accuracy."""
     rows = AgentRows(None, [1.0], [0], [0], [0])
     record = sgd_record(
-        0, rows, samples=0, wall_seconds=0.0, train_loss=None, consensus_distance=0.0
+        0,
+        rows,
+        samples=0,
+        wall_seconds=0.0,
+        train_loss=None,
+        consensus_distance=0.0,
+        model={"model_accuracy": None, "model_loss": 1.0},
     )
     assert "virtual_seconds" not in record
+    assert record["model_accuracy"] is None
     assert record["accuracy_mean"] is None and record["test_accuracy"] is None
 
 
@@ -111,7 +120,13 @@ def test_rows_are_measured_from_the_per_agent_tensors_and_the_counters():
 def test_an_sgd_record_has_exactly_the_schema_fields():
     """Every key of a mini-batch record, with its value."""
     record = sgd_record(
-        3, ROWS, samples=24, wall_seconds=1.5, train_loss=0.3, consensus_distance=0.125
+        3,
+        ROWS,
+        samples=24,
+        wall_seconds=1.5,
+        train_loss=0.3,
+        consensus_distance=0.125,
+        model={"model_accuracy": 0.75, "model_loss": 0.5},
     )
     assert record == {
         "iteration": 3,
@@ -128,6 +143,8 @@ def test_an_sgd_record_has_exactly_the_schema_fields():
         "messages": 12,
         "bytes": 120,
         "events_per_agent": [1, 2, 3],
+        "model_accuracy": 0.75,
+        "model_loss": 0.5,
     }
 
 

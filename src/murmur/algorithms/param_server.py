@@ -52,6 +52,7 @@ from murmur.algorithms.asysg import (
 from murmur.algorithms.optimizers import LocalOptimizer
 from murmur.metrics.evaluation import test_set_metrics
 from murmur.metrics.record_types import (
+    ModelColumns,
     ServerRecord,
     Staleness,
     SummaryExtra,
@@ -73,7 +74,7 @@ class Times(TypedDict, total=False):
     virtual_seconds: float
 
 
-class ModelMetrics(TestColumns, total=False):
+class ModelMetrics(TestColumns, ModelColumns, total=False):
     """The model's part of a server record (:func:`model_metrics`)."""
 
     train_loss: Required[float]
@@ -394,8 +395,11 @@ def model_metrics(
     training loss f on all of ``train`` (the quantity of AsySG's ergodic rate)."""
     flat = x.view(1, -1)
     train_accuracy, train_loss = model.evaluate(flat, *train)
+    test_columns = test_set_metrics(model, flat, *test)
     metrics: ModelMetrics = {
-        **test_set_metrics(model, flat, *test),
+        **test_columns,
+        "model_accuracy": test_columns["accuracy_mean"],  # the one model
+        "model_loss": test_columns["test_loss"][0],
         "train_loss": float(train_loss[0]),
         "train_accuracy": float(train_accuracy[0]) if train_accuracy is not None else None,
         "consensus_distance": 0.0,

@@ -12,10 +12,12 @@ broadcasts to the ranks holding its agents' neighbours and mixes with what its
 own rows), in lockstep without barriers, so a run gives the simulator's events,
 messages and parameters.
 
+Each evaluation's measurements are summed across the ranks as the run goes
+(:mod:`murmur.distributed.rank_records`: fixed-size tensors, no pickles), and rank 0
+writes each record, with the average model's test scores, as soon as the sum is in.
 At the end each rank sends STOP to its neighbours, waits for theirs, and the
-per-rank records, counters and parameters are gathered (fixed-size tensors,
-no pickles); rank 0 writes the run folder (``experiment.run``), with real
-wall-clock times.
+counters and parameters are gathered; rank 0 writes the run folder
+(``experiment.run``), with real wall-clock times.
 
 The other kinds of algorithm have their own modules: dSSFN, one node per rank,
 in :mod:`murmur.distributed.layer_ranks`; AsySG-con, a parameter server
@@ -66,6 +68,7 @@ from murmur.distributed.mailbox import (
     PeerFailure,
     first_line,
 )
+from murmur.distributed.rank_records import RankRecords, ScoreAverage, agree_records
 from murmur.distributed.server import newest_server_checkpoint, server_runner
 from murmur.distributed.transport import (
     DEFAULT_TIMEOUT,
@@ -75,15 +78,17 @@ from murmur.distributed.transport import (
 )
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
-from murmur.metrics.record_types import EvaluationRecord, SgdRecord
+from murmur.metrics.evaluation import model_columns
+from murmur.metrics.record_types import EvaluationRecord, ModelColumns
 from murmur.metrics.records import Outcome, RunResult
 from murmur.registry import ALGORITHMS
 from murmur.training.checkpoint import header, read_checkpoint
 from murmur.training.plan import Plan, check_world, plan
-from murmur.training.reducer import AgentRows, AgentTotals, run_outcome, sgd_record
+from murmur.training.reducer import AgentTotals, run_outcome
 from murmur.training.runs import OnRecord, Runner, check_run_dir, finished, train_run
 from murmur.training.setup import (
     LayerSetup,
+    Problem,
     RoundsSetup,
     ServerSetup,
     Setup,
@@ -179,13 +184,14 @@ def run_distributed(
     folder_kept = _rank_zero_folder(checked, run_dir, start, saves)
     _init_group(env, timeout)
     try:
+        restored = _agree_sgd(checked, saves, env.rank, start, folder_kept)
         return train_run(
             setup,
             run_dir,
             name=name,
             preset=preset,
             progress=progress and env.rank == 0,
-            runner=_rank_runner(checked, env.rank, timeout, saves, start),
+            runner=_rank_runner(checked, env.rank, timeout, saves, start, restored),
             resume=folder_kept,
         )
     except PeerFailure as failure:
@@ -244,15 +250,62 @@ def _rank_zero_folder(
         check_run_dir(run_dir)
         return None
     check_same_run(run_dir, config)
-    kept = {"records": 0}  # rank 0 writes every record at the end
+    kept = {"records": 0}  # dSSFN's rank 0 writes every record at the end; SGD: _agree_sgd
     if checked.kind == "server":  # the server writes them as it goes
         saved = newest_server_checkpoint(saves, config)
         kept["records"] = saved["state"]["records"] if saved is not None else 0
     return kept
 
 
+@dataclass(frozen=True)
+class _Restored:
+    """Where the ranks of an SGD run continue: the iteration all of them saved, this
+    rank's state there, and the records rank 0 keeps (:func:`agree_records`)."""
+
+    done: int
+    state: dict[str, Any]
+    records: int
+
+
+def _agree_sgd(
+    checked: Plan,
+    saves: RankCheckpoints,
+    rank: int,
+    start: Start,
+    folder_kept: dict[str, Any] | None,
+) -> _Restored | None:
+    """Collective, for a continued SGD run: the newest iteration every rank saved and
+    the records rank 0 keeps (set in ``folder_kept``, rank 0's); None to start afresh
+    (a new run, or ranks restarted before they saved an iteration in common)."""
+    restored = _agreed_sgd(checked, saves, rank, start)
+    if folder_kept is not None and checked.kind == "sgd":
+        folder_kept["records"] = restored.records if restored is not None else 0
+    return restored
+
+
+def _agreed_sgd(checked: Plan, saves: RankCheckpoints, rank: int, start: Start) -> _Restored | None:
+    if checked.kind != "sgd" or start == "new":
+        return None
+    agreed = agreed_state(saves, rank, checked.config, start, "iteration")
+    if agreed is None:
+        return None
+    done, state = agreed
+    evaluations = state.get("evaluations")
+    if not isinstance(evaluations, dict):
+        raise UsageError(
+            f"rank {rank}: its checkpoint of iteration {done} holds no evaluations (an older "
+            "murmur kept them elsewhere); start the run again"
+        )
+    return _Restored(done, state, agree_records(evaluations))
+
+
 def _rank_runner(
-    checked: Plan, rank: int, timeout: float, saves: RankCheckpoints, start: Start
+    checked: Plan,
+    rank: int,
+    timeout: float,
+    saves: RankCheckpoints,
+    start: Start,
+    restored: _Restored | None = None,
 ) -> Runner:
     """The runner of this rank, by the run's family: a block of synchronous SGD agents,
     a dSSFN node, or the parameter server (rank 0) or a worker."""
@@ -282,7 +335,7 @@ def _rank_runner(
             rank=rank,
             timeout=timeout,
             saves=saves,
-            start=start,
+            restored=restored,
             block=checked.agents_per_rank,
         )
 
@@ -343,17 +396,6 @@ def check_same_run(run_dir: Path, config: Config) -> None:
         raise UsageError(f"{run_dir} holds a finished run; there is nothing to resume")
 
 
-_COLUMNS = (
-    "iteration",
-    "samples",
-    "wall",
-    "accuracy",
-    "loss",
-    "train_loss",
-    "events",
-    "messages",
-    "bytes",
-)
 _TOTALS = ("events", "messages", "bytes", "control", "rejected", "train_seconds", "samples")
 
 
@@ -366,15 +408,14 @@ def _train_rank(
     rank: int,
     timeout: float,
     saves: RankCheckpoints,
-    start: Start,
+    restored: _Restored | None,
     block: int = 1,
 ) -> Outcome:
-    """Train rank ``rank``'s ``block`` of agents; gather every rank's records; hand them
-    to ``on_record``.
+    """Train rank ``rank``'s ``block`` of agents, every evaluation's record to
+    ``on_record`` as the ranks' sums of it come in (:mod:`murmur.distributed.rank_records`).
 
-    ``saves``: where and how often this rank saves its part. ``start``: "resume" and
-    "restart" continue from the newest iteration every rank saved; a restart starts
-    over when there is none.
+    ``saves``: where and how often this rank saves its part. ``restored``: where the
+    ranks continue from (None: from the start).
     """
     transport = DistributedTransport(
         world_group(),
@@ -384,12 +425,21 @@ def _train_rank(
         timeout,
         block=block,
     )
-    resumed, log = None, _RankLog(rows=[], snapshots=[])
-    if start != "new":
-        resumed, log = _restore(setup, algorithm, transport, saves, rank, start)
+    problem = setup.problem
+    records = RankRecords(
+        transport,
+        setup.graph.agents,
+        setup.initial.shape[1],
+        timeout,
+        on_record,
+        _average_scorer(problem, setup.initial.dtype) if rank == 0 else None,
+    )
+    resumed = None
+    if restored is not None:
+        resumed = _restore(setup, algorithm, transport, records, rank, restored)
     transport.start()
     try:
-        _train(setup, algorithm, transport, progress, log, resumed, saves)
+        trained = _train(setup, algorithm, transport, progress, records, resumed, saves)
         transport.finish()
     except PeerFailure as failure:
         transport.abort(failure.ranks)
@@ -397,37 +447,45 @@ def _train_rank(
     except Exception:
         transport.abort([rank])  # this rank fails: its neighbours need not wait to find out
         raise
+    records.finish()
     try:
-        return _gather(setup, log, transport, on_record)
+        return _gather(setup, trained, _last_record(setup, records), transport)
     except RuntimeError as error:
         raise PeerFailure([], f"gathering the results failed: {first_line(error)}") from None
 
 
-@dataclass
-class _RankLog:
-    rows: list[list[list[float]]]
-    """Per evaluation, one row of ``_COLUMNS`` per agent of the block."""
-    snapshots: list[torch.Tensor]
-    """The block's parameters at each evaluation, (block, P), for the consensus distance."""
-    trained: SgdTrained | None = None
+def _average_scorer(problem: Problem, dtype: torch.dtype) -> ScoreAverage:
+    """Rank 0's measure of the average model (a float64 (1, P) row) on the test set."""
+
+    def score(mean: torch.Tensor) -> ModelColumns:
+        return model_columns(
+            *problem.model.evaluate(mean.to(dtype), problem.x_test, problem.y_test)
+        )
+
+    return score
+
+
+def _last_record(setup: SgdSetup, records: RankRecords) -> EvaluationRecord:
+    """The run's last record: the last one made, or (a run resumed at its end) the last
+    one rank 0 kept; the other ranks keep none and report only the iteration."""
+    if records.last is not None:
+        return records.last
+    kept = setup.checkpoints.kept if setup.checkpoints is not None else []
+    return kept[-1] if kept else {"iteration": setup.config.run.iterations}
 
 
 def _restore(
     setup: SgdSetup,
     algorithm: Algorithm,
     transport: DistributedTransport,
-    saves: RankCheckpoints,
+    records: RankRecords,
     rank: int,
-    start: Start,
-) -> tuple[SgdProgress | None, _RankLog]:
-    """Collective: put this rank where the newest iteration every rank saved left it
-    (every rank's next broadcast then has the same number); from the start when there
-    is none and the ranks were restarted. Files of later iterations, which the run
-    saves again, are removed."""
-    agreed = agreed_state(saves, rank, setup.config, start, "iteration")
-    if agreed is None:
-        return None, _RankLog(rows=[], snapshots=[])
-    done, saved = agreed
+    restored: _Restored,
+) -> SgdProgress:
+    """Put this rank where the iteration every rank saved left it (every rank's next
+    broadcast then has the same number), and sum again the evaluations rank 0 may not
+    have written."""
+    saved = restored.state
     block = len(transport.agents)
     if saved.get("agents_per_rank", 1) != block:
         raise UsageError(
@@ -436,26 +494,21 @@ def _restore(
             f"{saved.get('agents_per_rank', 1)}"
         )
     initial = setup.initial[transport.agents[0] : transport.agents[-1] + 1]
+    where = f"rank {rank}: its checkpoint"
     resumed = resume_sgd(
         saved,
-        done,
+        restored.done,
         algorithm,
         initial,
         transport,
         setup.problem.sampler,
-        where=f"rank {rank}: its checkpoint",
+        where=where,
     )
     try:
-        rows = saved["rows"]
-        if rows and not isinstance(rows[0][0], list):  # one agent per rank, before blocks
-            rows = [[row] for row in rows]
-        snapshots = saved["snapshots"]
-        if snapshots.dim() == 2:
-            snapshots = snapshots.unsqueeze(1)
-        log = _RankLog(rows=rows, snapshots=list(snapshots.unbind()))
+        records.resume(saved["evaluations"], restored.records)
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as error:
-        raise UsageError(f"rank {rank}: its checkpoint does not fit this run: {error}") from None
-    return resumed, log
+        raise UsageError(f"{where} does not fit this run: {error}") from None
+    return resumed
 
 
 def _train(
@@ -463,30 +516,28 @@ def _train(
     algorithm: Algorithm,
     transport: DistributedTransport,
     progress: bool,
-    log: _RankLog,
+    records: RankRecords,
     start: SgdProgress | None,
     saves: RankCheckpoints,
-) -> None:
+) -> SgdTrained:
     """The rank's block of agents (``transport.agents``) through the shared SGD loop (from
     ``start``, if given), each agent drawing from its own batch stream; the block's
-    measurements at each evaluation go to ``log``, its part of the run to ``saves``."""
+    measurements at each evaluation go to ``records``, its part of the run to ``saves``."""
     config, problem = setup.config, setup.problem
     agents = transport.agents
     block = len(agents)
 
     def evaluate(at: Evaluation) -> None:
         accuracy, loss = problem.model.evaluate(at.params, problem.x_test, problem.y_test)
-        log.rows.append(_block_rows(at, accuracy, loss, transport.counters, block))
-        log.snapshots.append(at.params.clone())
+        records.add(at, _block_rows(at, accuracy, loss, transport.counters, block))
 
     def snapshot(at: SgdProgress) -> SgdSnapshot:
         saved = sgd_snapshot(at, transport, problem.sampler)
-        saved["rows"] = [[list(row) for row in rows] for rows in log.rows]
-        saved["snapshots"] = torch.stack(log.snapshots)
+        saved["evaluations"] = records.state_dict()
         saved["agents_per_rank"] = block
         return saved
 
-    log.trained = train_sgd(
+    return train_sgd(
         problem,
         algorithm,
         transport,
@@ -499,6 +550,7 @@ def _train(
         start=start,
         checkpoints=saves,
         snapshot=snapshot,
+        after_step=records.collect,
     )
 
 
@@ -509,7 +561,7 @@ def _block_rows(
     counters: MessageCounters,
     block: int,
 ) -> list[list[float]]:
-    """One row of ``_COLUMNS`` per agent of the block at the evaluation ``at``."""
+    """One row of ``ROW_COLUMNS`` per agent of the block at the evaluation ``at``."""
     train_loss = at.train_loss if at.train_loss is not None else float("nan")
     return [
         [
@@ -529,30 +581,20 @@ def _block_rows(
 
 def _gather(
     setup: SgdSetup,
-    log: _RankLog,
+    trained: SgdTrained,
+    last_record: EvaluationRecord,
     transport: DistributedTransport,
-    on_record: Callable[[EvaluationRecord], None],
 ) -> Outcome:
-    """Every rank's records and counters to every rank, parameters to rank 0."""
+    """Every rank's counters to every rank, parameters to rank 0."""
     world, rank = dist.get_world_size(), dist.get_rank()
-    trained = log.trained
-    if trained is None:
-        raise RuntimeError("the rank gathers its results before it trained")
     block = len(transport.agents)
-    # (world, evals, block, columns) -> (evals, agents, columns), agents in order
-    rows = all_gather(torch.tensor(log.rows, dtype=torch.float64))
-    rows = rows.transpose(0, 1).reshape(rows.shape[1], world * block, len(_COLUMNS))
     per_agent, train_seconds = _gathered_totals(transport, trained, world * block)
-    consensus = _consensus_distances(torch.stack(log.snapshots), world * block)
     params = trained.params.contiguous()
     gathered = [torch.empty_like(params) for _ in range(world)] if rank == 0 else None
     dist.gather(params, gathered, dst=0)
-    records = [_record(rows[e], consensus[e]) for e in range(rows.shape[0])]
-    for record in records:
-        on_record(record)
     iterations = setup.config.run.iterations
     return run_outcome(
-        records[-1],
+        last_record,
         AgentTotals(per_agent["events"], per_agent["messages"], per_agent["bytes"]),
         topology=setup.graph.name,
         iterations=iterations,
@@ -599,39 +641,6 @@ def _gathered_totals(
     total.update({name: agent_totals[:, i] for i, name in enumerate(_TOTALS[:3])})
     counts = {name: values.to(torch.int64).tolist() for name, values in total.items()}
     return counts, float(total["train_seconds"].max())
-
-
-def _consensus_distances(snapshots: torch.Tensor, agents: int) -> list[float]:
-    """(1/N) sum_i ||x_i - x_bar||^2 at each evaluation; ``snapshots``: this rank's
-    block's parameters at each evaluation, (evals, block, P)."""
-    mean = snapshots.sum(dim=1)
-    dist.all_reduce(mean)
-    mean /= agents
-    spread = (snapshots - mean[:, None]).pow(2).sum(dim=(1, 2), dtype=torch.float64)
-    dist.all_reduce(spread)
-    return (spread / agents).tolist()
-
-
-def _record(at: torch.Tensor, consensus: float) -> SgdRecord:
-    """One evaluation's record from every agent's row of ``_COLUMNS``, (agents, columns)."""
-    column = {name: at[:, i] for i, name in enumerate(_COLUMNS)}
-    accuracy = column["accuracy"]
-    rows = AgentRows(
-        test_accuracy=None if bool(accuracy.isnan().any()) else accuracy.tolist(),
-        test_loss=column["loss"].tolist(),
-        events=column["events"].to(torch.int64).tolist(),
-        messages=column["messages"].to(torch.int64).tolist(),
-        bytes=column["bytes"].to(torch.int64).tolist(),
-    )
-    iteration = int(column["iteration"][0])
-    return sgd_record(
-        iteration,
-        rows,
-        samples=int(column["samples"].sum()),
-        wall_seconds=float(column["wall"][0]),
-        train_loss=None if iteration == 0 else float(column["train_loss"].mean()),
-        consensus_distance=consensus,
-    )
 
 
 # ---------------------------------------------------------------- forming the group

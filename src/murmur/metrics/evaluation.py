@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from murmur.metrics.record_types import AccuracySummary, TestColumns
+from murmur.metrics.record_types import AccuracySummary, ModelColumns, TestColumns
 
 if TYPE_CHECKING:
     from murmur.models.stacked import StackedModel
@@ -43,3 +43,27 @@ def test_set_metrics(
         "accuracy_min": summary["min"],
         "accuracy_max": summary["max"],
     }
+
+
+def model_columns(accuracy: torch.Tensor | None, loss: torch.Tensor) -> ModelColumns:
+    """A record's average-model columns from one model's evaluation (``accuracy`` None
+    for regression; the first row of each)."""
+    return {
+        "model_accuracy": float(accuracy[0]) if accuracy is not None else None,
+        "model_loss": float(loss[0]),
+    }
+
+
+def average_model_columns(
+    model: StackedModel,
+    params: torch.Tensor,
+    x_test: torch.Tensor,
+    y_test: torch.Tensor,
+    own: tuple[torch.Tensor | None, torch.Tensor] | None = None,
+) -> ModelColumns:
+    """The test accuracy and loss of the average model, the mean of the rows of
+    ``params`` (N, P), as ``model.pt`` holds it; ``own``: the rows' own accuracy and
+    loss, which are the average's when there is one row (nothing is evaluated again)."""
+    if params.shape[0] == 1 and own is not None:
+        return model_columns(*own)
+    return model_columns(*model.evaluate(params.mean(dim=0, keepdim=True), x_test, y_test))

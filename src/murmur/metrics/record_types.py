@@ -38,6 +38,7 @@ __all__ = [
     "LayerRecord",
     "LayerReport",
     "MessageColumns",
+    "ModelColumns",
     "ModelSummary",
     "RunSummary",
     "ServerRecord",
@@ -101,6 +102,15 @@ class TestColumns(TypedDict):
     accuracy_max: float | None
 
 
+class ModelColumns(TypedDict):
+    """The average model's part of a mini-batch run's record: the test accuracy (None
+    for regression) and loss of the mean of the agents' parameter rows, the model
+    ``model.pt`` holds at the end (the one model of a server or Hogwild run)."""
+
+    model_accuracy: float | None
+    model_loss: float
+
+
 class MessageColumns(TypedDict):
     """The message counts of every record, cumulative: all agents together, and the
     events (sends) per agent."""
@@ -128,6 +138,10 @@ class _RecordFields(TypedDict, total=False):
     virtual_seconds: float
     """The simulator's clock; distributed runs and Hogwild have none."""
     consensus_distance: float
+    model_accuracy: Annotated[float | None, nullable(FRACTION)]
+    """Mini-batch runs: the average model's test accuracy (:class:`ModelColumns`)."""
+    model_loss: Annotated[float, nullable(NUMBER)]
+    """Its test loss (null in the file where it is not finite)."""
 
 
 class EvaluationRecord(_RecordFields, FaultCounts, total=False):
@@ -139,7 +153,8 @@ class EvaluationRecord(_RecordFields, FaultCounts, total=False):
 
 class SgdRecord(EvaluationRecord, total=False):
     """A mini-batch run's record (:func:`murmur.training.reducer.sgd_record`), in
-    every runtime, Hogwild's included."""
+    every runtime, Hogwild's included; with the average model's ``model_accuracy`` and
+    ``model_loss`` (:class:`ModelColumns`), which a server's record has too."""
 
     samples: Required[int]
     train_loss: Required[float | None]

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from murmur.algorithms.protocols import Algorithm, Transport
-from murmur.metrics.evaluation import consensus_distance
+from murmur.metrics.evaluation import average_model_columns, consensus_distance
 from murmur.metrics.record_types import EvaluationRecord, SgdRecord
 from murmur.sim.events import ComputeTimes, LinkDelays
 from murmur.training.checkpoint import Checkpoints
@@ -65,7 +65,8 @@ def simulate(
     ``checkpoints`` and ``snapshot`` as in :func:`~murmur.training.sgd_loop.train_sgd`."""
 
     def evaluate(at: Evaluation) -> SgdRecord:
-        accuracy, loss = problem.model.evaluate(at.params, problem.x_test, problem.y_test)
+        test = (problem.x_test, problem.y_test)
+        accuracy, loss = problem.model.evaluate(at.params, *test)
         record = sgd_record(
             at.iteration,
             AgentRows.measure(accuracy, loss, transport.counters),
@@ -73,6 +74,7 @@ def simulate(
             wall_seconds=at.wall_seconds,
             train_loss=at.train_loss,
             consensus_distance=consensus_distance(at.params),
+            model=average_model_columns(problem.model, at.params, *test, own=(accuracy, loss)),
             virtual_seconds=at.virtual_seconds,
         )
         on_record(record)

@@ -22,6 +22,7 @@ from murmur.metrics.record_types import (
     EvaluationRecord,
     LayerRecord,
     MessageColumns,
+    ModelColumns,
     SgdRecord,
     TestColumns,
 )
@@ -103,10 +104,13 @@ def sgd_record(
     wall_seconds: float,
     train_loss: float | None,
     consensus_distance: float,
+    model: ModelColumns | None,
     virtual_seconds: float | None = None,
 ) -> SgdRecord:
-    """The record of one evaluation of a mini-batch run (``virtual_seconds``: the
-    simulator's clock; a distributed run leaves it out)."""
+    """The record of one evaluation of a mini-batch run (``model``: the average
+    model's test scores; ``virtual_seconds``: the simulator's clock; a distributed run
+    leaves it out, and its ranks but rank 0, which writes the records, leave out the
+    ``model``)."""
     record: SgdRecord = {
         "iteration": iteration,
         "samples": samples,
@@ -116,6 +120,8 @@ def sgd_record(
         "consensus_distance": consensus_distance,
         **_message_columns(rows),
     }
+    if model is not None:
+        record.update(model)
     if virtual_seconds is not None:
         record["virtual_seconds"] = virtual_seconds
     return record

@@ -4,7 +4,7 @@ rank of the distributed runtime.
 
 A snapshot holds the loop's counts, the algorithm's state, the transport's (what
 every agent last sent and received), the batch streams' positions, and what the
-runtime adds of its own (the simulator's fault schedule and clock, a rank's records).
+runtime adds of its own (the simulator's fault schedule and clock, a rank's evaluations).
 """
 
 from __future__ import annotations
@@ -44,10 +44,9 @@ class SgdSnapshot(TypedDict):
     """The simulator: the rounds' down links, crashes and graphs (None: none)."""
     clock: NotRequired[dict[str, torch.Tensor]]
     """The simulator: the compute times' random stream."""
-    rows: NotRequired[list[list[list[float]]]]
-    """A distributed rank: its agents' rows of every evaluation so far."""
-    snapshots: NotRequired[torch.Tensor]
-    """A distributed rank: its agents' parameters at every evaluation, (evals, block, P)."""
+    evaluations: NotRequired[dict[str, Any]]
+    """A distributed rank: the evaluations whose records rank 0 may not have written yet
+    (:meth:`murmur.distributed.rank_records.RankRecords.state_dict`)."""
     agents_per_rank: NotRequired[int]
 
 

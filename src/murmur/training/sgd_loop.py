@@ -102,6 +102,7 @@ def train_sgd(
     start: SgdProgress | None = None,
     checkpoints: Checkpoints | None = None,
     snapshot: Callable[[SgdProgress], Mapping[str, Any]] | None = None,
+    after_step: Callable[[], None] | None = None,
 ) -> SgdTrained:
     """Step ``algorithm`` ``iterations`` times from the block's ``initial`` parameters.
 
@@ -113,6 +114,8 @@ def train_sgd(
     ``start``: continue from this point of an earlier run (its evaluations are done).
     ``checkpoints``: where to save, when due (after that iteration's evaluation), what
     ``snapshot`` makes of the loop's progress: the runtime's whole state.
+    ``after_step()``: called at the end of every iteration (a distributed rank collects
+    the evaluations the ranks have finished summing).
     """
     started = time.perf_counter()
     if start is None:
@@ -131,6 +134,8 @@ def train_sgd(
         if checkpoints is not None and snapshot is not None:
             if checkpoints.due(at.done, iterations):
                 checkpoints.save(at.done, snapshot(replace(at)))
+        if after_step is not None:
+            after_step()
         bar.update(1)
     bar.close()
     return SgdTrained(algorithm.params(at.state), at.train_seconds, at.samples, at.virtual_seconds)
