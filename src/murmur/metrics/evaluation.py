@@ -1,12 +1,22 @@
-"""Network-wide measures computed from stacked agent parameters."""
+"""Network-wide measures computed from stacked agent parameters, and what a run's
+records say of its accuracy over the whole run."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
-from murmur.metrics.record_types import AccuracySummary, ModelColumns, TestColumns
+from murmur.metrics.record_types import (
+    AccuracySummary,
+    BestAccuracy,
+    EvaluationRecord,
+    LastKAccuracy,
+    ModelColumns,
+    SummaryExtra,
+    TestColumns,
+)
 
 if TYPE_CHECKING:
     from murmur.models.stacked import StackedModel
@@ -67,3 +77,35 @@ def average_model_columns(
     if params.shape[0] == 1 and own is not None:
         return model_columns(*own)
     return model_columns(*model.evaluate(params.mean(dim=0, keepdim=True), x_test, y_test))
+
+
+def accuracy_over_run(records: Sequence[EvaluationRecord], last_k: int) -> SummaryExtra:
+    """``accuracy_last_k`` and ``accuracy_best`` of a run's ``records`` (oldest first):
+    the mean of the last ``last_k`` evaluations' accuracy mean, min and max (of all of
+    them where there are fewer), and the evaluation of the highest accuracy mean (the
+    first, on ties). Nothing for a run whose records have no accuracy (regression)."""
+    scored = [score for score in map(_scores, records) if score is not None]
+    if not scored:
+        return {}
+    last = scored[-last_k:]
+    last_k_accuracy: LastKAccuracy = {
+        "k": len(last),
+        "mean": sum(score[1] for score in last) / len(last),
+        "min": sum(score[2] for score in last) / len(last),
+        "max": sum(score[3] for score in last) / len(last),
+    }
+    iteration, mean, low, high = max(scored, key=lambda score: score[1])  # the first of ties
+    best: BestAccuracy = {"iteration": iteration, "mean": mean, "min": low, "max": high}
+    return {"accuracy_last_k": last_k_accuracy, "accuracy_best": best}
+
+
+def _scores(record: EvaluationRecord) -> tuple[int, float, float, float] | None:
+    """A record's iteration and accuracy mean, min and max; None where it has none."""
+    mean, low, high = (
+        record.get("accuracy_mean"),
+        record.get("accuracy_min"),
+        record.get("accuracy_max"),
+    )
+    if mean is None or low is None or high is None:
+        return None
+    return record["iteration"], mean, low, high

@@ -32,9 +32,11 @@ from murmur.portable import MachineSummary
 
 __all__ = [
     "AccuracySummary",
+    "BestAccuracy",
     "EvaluationRecord",
     "FailedSummary",
     "FaultCounts",
+    "LastKAccuracy",
     "LayerRecord",
     "LayerReport",
     "MessageColumns",
@@ -237,6 +239,26 @@ class ModelSummary(TypedDict):
     """Its cross-entropy, or mean squared error, on the test split."""
 
 
+class LastKAccuracy(TypedDict):
+    """The mean of the last ``k`` evaluations' accuracy mean, min and max over agents."""
+
+    k: Annotated[int, POSITIVE]
+    """The evaluations averaged: ``run.last_k``, or all of them where the run made fewer."""
+    mean: Annotated[float, FRACTION]
+    min: Annotated[float, FRACTION]
+    max: Annotated[float, FRACTION]
+
+
+class BestAccuracy(TypedDict):
+    """The evaluation of the highest accuracy mean over agents (the first, on ties): its
+    iteration (layer, for layer-wise runs) and accuracy mean, min and max."""
+
+    iteration: Annotated[int, COUNT]
+    mean: Annotated[float, FRACTION]
+    min: Annotated[float, FRACTION]
+    max: Annotated[float, FRACTION]
+
+
 class _ExtraFields(TypedDict, total=False):
     virtual_seconds: Annotated[float, SECONDS]
     layers: Annotated[list[int], list_of(POSITIVE)]
@@ -256,6 +278,10 @@ class _ExtraFields(TypedDict, total=False):
     """Every SGD algorithm's chosen step sizes for the run's graph."""
     model: Annotated[ModelSummary, object_of(ModelSummary)]
     """Mini-batch runs: the average model they leave (``model.pt``) and its test scores."""
+    accuracy_last_k: Annotated[LastKAccuracy, object_of(LastKAccuracy)]
+    """Classification runs: the mean accuracy of the last ``run.last_k`` evaluations."""
+    accuracy_best: Annotated[BestAccuracy, object_of(BestAccuracy)]
+    """Classification runs: the evaluation of the highest mean accuracy."""
     machine: Annotated[MachineSummary, object_of(MachineSummary)]
     """The torch, CPU kernels, BLAS and threads the run computed with (murmur.portable)."""
 

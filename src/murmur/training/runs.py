@@ -33,7 +33,7 @@ from torch import nn
 from murmur import portable
 from murmur.config import Config, load_experiment, save_config
 from murmur.errors import RunFailed, UsageError, one_line
-from murmur.metrics.evaluation import accuracy_summary
+from murmur.metrics.evaluation import accuracy_over_run, accuracy_summary
 from murmur.metrics.record_types import EvaluationRecord
 from murmur.metrics.records import MetricsWriter, Outcome, RunResult, write_failure
 from murmur.training.checkpoint import CHECKPOINT, Checkpoints, header, read_checkpoint
@@ -104,8 +104,8 @@ def train_run(
     finally:
         writer.close()
     _add_steps_and_model(setup, outcome, run_dir)
-    result = _result(config, outcome, name, preset, time.perf_counter() - started, run_dir)
-    result = dataclasses.replace(result, records=writer.records)
+    seconds = time.perf_counter() - started
+    result = _result(config, outcome, name, preset, seconds, run_dir, writer.records)
     if run_dir is not None:
         result.write(run_dir / "summary.json")
     return result
@@ -157,8 +157,9 @@ def _result(
     preset: str,
     wall_seconds: float,
     run_dir: Path | None,
+    records: list[EvaluationRecord],
 ) -> RunResult:
-    """What ``summary.json`` says of a finished run."""
+    """What ``summary.json`` says of a finished run whose records are ``records``."""
     last = outcome.last_record
     accuracy = last.get("test_accuracy")
     losses = last.get("test_loss") or [float("nan")]
@@ -185,7 +186,8 @@ def _result(
         samples_per_second=outcome.samples / max(outcome.train_seconds, 1e-9),
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
         parameters=outcome.parameters,
-        extra=outcome.extra,
+        extra={**outcome.extra, **accuracy_over_run(records, config.run.last_k)},
+        records=records,
     )
 
 
