@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 
+from murmur.metrics.logs import CSV_FILE, TENSORBOARD_FOLDER, CsvLog, TensorBoardLog
 from murmur.metrics.record_types import (
     AccuracySummary,
     EvaluationRecord,
@@ -23,28 +24,49 @@ OutcomeExtra = SummaryExtra
 
 
 class MetricsWriter:
-    """Appends one JSON object per evaluation to ``metrics.jsonl``, flushed at once.
+    """Appends one JSON object per evaluation to ``metrics.jsonl``, flushed at once, and
+    each record to the other logs ``log`` names beside it (``metrics.csv``, TensorBoard
+    event files: :mod:`murmur.metrics.logs`).
 
-    ``records``: those the file already holds (a resumed run's).
+    ``records``: those the file already holds (a resumed run's); ``resumed``: whether
+    the run continues a stopped one in the folder (its other logs then start again from
+    ``records``).
     """
 
     def __init__(
-        self, path: Path | None, records: Iterable[EvaluationRecord] | None = None
+        self,
+        path: Path | None,
+        records: Iterable[EvaluationRecord] | None = None,
+        *,
+        log: Sequence[str] = ("jsonl",),
+        resumed: bool = False,
     ) -> None:
         self.path = path
         self._file: IO[str] | None = path.open("a") if path is not None else None
         self.records: list[EvaluationRecord] = list(records or [])
+        self._logs: list[CsvLog | TensorBoardLog] = []
+        if path is not None and "csv" in log:
+            self._logs.append(CsvLog(path.with_name(CSV_FILE), self.records))
+        if path is not None and "tensorboard" in log:
+            last = self.records[-1]["iteration"] if self.records else -1
+            folder = path.with_name(TENSORBOARD_FOLDER)
+            self._logs.append(TensorBoardLog(folder, last if resumed else None))
 
     def write(self, record: EvaluationRecord) -> None:
         self.records.append(record)
         if self._file is not None:
             self._file.write(to_json(record) + "\n")
             self._file.flush()
+        for log in self._logs:
+            log.write(record)
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
+        for log in self._logs:
+            log.close()
+        self._logs = []
 
 
 @dataclass

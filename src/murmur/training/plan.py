@@ -31,6 +31,7 @@ from murmur.config import Config, build_config
 from murmur.data.datasets import Dataset, DatasetInfo
 from murmur.data.partition import check_agents
 from murmur.errors import UsageError, one_line
+from murmur.metrics.logs import check_logs
 from murmur.models import build_model
 from murmur.models.stacked import check_buffers
 from murmur.registry import ALGORITHMS, FAMILIES, FAULTS, FamilyKind, Member, Runtime
@@ -130,6 +131,7 @@ def plan(
         module = _checked_module(member, module)
     _check_weights(config)
     _check_compiler(config)
+    check_logs(config.run.log)
     config, info, dataset = resolve_data(config, data, runtime)
     parameters, memory = _sizes(member, config, info, module)
     check_classes_covered(config, member.decentralized, info, dataset)

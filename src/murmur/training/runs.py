@@ -69,15 +69,14 @@ def train_run(
     """
     started = time.perf_counter()
     config = setup.config
-    run_dir, kept = _open_folder(config, out_dir, resume)
-    writer = MetricsWriter(run_dir / "metrics.jsonl" if run_dir is not None else None, kept)
+    run_dir, writer = _open_folder(config, out_dir, resume)
     checkpoints = Checkpoints(
         every=config.run.checkpoint_every,
         path=run_dir / CHECKPOINT if run_dir is not None else None,
         header=header(config, name, preset),
         records=lambda: len(writer.records),
         resumed=resume,
-        kept=list(kept),
+        kept=list(writer.records),
     )
 
     def on_record(record: EvaluationRecord) -> None:
@@ -130,10 +129,18 @@ def _add_steps_and_model(setup: Setup, outcome: Outcome, run_dir: Path | None) -
 
 def _open_folder(
     config: Config, out_dir: str | Path | None, resume: dict[str, Any] | None
+) -> tuple[Path | None, MetricsWriter]:
+    """The run folder (None: none is written) and the writer of its records (``run.log``),
+    which holds those a resumed run keeps: a new run's folder is created and its config
+    saved; a resumed one keeps its records up to the checkpoint."""
+    run_dir, kept = _folder_and_kept(config, out_dir, resume)
+    metrics = run_dir / "metrics.jsonl" if run_dir is not None else None
+    return run_dir, MetricsWriter(metrics, kept, log=config.run.log, resumed=resume is not None)
+
+
+def _folder_and_kept(
+    config: Config, out_dir: str | Path | None, resume: dict[str, Any] | None
 ) -> tuple[Path | None, list[EvaluationRecord]]:
-    """The run folder (None: none is written) and the records a resumed run keeps: a
-    new run's folder is created and its config saved; a resumed one keeps its records
-    up to the checkpoint."""
     if resume is None:
         run_dir = None
         if out_dir is not None:
