@@ -117,7 +117,7 @@ def execute(plan: Sequence[PlannedRun], out: Path, progress: bool) -> dict[str, 
     results: dict[str, RunResult] = {}
     bar = tqdm(
         list(zip(plan, configs, strict=True)),
-        disable=not progress,
+        disable=None if progress else True,  # a bar only on a terminal
         unit="run",
         dynamic_ncols=True,
     )
