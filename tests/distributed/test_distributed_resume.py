@@ -40,7 +40,8 @@ def run_ranks(folder: Path, argv: list[str], **kwargs) -> tuple[dict, dict[int, 
 def comparable(folder: Path) -> tuple[dict, list[dict]]:
     """The summary and records of a run, without what takes real time."""
     summary = json.loads((folder / "summary.json").read_text())
-    timed = ("wall_seconds", "train_seconds", "samples_per_second", "run_dir")
+    # what takes real time, and the machine entry, which says how the ranks were started
+    timed = ("wall_seconds", "train_seconds", "samples_per_second", "run_dir", "machine")
     records = [{k: v for k, v in r.items() if k != "wall_seconds"} for r in read_records(folder)]
     return {k: v for k, v in summary.items() if k not in timed}, records
 
