@@ -102,7 +102,7 @@ def train_run(
         raise
     finally:
         writer.close()
-    _add_steps_and_model(setup, outcome, run_dir)
+    _add_extras(setup, outcome, run_dir)
     seconds = time.perf_counter() - started
     result = _result(config, outcome, name, preset, seconds, run_dir, writer.records)
     if run_dir is not None:
@@ -110,10 +110,10 @@ def train_run(
     return result
 
 
-def _add_steps_and_model(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
-    """Say in the summary what ``"auto"`` steps became; write a mini-batch run's final
-    models (``model.pt``, ``agents.pt``) into its folder and say what the average
-    model scores."""
+def _add_extras(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
+    """Say in the summary what machine computed the run and what ``"auto"`` steps
+    became; write a mini-batch run's final models (``model.pt``, ``agents.pt``) into
+    its folder and say what the average model scores."""
     outcome.extra["machine"] = portable.machine()  # what the numbers were computed with
     if setup.steps:
         outcome.extra["steps"] = setup.steps
