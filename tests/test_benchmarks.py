@@ -266,6 +266,7 @@ def test_optimizers_quick_run_prints_a_row_per_algorithm_and_optimizer():
         assert float(cells[4].split("±")[0]) > 0
 
 
+@pytest.mark.slow  # five child processes; tests/test_portable.py checks the same numbers
 def test_portable_quick_run_prints_every_setting_and_that_the_portable_ones_agree():
     lines = _quick_run("portable.py")
     start = next(i for i, line in enumerate(lines) if line.startswith("setting "))

@@ -74,8 +74,10 @@ def test_sync_ps_with_adam_gives_the_simulators_model_to_the_bit(tmp_path):
 
 @pytest.mark.parametrize(
     "algorithm",
-    [f"{DETSGRAD}\n{MOMENTUM}", f"{ADAM_TRACKING}\n{ADAM}"],
-    ids=["detsgrad-momentum", "detsgrad-gt-adam"],
+    [
+        pytest.param(f"{DETSGRAD}\n{MOMENTUM}", id="detsgrad-momentum"),
+        pytest.param(f"{ADAM_TRACKING}\n{ADAM}", id="detsgrad-gt-adam", marks=pytest.mark.slow),
+    ],
 )
 def test_ranks_killed_and_resumed_with_an_optimizer_give_the_uninterrupted_run(tmp_path, algorithm):
     whole, stopped = whole_and_stopped(tmp_path, algorithm)
