@@ -44,7 +44,7 @@ def _run_args(preset: str, out: Path, settings: list[str]) -> list[str]:
     return _murmur("run", preset, *sets, "--out", str(out), "--quiet")
 
 
-def _kill_after_a_checkpoint(argv: list[str], folder: Path) -> None:
+def kill_after_a_checkpoint(argv: list[str], folder: Path) -> None:
     """Start the run, SIGKILL it once it has saved a checkpoint, before it ends."""
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
@@ -75,7 +75,7 @@ def _summary(folder: Path) -> dict:
 )
 def test_a_killed_run_resumed_ends_as_the_run_never_killed(tmp_path, preset, settings):
     killed, whole = tmp_path / "killed", tmp_path / "whole"
-    _kill_after_a_checkpoint(_run_args(preset, killed, settings), killed)
+    kill_after_a_checkpoint(_run_args(preset, killed, settings), killed)
     assert not (killed / "summary.json").exists()
     resumed = subprocess.run(
         _murmur("run", "--resume", str(killed), "--quiet"), capture_output=True, timeout=300

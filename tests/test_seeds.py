@@ -6,24 +6,20 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
 import pytest
 from small_runs import SMALL_SGD
+from test_cli_resume import kill_after_a_checkpoint
 
 from murmur.cli import main
 from murmur.config import load_experiment, parse_seeds
 from murmur.metrics.report import format_table, read_run
 from murmur.metrics.seed_table import format_results
 from murmur.metrics.statistics import spread
-from murmur.training.checkpoint import CHECKPOINT
 
 SHORT = [*SMALL_SGD, "run.iterations=20", "run.eval_every=10"]
 SETS = [part for setting in SHORT for part in ("--set", setting)]
@@ -227,15 +223,7 @@ def test_a_seed_folder_resumes(tmp_path):
     sets = [part for setting in settings for part in ("--set", setting)]
     out, folder = tmp_path / "killed", tmp_path / "killed" / "seed-1"
     argv = [sys.executable, "-m", "murmur", "run", "dsgd", *sets, "--seeds", "1-2"]
-    process = subprocess.Popen([*argv, "--quiet", "--out", str(out)], stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while not (folder / CHECKPOINT).exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"no checkpoint was saved: {process.communicate()[1]!r}")
-        time.sleep(0.005)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait(timeout=60)
+    kill_after_a_checkpoint([*argv, "--quiet", "--out", str(out)], folder)
     assert not (folder / "summary.json").exists()
     assert main(["run", "--resume", str(folder), "--quiet"]) == 0
     whole = tmp_path / "whole"
