@@ -163,6 +163,30 @@ def test_an_abort_names_the_failed_rank(three):
     control(groups[2], 0, Kind.STOP, sender=2, step=0)  # rank 1 said its last word
 
 
+def test_a_ping_is_answered_by_the_receiving_thread_and_a_silent_rank_is_named(three):
+    """Rank 0 answers rank 1's PING with a PONG while its own training waits; of the two
+    ranks rank 0 pings, the one that answers is alive, the one that does not is named."""
+    mailbox, groups = three
+    outbox = Outbox(groups[0], 0, [1, 2])
+    outbox.start()
+    mailbox.answer = outbox.answer
+    since = mailbox.pongs()
+    control(groups[1], 0, Kind.PING, sender=1, step=0)
+    answer = torch.zeros(HEADER_WORDS + 1, dtype=torch.float32)
+    groups[1].recv([answer], 0, MESSAGE_TAG).wait(WAIT)
+    assert answer[:HEADER_WORDS].view(torch.int64)[1].item() == Kind.PONG
+    assert outbox.answered == 1
+    control(groups[1], 0, Kind.PONG, sender=1, step=0)
+    started = time.monotonic()
+    assert mailbox.unanswered([1, 2], since, timeout=0.3) == [2]
+    assert 0.3 <= time.monotonic() - started < 2.0
+    assert mailbox.unanswered([1], since, timeout=0.3) == []
+    outbox.close()
+    control(groups[1], 0, Kind.STOP, sender=1, step=0)
+    control(groups[2], 0, Kind.STOP, sender=2, step=0)
+    mailbox.wait_stopped(timeout=5.0)
+
+
 def test_detsgrad_over_the_gloo_transport_equals_the_in_memory_one():
     """Three ranks on a ring, some silent some steps (v0 > 0): same events, same models."""
     agents, steps = 3, 25

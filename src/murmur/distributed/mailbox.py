@@ -97,7 +97,8 @@ class Kind(IntEnum):
     ABORT = 6
     """The sender stops because rank ``step`` failed."""
     PING = 7
-    """Are you there? Taken and otherwise ignored: only whether the send completes matters."""
+    """Are you there? The receiving thread answers with a PONG, even while the rank's
+    training waits for another rank."""
     UPDATE = 8
     """An asynchronous node's update number ``step`` (1, 2, ...; a newer one supersedes
     an older one, so numbers may be skipped): ``length`` floats follow."""
@@ -107,6 +108,8 @@ class Kind(IntEnum):
     """A neighbour's broadcast number ``step`` (1, 2, ...) carrying a compressed
     difference to its public estimate (:mod:`murmur.algorithms.estimates`):
     ``length`` float32 words follow, at most the receiver's bound."""
+    PONG = 11
+    """The answer to a PING: the sender's process runs. No payload."""
 
 
 class PeerFailure(RuntimeError):
@@ -118,7 +121,12 @@ class PeerFailure(RuntimeError):
 
 
 class PeerTimeout(PeerFailure):
-    """Nothing arrived from ``ranks`` before a deadline."""
+    """Nothing arrived from ``ranks`` before a deadline; ``late`` says what did not (the
+    message without the ranks' names)."""
+
+    def __init__(self, ranks: Sequence[int], message: str, late: str = "") -> None:
+        super().__init__(ranks, message)
+        self.late = late or message
 
 
 # ---------------------------------------------------------------- the wire format
@@ -374,6 +382,10 @@ class Mailbox:
         self._lost: dict[int, str] = {}
         """Neighbours heard no more, and why (a failed connection, or garbage)."""
         self._abort: tuple[int, int] | None = None
+        self._pongs = [0] * len(neighbours)
+        """PONGs received from each neighbour."""
+        self.answer: Callable[[int], None] | None = None
+        """Sends a PONG to the rank given, called by its receiving thread on a PING."""
         self._condition = threading.Condition()
         self._threads = [
             threading.Thread(
@@ -531,8 +543,28 @@ class Mailbox:
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise PeerTimeout(waiting, f"{rank_list(waiting)} {late}")
+                raise PeerTimeout(waiting, f"{rank_list(waiting)} {late}", late)
             self._condition.wait(remaining)
+
+    def pongs(self) -> list[int]:
+        """How many PONGs each neighbour has sent so far, for :meth:`unanswered`."""
+        with self._condition:
+            return list(self._pongs)
+
+    def unanswered(self, ranks: Sequence[int], since: Sequence[int], timeout: float) -> list[int]:
+        """Wait up to ``timeout`` until each of ``ranks`` has sent a PONG more than
+        ``since`` counted; the ranks that have not. PeerFailure as soon as one of them is
+        known to have failed."""
+        def silent() -> list[int]:
+            index = self.neighbours.index
+            return [r for r in ranks if self._pongs[index(r)] <= since[index(r)]]
+
+        with self._condition:
+            try:
+                self._wait_for(silent, time.monotonic() + timeout, "did not answer")
+            except PeerTimeout as quiet:
+                return list(quiet.ranks)
+        return []
 
     def raise_failure_within(self, timeout: float) -> None:
         """Wait up to ``timeout`` for news of a failure (an ABORT, or a neighbour lost) and
@@ -580,7 +612,7 @@ class Mailbox:
         accept: dict[int, int | range] = {
             Kind.VALUE: self.lengths[i],
             Kind.DELTA: range(1, self.delta_words + 1),
-            **dict.fromkeys((Kind.NONE, Kind.STOP, Kind.ABORT, Kind.PING), 0),
+            **dict.fromkeys((Kind.NONE, Kind.STOP, Kind.ABORT, Kind.PING, Kind.PONG), 0),
         }
         receive_loop(
             self._group,
@@ -606,7 +638,10 @@ class Mailbox:
     def _deliver(
         self, i: int, neighbour: int, kind: Kind, step: int, payload: torch.Tensor | None
     ) -> bool:
-        """Record one accepted message; False when nothing more will come from this neighbour."""
+        """Record one accepted message; False when nothing more will come from this neighbour.
+        A PING is answered at once."""
+        if kind == Kind.PING and self.answer is not None:
+            self.answer(neighbour)
         with self._condition:
             self.received += 1
             if kind in (Kind.VALUE, Kind.DELTA):
@@ -623,6 +658,8 @@ class Mailbox:
                     self._stopped[i] = True
                 elif kind == Kind.ABORT:
                     self._abort = (neighbour, step)
+                elif kind == Kind.PONG:
+                    self._pongs[i] += 1
                 self._condition.notify_all()
         return kind not in (Kind.STOP, Kind.ABORT)
 
@@ -655,6 +692,11 @@ class Outbox:
         self._spares: dict[int, list[Envelope]] = {}
         """The outbox's own envelopes by capacity: headers alone, and copies of tensors."""
         self._condition = threading.Condition()
+        self._posting = threading.Lock()
+        """Held while a message is put on the wire: PONGs go out from receiving threads."""
+        self._closed = False
+        self.answered = 0
+        """PONGs sent."""
         self._queues: dict[int, queue.SimpleQueue] = {n: queue.SimpleQueue() for n in neighbours}
         self._threads = [
             threading.Thread(
@@ -672,8 +714,19 @@ class Outbox:
 
     def close(self) -> None:
         """End the threads once the sends already posted have completed."""
+        with self._posting:
+            self._closed = True
         for pending in self._queues.values():
             pending.put(None)
+
+    def answer(self, target: int) -> None:
+        """Answer ``target``'s PING with a PONG (from the thread that received it), unless
+        the outbox is closed; a failed send is raised by the next :meth:`wait`."""
+        with self._posting:
+            if self._closed:
+                return
+            self.answered += 1
+            self._post(0, {target: (Kind.PONG, None)})
 
     def send(
         self,
@@ -697,7 +750,14 @@ class Outbox:
         """Put each target's message on the wire, ``target -> (kind, payload)``, all
         numbered ``step``, without waiting for them to be taken (:meth:`wait` does)."""
         kinds = {kind for kind, _ in messages.values()}
-        self._last = (step, kinds.pop().name if len(kinds) == 1 else "message")
+        with self._posting:
+            self._last = (step, kinds.pop().name if len(kinds) == 1 else "message")
+            self._post(step, messages)
+
+    def _post(
+        self, step: int, messages: Mapping[int, tuple[Kind, Envelope | torch.Tensor | None]]
+    ) -> None:
+        """With ``_posting`` held: :meth:`post_each`, the messages not named in failures."""
         sealed: dict[tuple[Kind, int], tuple[Envelope, torch.Tensor]] = {}
         for target, (kind, payload) in messages.items():
             key = (kind, id(payload))

@@ -9,9 +9,11 @@ gives the simulator's events, messages and parameters. A neighbour whose
 connection closes is named at once; one that sends nothing, or takes nothing,
 for ``timeout`` seconds is named then. The rank tells its other neighbours
 (ABORT), so ranks farther away name the same failed rank: a rank whose
-neighbours are silent asks them (PING) whether they are still there and, if
-they are, waits one more timeout for their report. Every rank stops within
-twice the timeout.
+neighbours are silent asks them (PING) whether their processes still run. One
+that does not answer (PONG) within another timeout is named; ones that do are
+stalled behind another rank, and their report is waited for, up to two more
+timeouts. A rank next to a failed one stops within twice the timeout, ranks
+farther away as soon as the report reaches them.
 
 A rank holding a block of agents talks to the ranks that hold its agents'
 neighbours: one message per neighbouring rank and broadcast, carrying the rows
@@ -38,6 +40,7 @@ from murmur.distributed.mailbox import (
     Outbox,
     PeerFailure,
     PeerTimeout,
+    rank_list,
 )
 from murmur.metrics.counters import MessageCounters
 from murmur.topology import Graph, as_sparse
@@ -120,7 +123,7 @@ class DistributedTransport:
         """The graph the agents talk over: always the one given."""
         self.timeout = timeout
         self.counters = counters if counters is not None else MessageCounters(block)
-        self.control_messages = 0
+        self._control = 0
         self._degrees = torch.tensor([len(n) for n in adjacency], dtype=torch.int64)
         dtype = torch.float64 if initial.dtype == torch.float64 else torch.float32
         parameters = initial.shape[1]
@@ -142,6 +145,7 @@ class DistributedTransport:
         """The envelopes of DELTAs: one for all (a single agent), or one per neighbouring
         rank; made at the first ``publish``."""
         self._outbox = Outbox(group, rank, self.neighbours)
+        self._mailbox.answer = self._outbox.answer
         self._step = 0
         self._rows: dict[int, tuple[torch.Tensor, list[int], torch.Tensor, torch.Tensor]] = {}
         self._codec: tuple[Compressor, Segments] | None = None
@@ -167,6 +171,15 @@ class DistributedTransport:
         return Mailbox(
             group, self.rank, self.neighbours, heard, delta_words=self._delta_words, lengths=lengths
         )
+
+    @property
+    def control_messages(self) -> int:
+        """NONE, STOP, PING, ABORT and PONG headers sent: control traffic."""
+        return self._control + self._outbox.answered
+
+    @control_messages.setter
+    def control_messages(self, value: int) -> None:
+        self._control = value - self._outbox.answered
 
     @property
     def rejected(self) -> int:
@@ -235,7 +248,7 @@ class DistributedTransport:
                 messages[peer] = (Kind.VALUE, self._payload(i))
             else:
                 messages[peer] = (Kind.NONE, None)
-                self.control_messages += 1
+                self._control += 1
         self._post_each(messages)
         self.counters.record_events(senders.to(torch.int64), self._message_bytes, self._degrees)
 
@@ -273,7 +286,7 @@ class DistributedTransport:
         segments = int(update.sent[0].sum())
         if segments == 0:
             self._post_each(dict.fromkeys(self.neighbours, (Kind.NONE, None)))
-            self.control_messages += len(self.neighbours)
+            self._control += len(self.neighbours)
             return
         self._sent.add_(update.delta)
         envelope = self._delta_envelope(0)
@@ -296,7 +309,7 @@ class DistributedTransport:
             positions = [i for i, row in enumerate(rows) if flags[row]]
             if not positions:
                 messages[peer] = (Kind.NONE, None)
-                self.control_messages += 1
+                self._control += 1
                 continue
             for i in positions:
                 if rows[i] not in packed:
@@ -369,20 +382,29 @@ class DistributedTransport:
     def finish(self) -> None:
         """Tell the neighbours this rank is done, and wait until they are too."""
         self._send(Kind.STOP, self._step, self.neighbours)
-        self.control_messages += len(self.neighbours)
+        self._control += len(self.neighbours)
         self._patiently(self._mailbox.wait_stopped)
         self._outbox.close()
 
     def _patiently(self, wait: Callable[[float], T]) -> T:
         """``wait(timeout)``; if some neighbours are silent that long, find out whether they
-        are gone (a send to them fails: they are named at once) or alive and stalled
-        behind another rank, which their ABORT will name: wait once more for it."""
+        are gone (a send to them fails: named at once), frozen (no PONG to a PING within
+        a timeout: named then) or alive and stalled behind another rank, whose ABORT
+        will name it: wait up to two more timeouts for it."""
         try:
             return wait(self.timeout)
         except PeerTimeout as silent:
+            since = self._mailbox.pongs()
             self._send(Kind.PING, self._step, silent.ranks, timeout=min(self.timeout, 1.0))
-            self.control_messages += len(silent.ranks)
-            return wait(self.timeout)
+            self._control += len(silent.ranks)
+            quiet = self._mailbox.unanswered(silent.ranks, since, self.timeout)
+            if quiet:
+                raise PeerTimeout(
+                    quiet,
+                    f"{rank_list(quiet)} {silent.late}, nor answered a ping within "
+                    f"{self.timeout:g} s",
+                ) from None
+            return wait(2 * self.timeout)
 
     def raise_failure_within(self, timeout: float) -> None:
         """Raise the failure a neighbour reported or this rank saw within ``timeout``."""
