@@ -555,6 +555,7 @@ class Mailbox:
         """Wait up to ``timeout`` until each of ``ranks`` has sent a PONG more than
         ``since`` counted; the ranks that have not. PeerFailure as soon as one of them is
         known to have failed."""
+
         def silent() -> list[int]:
             index = self.neighbours.index
             return [r for r in ranks if self._pongs[index(r)] <= since[index(r)]]
