@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from summaries import summary_for
+from summaries import summary_for, worker_summary
 from test_report import markdown_rows, plain_rows
 
 from murmur.metrics.report import format_table
@@ -64,3 +64,33 @@ def test_one_run_per_group_is_the_plain_table():
     summaries = [summary_for("a", "dsgd"), summary_for("b", "detsgrad")]
     assert format_results([[s] for s in summaries]) == format_table(summaries)
     assert "seed" not in format_table(summaries).splitlines()[0].split()
+
+
+def test_savings_and_bytes_compare_each_seed_with_the_same_seeds_dsgd_run():
+    """Seed 0's DSGD sent 200 messages, seed 1's 400: a run that sent 100 then 100 saved
+    50 % and 75 %, bytes likewise, whatever the mean DSGD sent."""
+    dsgd = [
+        summary_for("dsgd", "dsgd", seed=s, messages=m, bytes=m * 10)
+        for s, m in ((0, 200), (1, 400))
+    ]
+    less = [summary_for("less", "detsgrad", seed=s, messages=100, bytes=1000) for s in (0, 1)]
+    row = markdown_rows(format_seed_table([dsgd, less], markdown=True))
+    paired = spread([0.5, 0.75])
+    assert row[1]["saving vs DSGD %"] == f"{100 * paired.mean:.2f} ± {100 * paired.sd:.2f}"
+    shares = spread([0.5, 0.25])
+    assert row[1]["bytes vs DSGD %"] == f"{100 * shares.mean:.2f} ± {100 * shares.sd:.2f}"
+    assert row[0]["saving vs DSGD %"] == "0.00 ± 0.00"
+
+
+def test_speedups_compare_each_seed_with_its_one_worker_run_and_count_who_reached():
+    one = [worker_summary("w1", 1, its, its / 100, seed=s) for s, its in ((0, 1000), (1, 2000))]
+    four = [
+        worker_summary("w4", 4, 1000, 2.5, seed=0),
+        worker_summary("w4", 4, None, None, seed=1),
+    ]
+    row = markdown_rows(format_seed_table([one, four], markdown=True))
+    assert row[1]["reached"] == "1/2"
+    assert row[1]["iteration speedup"] == "4.00"  # 4 * 1000 / 1000, seed 0 only
+    assert row[1]["time speedup"] == "4.00"  # 10 / 2.5
+    assert row[0]["its to target"] == "1500 ± 707"
+    assert row[0]["staleness mean"] == "0.0 ± 0.0"

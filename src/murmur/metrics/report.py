@@ -268,7 +268,7 @@ def _accuracy(
     return accuracy.get(statistic) if isinstance(accuracy, dict) else None
 
 
-def _dsgd_messages(summaries: list[RunSummary]) -> float | None:
+def dsgd_messages(summaries: list[RunSummary]) -> float | None:
     """Messages of the first DSGD run in the table, the baseline for savings."""
     for summary in summaries:
         if summary.get("algorithm") == "dsgd":
@@ -278,15 +278,22 @@ def _dsgd_messages(summaries: list[RunSummary]) -> float | None:
     return None
 
 
-def _saving(summary: RunSummary, dsgd_messages: float | None) -> str:
+def message_saving(summary: RunSummary, baseline: float | None) -> float | None:
+    """1 - the run's messages over ``baseline`` (DSGD's, :func:`dsgd_messages`); None
+    without a baseline or a count, for one agent, and for runs whose
+    communication_saving is null (layer-wise runs)."""
     messages = as_number(summary.get("messages"))
-    if dsgd_messages is None or messages is None or summary.get("agents") == 1:
-        return MISSING
+    if baseline is None or messages is None or summary.get("agents") == 1:
+        return None
     # A run that says its communication saving is not meaningful (null, as
     # layer-wise runs write) is not an SGD variant whose messages compare with DSGD's.
     if "communication_saving" in summary and summary["communication_saving"] is None:
-        return MISSING
-    return _percent(1 - messages / dsgd_messages)
+        return None
+    return 1 - messages / baseline
+
+
+def _saving(summary: RunSummary, baseline: float | None) -> str:
+    return _percent(message_saving(summary, baseline))
 
 
 def _relative_percent(fraction: float | None) -> str:
@@ -470,7 +477,7 @@ def has_column(summaries: list[RunSummary], key: str) -> bool:
 
 
 def _columns(summaries: list[RunSummary], with_folder: bool) -> list[_Column]:
-    dsgd_messages = _dsgd_messages(summaries)
+    baseline = dsgd_messages(summaries)
     columns = [
         _Column("name", run_label, False),
         _Column("algorithm", lambda s: _text(s.get("algorithm")), False),
@@ -494,7 +501,7 @@ def _columns(summaries: list[RunSummary], with_folder: bool) -> list[_Column]:
             if has_column(summaries, "dropped_messages")
             else []
         ),
-        _Column("saving vs DSGD %", lambda s: _saving(s, dsgd_messages), True),
+        _Column("saving vs DSGD %", lambda s: _saving(s, baseline), True),
         _Column("wall s", lambda s: _seconds(s.get("wall_seconds")), True),
     ]
     if has_column(summaries, "virtual_seconds"):

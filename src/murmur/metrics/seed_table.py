@@ -11,7 +11,11 @@ The figures: the agents' mean, worst and best test accuracy at the final
 evaluation, the last-k mean accuracy, the average model's and the training
 accuracy where summaries have them, messages, bytes, wall-clock seconds and
 virtual seconds where runs have a virtual clock. Figures that compare a run with
-another one (savings and bytes vs DSGD, speedups) are in the per-seed table.
+another one are computed seed by seed, against the run of the same seed, then
+spread across seeds: "bytes vs DSGD %" and "saving vs DSGD %" against that
+seed's DSGD run, the speed-ups against that seed's W = 1 run. Runs with a
+target loss show "reached" (how many of the seeds reached it) beside the
+iterations and virtual seconds to it, which are spread over the seeds that did.
 """
 
 from __future__ import annotations
@@ -20,24 +24,32 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from murmur.metrics.record_types import RunSummary
 from murmur.metrics.report import (
     MISSING,
     as_number,
+    dsgd_messages,
     format_table,
     has_column,
+    has_target,
     human_bytes,
     last_k_accuracy,
+    lost_share,
+    message_saving,
     model_accuracy,
+    relative_bytes,
     render_table,
     run_label,
+    speedups,
 )
 from murmur.metrics.statistics import Spread, spread
 
 __all__ = ["format_results", "format_seed_table", "figure_spread"]
 
 Group = Sequence[RunSummary]
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -95,10 +107,35 @@ def figure_spread(
     return spread(values) if values else None
 
 
-def _figures(summaries: list[RunSummary]) -> list[_Figure]:
-    def present(value: Callable[[RunSummary], float | None]) -> bool:
-        return any(value(summary) is not None for summary in summaries)
+def per_seed(
+    summaries: Sequence[RunSummary], compare: Callable[[list[RunSummary]], Sequence[V]]
+) -> Callable[[RunSummary], V | None]:
+    """A figure that compares runs, ``compare(runs)`` (one value per run), computed
+    among the runs of each seed apart: each run against the same seed's baseline."""
+    by_seed: dict[str, list[RunSummary]] = {}
+    for summary in summaries:
+        by_seed.setdefault(repr(summary.get("seed")), []).append(summary)
+    by_run: dict[int, V] = {}
+    for same in by_seed.values():
+        by_run.update(zip(map(id, same), compare(same), strict=True))
+    return lambda summary: by_run.get(id(summary))
 
+
+def _savings(same: list[RunSummary]) -> list[float | None]:
+    baseline = dsgd_messages(same)
+    return [message_saving(summary, baseline) for summary in same]
+
+
+def _staleness(summary: RunSummary) -> float | None:
+    staleness = summary.get("staleness")
+    return as_number(staleness.get("mean")) if isinstance(staleness, dict) else None
+
+
+def _present(summaries: list[RunSummary], figures: list[_Figure]) -> list[_Figure]:
+    return [f for f in figures if any(f.value(summary) is not None for summary in summaries)]
+
+
+def _figures(summaries: list[RunSummary]) -> list[_Figure]:
     optional = [
         _Figure("last-k acc %", last_k_accuracy, _percent),
         _Figure("avg model acc %", model_accuracy, _percent),
@@ -107,14 +144,65 @@ def _figures(summaries: list[RunSummary]) -> list[_Figure]:
     figures = [
         _Figure("final acc min %", _accuracy("min"), _percent),
         _Figure("final acc max %", _accuracy("max"), _percent),
-        *(figure for figure in optional if present(figure.value)),
+        *_present(summaries, optional),
         _Figure("messages", _field("messages"), _count),
         _Figure("bytes", _field("bytes"), human_bytes),
+        *_compared(summaries),
         _Figure("wall s", _field("wall_seconds"), _seconds),
     ]
     if has_column(summaries, "virtual_seconds"):
         figures.append(_Figure("virtual s", _field("virtual_seconds"), None))
-    return [FINAL_MEAN, *figures]
+    return [FINAL_MEAN, *figures, *_worker_figures(summaries)]
+
+
+def _compared(summaries: list[RunSummary]) -> list[_Figure]:
+    """Bytes and messages against each seed's DSGD run, and the share of messages lost
+    where runs lost some."""
+    figures = [
+        _Figure("bytes vs DSGD %", per_seed(summaries, relative_bytes), _percent),
+        _Figure("saving vs DSGD %", per_seed(summaries, _savings), _percent),
+    ]
+    if has_column(summaries, "dropped_messages"):
+        figures.append(_Figure("lost msgs %", lost_share, _percent))
+    return _present(summaries, figures)
+
+
+def _worker_figures(summaries: list[RunSummary]) -> list[_Figure]:
+    """Staleness, then, with a target loss, the way to it and the speed-ups against each
+    seed's W = 1 run."""
+    figures = [_Figure("staleness mean", _staleness, _seconds)]
+    if any(has_target(summary) for summary in summaries):
+        pairs = per_seed(summaries, speedups)
+        figures += [
+            _Figure("its to target", _field("iterations_to_target"), _count),
+            _Figure("virtual s to target", _field("virtual_seconds_to_target"), None),
+            _Figure("iteration speedup", _speedup(pairs, 0), _two),
+            _Figure("time speedup", _speedup(pairs, 1), _two),
+        ]
+    return _present(summaries, figures)
+
+
+def _speedup(
+    pairs: Callable[[RunSummary], tuple[float | None, float | None] | None], which: int
+) -> Callable[[RunSummary], float | None]:
+    def value(summary: RunSummary) -> float | None:
+        pair = pairs(summary)
+        return None if pair is None else pair[which]
+
+    return value
+
+
+def _two(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _reached(group: Group) -> str:
+    """How many of a group's runs with a target reached it, "4/5"; "-" without one."""
+    targeted = [summary for summary in group if has_target(summary)]
+    if not targeted:
+        return MISSING
+    reached = [s for s in targeted if as_number(s.get("iterations_to_target")) is not None]
+    return f"{len(reached)}/{len(targeted)}"
 
 
 def _cell(group: Group, figure: _Figure, plus_minus: str) -> str:
@@ -159,6 +247,7 @@ def format_seed_table(groups: Sequence[Group], markdown: bool = False) -> str:
     sd across seeds of each figure, the interval of the mean accuracy, the seeds."""
     summaries = [summary for group in groups for summary in group]
     figures = _figures(summaries)
+    targets = any(has_target(summary) for summary in summaries)
     plus_minus = "±" if markdown else "+-"
     headers = [
         *((header, False) for header in ("name", "algorithm", "dataset")),
@@ -169,6 +258,7 @@ def format_seed_table(groups: Sequence[Group], markdown: bool = False) -> str:
         (FINAL_MEAN.header, True),
         ("95 % CI", True),
         *((figure.header, True) for figure in figures[1:]),
+        *([("reached", True)] if targets else []),
         *([] if markdown else [("run folder", False)]),
     ]
     rows = []
@@ -179,6 +269,7 @@ def format_seed_table(groups: Sequence[Group], markdown: bool = False) -> str:
         cells += [_text(first.get("iterations")), str(len(group))]
         cells += [_cell(group, FINAL_MEAN, plus_minus), _interval(group)]
         cells += [_cell(group, figure, plus_minus) for figure in figures[1:]]
+        cells += [_reached(group)] if targets else []
         rows.append(cells if markdown else [*cells, _folder(group)])
     return render_table(headers, rows, markdown)
 
