@@ -195,6 +195,7 @@ def _add_report(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="where the report, plots and runs go (default: runs/reproduce-PAPER-TIMESTAMP)",
     )
     reproduce.add_argument("--quiet", action="store_true", help="no estimate or progress bar")
+    _add_portable(reproduce)
 
 
 def _add_overrides(parser: argparse.ArgumentParser, help: str) -> None:
@@ -309,8 +310,11 @@ def _portable_first(args: argparse.Namespace) -> None:
     flag = getattr(args, "portable", False)
     if not (flag or portable.asked()):
         return
-    given = args.command == "reproduce" or args.resume is not None
-    given = given or getattr(args, "plan", None) is not None
+    if args.command == "reproduce":
+        args.portable = True  # every run of the reproduction
+        portable.pin()
+        return
+    given = args.resume is not None or getattr(args, "plan", None) is not None
     if flag and given:
         raise UsageError(
             "--portable sets run.portable of a new run; one of --resume or --plan keeps "
@@ -332,7 +336,9 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "datasets":
         return _datasets() if args.file is None else _describe_file(args)
     if args.command == "reproduce":
-        return _reproduce(args.paper, args.out, quick=args.quick, progress=not args.quiet)
+        return _reproduce(
+            args.paper, args.out, quick=args.quick, progress=not args.quiet, portable=args.portable
+        )
     return _report(args.runs, args.out, args.format, args.dpi)
 
 
@@ -678,12 +684,12 @@ def _report(folders: list[str], out: str | None, fmt: str = "png", dpi: float = 
     return 0
 
 
-def _reproduce(paper: str, out: str | None, quick: bool, progress: bool) -> int:
+def _reproduce(paper: str, out: str | None, quick: bool, progress: bool, portable: bool) -> int:
     from murmur.reproduce import reproduce
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     target = Path(out) if out else Path("runs") / f"reproduce-{paper}-{stamp}"
-    path = reproduce(paper, target, quick=quick, progress=progress)
+    path = reproduce(paper, target, quick=quick, progress=progress, portable=portable)
     print(f"report: {path}")
     return 0
 

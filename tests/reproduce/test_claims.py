@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from murmur.reproduce.claims import Claim, Verdict, judge
-from murmur.reproduce.report import VERDICT_PREFIX, markdown_table, write_report
+from murmur.reproduce.report import PORTABLE, VERDICT_PREFIX, markdown_table, write_report
+from murmur.reproduce.runs import PlannedRun, resolve
 
 
 def test_a_passed_criterion_holds_and_a_failed_one_does_not_also_on_a_quick_run():
@@ -44,3 +45,14 @@ def test_the_report_lists_every_claim_with_its_own_verdict_line(tmp_path):
     assert "![second](plot.png)" in text and "Note: two cores" in text
     assert "**Quick run:** 200 iterations, not 3,000" in text.split("## 2. second")[1]
     assert "**Quick run:**" not in text.split("## 2. second")[0]
+
+
+def test_a_portable_reproduction_marks_every_run_and_says_so_in_its_report(tmp_path):
+    planned = PlannedRun("x", "dsgd", ("run.iterations=10",))
+    assert resolve(planned, portable=True).run.portable is True
+    assert resolve(planned).run.portable is False
+    claims = [Claim("first", "the paper says", "we measured 1", "1 > 0", judge(True, quick=False))]
+    portable = write_report(tmp_path, "A paper", claims, quick=False, seconds=3.0, portable=True)
+    assert PORTABLE in portable.read_text().splitlines()[2]
+    plain = write_report(tmp_path, "A paper", claims, quick=False, seconds=3.0)
+    assert "portable" not in plain.read_text()

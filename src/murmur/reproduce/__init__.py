@@ -32,7 +32,7 @@ class Paper:
     """A reproducible paper: its title and its module's entry point."""
 
     title: str
-    reproduce: Callable[[Path, bool, bool], list[Claim]]
+    reproduce: Callable[[Path, bool, bool, bool], list[Claim]]
     """``(out, quick, progress) -> claims``; trains into ``out/runs``, plots into ``out``."""
 
 
@@ -43,8 +43,12 @@ PAPERS: dict[str, Paper] = {
 }
 
 
-def reproduce(name: str, out: Path, *, quick: bool = False, progress: bool = True) -> Path:
-    """Reproduce paper ``name`` into the empty or new folder ``out``; returns report.md."""
+def reproduce(
+    name: str, out: Path, *, quick: bool = False, progress: bool = True, portable: bool = False
+) -> Path:
+    """Reproduce paper ``name`` into the empty or new folder ``out``; returns report.md.
+    ``portable``: every run with ``run.portable = true`` (the same numbers on any x86-64
+    machine, :mod:`murmur.portable`)."""
     paper = PAPERS.get(name)
     if paper is None:
         raise UsageError(f"unknown paper '{name}'; valid papers: {', '.join(PAPERS)}")
@@ -52,7 +56,6 @@ def reproduce(name: str, out: Path, *, quick: bool = False, progress: bool = Tru
     if progress:
         print(f"reproducing {paper.title} into {out}", file=sys.stderr)
     started = time.perf_counter()
-    claims = paper.reproduce(out, quick, progress)
-    return write_report(
-        out, paper.title, claims, quick=quick, seconds=time.perf_counter() - started
-    )
+    claims = paper.reproduce(out, quick, progress, portable)
+    seconds = time.perf_counter() - started
+    return write_report(out, paper.title, claims, quick=quick, seconds=seconds, portable=portable)

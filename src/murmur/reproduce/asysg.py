@@ -135,10 +135,10 @@ def plan(quick: bool) -> list[PlannedRun]:
     return runs
 
 
-def reproduce(out: Path, quick: bool, progress: bool) -> list[Claim]:
+def reproduce(out: Path, quick: bool, progress: bool, portable: bool) -> list[Claim]:
     """Run :func:`plan` into ``out/runs`` and check the claims; plots go to ``out``."""
     scale = QUICK if quick else FULL
-    results = execute(plan(quick), out, progress)
+    results = execute(plan(quick), out, progress, portable=portable)
     con = [results[f"con-{w}"] for w in scale.con_workers]
     incon = [results[f"incon-{w}"] for w in scale.incon_workers]
     rate = [read_run(out / "runs" / f"rate-{k}").records for k in scale.rate_iterations]

@@ -66,9 +66,9 @@ def events_label(quick: bool) -> str:
     return f"detsgrad-digit-{QUICK_EVENTS_ITERATIONS}" if quick else "detsgrad-digit"
 
 
-def reproduce(out: Path, quick: bool, progress: bool) -> list[Claim]:
+def reproduce(out: Path, quick: bool, progress: bool, portable: bool) -> list[Claim]:
     """Run :func:`plan` into ``out/runs`` and check the claims; plots go to ``out``."""
-    results = execute(plan(quick), out, progress)
+    results = execute(plan(quick), out, progress, portable=portable)
     return [
         *(_comparable(results, split, quick, out) for split in SPLITS),
         _communication(results, quick),

@@ -171,10 +171,10 @@ def _ring_run(scale: Scale, degree: int) -> str | None:
     return None
 
 
-def reproduce(out: Path, quick: bool, progress: bool) -> list[Claim]:
+def reproduce(out: Path, quick: bool, progress: bool, portable: bool) -> list[Claim]:
     """Run :func:`plan` into ``out/runs`` and check the claims; plots go to ``out``."""
     scale = QUICK if quick else FULL
-    results = execute(plan(quick), out, progress)
+    results = execute(plan(quick), out, progress, portable=portable)
     return [
         _match(results, scale, quick, out),
         _matrices(results, "first-layer", quick),

@@ -10,9 +10,20 @@ from murmur.reproduce.claims import Claim
 VERDICT_PREFIX = "**Verdict:**"
 """Every claim's section has exactly one line starting with this."""
 
+PORTABLE = (
+    " in portable mode (every run pinned to the same CPU kernels: these numbers are "
+    "those of any x86-64 machine)"
+)
+
 
 def write_report(
-    out: Path, title: str, claims: Sequence[Claim], *, quick: bool, seconds: float
+    out: Path,
+    title: str,
+    claims: Sequence[Claim],
+    *,
+    quick: bool,
+    seconds: float,
+    portable: bool = False,
 ) -> Path:
     """Write ``out/report.md`` and return its path."""
     kind = (
@@ -24,7 +35,8 @@ def write_report(
     lines = [
         f"# Reproducing {title}",
         "",
-        f"murmur's {kind}, {seconds:.0f} s of wall time; every run's folder is under "
+        f"murmur's {kind}{PORTABLE if portable else ''}, {seconds:.0f} s of wall time; "
+        "every run's folder is under "
         "`runs/` (`murmur report runs/LABEL` plots one). Each verdict is computed from "
         "the measured numbers with the criterion stated beside it.",
         "",

@@ -77,9 +77,11 @@ class PlannedRun:
     overrides: tuple[str, ...] = ()
 
 
-def resolve(planned: PlannedRun) -> Config:
-    """The run's checked config (UsageError if the preset is a comparison)."""
-    experiment = load_experiment(planned.preset, planned.overrides)
+def resolve(planned: PlannedRun, portable: bool = False) -> Config:
+    """The run's checked config (UsageError if the preset is a comparison), with
+    ``run.portable = true`` where ``portable``."""
+    overrides = (*planned.overrides, *(["run.portable=true"] if portable else []))
+    experiment = load_experiment(planned.preset, overrides)
     if len(experiment.runs) != 1:
         raise UsageError(f"{planned.label}: preset {planned.preset} holds several runs")
     return experiment.runs[0][1]
@@ -105,12 +107,15 @@ def estimate_seconds(configs: Sequence[Config]) -> float:
     return total
 
 
-def execute(plan: Sequence[PlannedRun], out: Path, progress: bool) -> dict[str, RunResult]:
-    """Train every planned run (all checked first); results by label."""
+def execute(
+    plan: Sequence[PlannedRun], out: Path, progress: bool, *, portable: bool = False
+) -> dict[str, RunResult]:
+    """Train every planned run (all checked first; in portable mode where ``portable``,
+    :mod:`murmur.portable`); results by label."""
     labels = [planned.label for planned in plan]
     if len(set(labels)) != len(labels):
         raise ValueError(f"run labels must be unique: {labels}")
-    configs = [resolve(planned) for planned in plan]
+    configs = [resolve(planned, portable) for planned in plan]
     if progress:
         minutes = estimate_seconds(configs) / 60
         print(f"{len(plan)} runs, estimated at most {minutes:.1f} min on 2 cores", file=sys.stderr)
