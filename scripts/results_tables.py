@@ -55,6 +55,54 @@ TABLES = (
         (),
         "Talking less: DSGD, CHOCO-SGD, SPARQ-SGD, DETSGRAD and DETSGRAD-GT on the default split",
     ),
+    Table(
+        "talk-less-iid",
+        "talk-less",
+        ("data.partition=iid",),
+        "Talking less on an i.i.d. split",
+    ),
+    Table(
+        "faults-drop",
+        "faults-drop",
+        (),
+        "Lost messages: DSGD and DETSGRAD on the default experiment with 0, 10, 30 and 50 % "
+        "of messages dropped",
+    ),
+    Table(
+        "faults-links",
+        "faults-links",
+        (),
+        "Failing links and crashed agents: DSGD and DETSGRAD on the default experiment",
+    ),
+    Table(
+        "cnn",
+        "default",
+        ("model.name=cnn",),
+        "The default experiment with the LeNet-5 CNN (61,706 parameters)",
+    ),
+    Table(
+        "matching",
+        "matching",
+        (),
+        "DSGD on 16 agents: a fixed ring against one random matching per step, "
+        "combine-then-adapt and adapt-then-combine",
+    ),
+    *(
+        Table(
+            f"ssfn-{dataset}",
+            f"ssfn-compare-{dataset}",
+            (),
+            f"SSFN, synchronous and asynchronous dSSFN on {dataset} (20 nodes on a ring, "
+            "i.i.d. split)",
+        )
+        for dataset in ("vowel", "satimage", "letter", "mnist5k")
+    ),
+    Table(
+        "asysg-speedup",
+        "asysg-speedup",
+        (),
+        "AsySG-con speed-up: iterations and virtual time to training loss 0.25 for W = 1 to 32",
+    ),
 )
 
 
@@ -67,23 +115,42 @@ def command(table: Table, seeds: str, out: Path) -> list[str]:
     ]
 
 
-def make(table: Table, seeds: str, out: Path) -> Path:
-    """Run ``table``'s command and write its markdown file; returns the file."""
+def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
+    """Run ``table``'s command (unless ``run`` is false: its folder is reported again)
+    and write its markdown file; returns the file."""
     argv = command(table, seeds, out)
-    started = time.perf_counter()
-    executable = [sys.executable, "-m", "murmur", *argv[1:]]
-    subprocess.run(executable, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    minutes = (time.perf_counter() - started) / 60
-    comparison = out / table.name / "comparison.md"
-    body = comparison.read_text() if comparison.is_file() else _single_table(out / table.name)
+    folder = out / table.name
+    timing = folder / "wall-minutes.txt"
+    if run:
+        started = time.perf_counter()
+        executable = [sys.executable, "-m", "murmur", *argv[1:]]
+        subprocess.run(executable, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+        timing.write_text(f"{(time.perf_counter() - started) / 60:.0f}\n")
+    else:
+        _report(folder)
+    minutes = timing.read_text().strip() if timing.is_file() else "?"
+    comparison = folder / "comparison.md"
+    body = comparison.read_text() if comparison.is_file() else _single_table(folder)
     RESULTS.mkdir(parents=True, exist_ok=True)
     target = RESULTS / f"{table.name}.md"
     target.write_text(
         f"{table.title}; seeds {seeds}, portable mode.\n\n{body.rstrip()}\n\n"
-        f"Made by `{shlex.join(argv)}` ({minutes:.0f} min on this machine; "
+        f"Made by `{shlex.join(argv)}` ({minutes} min on this machine; "
         f"`python scripts/results_tables.py --only {table.name}` remakes this file).\n"
     )
     return target
+
+
+def _report(folder: Path) -> None:
+    """``murmur report FOLDER``: its tables written again by the current code."""
+    if not folder.is_dir():
+        raise SystemExit(f"{folder}: no such run folder; run the table first")
+    subprocess.run(
+        [sys.executable, "-m", "murmur", "report", str(folder)],
+        check=True,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def _single_table(folder: Path) -> str:
@@ -105,13 +172,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0-4", help="seeds of every table (default 0-4)")
     parser.add_argument("--out", type=Path, default=Path("runs") / "results")
     parser.add_argument("--list", action="store_true", help="print the tables' commands")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="train nothing: write the files again from the run folders already in --out",
+    )
     args = parser.parse_args(argv)
     chosen = [table for table in TABLES if not args.only or table.name in args.only]
     for table in chosen:
         if args.list:
             print(f"{table.name}: {shlex.join(command(table, args.seeds, args.out))}")
         else:
-            print(f"{table.name}: {make(table, args.seeds, args.out)}")
+            print(f"{table.name}: {make(table, args.seeds, args.out, run=not args.report_only)}")
     return 0
 
 
