@@ -45,12 +45,12 @@ from murmur.cli import main
 CI_EXAMPLES = {
     "config-check": 250,
     "config-run": 40,
-    "path-values": 60,
+    "path-values": 30,
     "set-strings": 120,
     "toml-files": 120,
     "idx-files": 60,
     "edge-files": 90,
-    "report-folders": 25,
+    "report-folders": 12,
 }
 """Examples of each family in the ci profile; the long profile runs LONG_SCALE times as many."""
 LONG_SCALE = 4

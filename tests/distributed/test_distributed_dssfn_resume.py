@@ -44,6 +44,8 @@ def test_a_dssfn_run_killed_mid_layer_resumed_gives_the_uninterrupted_run(tmp_pa
     assert report["codes"]["2"] == -signal.SIGKILL, stderr
     assert json.loads((stopped / "summary.json").read_text())["status"] == "failed"
     assert [saved_iterations(stopped / FOLDER, rank) for rank in range(4)] == [[1, 2]] * 4
+    # rank 0 wrote each layer as it ended: the killed run keeps layers 0 to 2
+    assert comparable(stopped)[1] == comparable(whole)[1][:3]
 
     copy = tmp_path / "copy"
     shutil.copytree(stopped, copy)

@@ -4,12 +4,13 @@ Synchronous dSSFN runs the simulator's layer driver on the rank's shard
 (:func:`train_layerwise_rank`), each gossip phase through a
 :class:`~murmur.distributed.transport.DistributedTransport` of float64
 rows from :class:`DistributedNetwork`. ``murmur run --runtime distributed``
-gathers each layer's record across the ranks (fixed-size tensors) and rank 0
-writes it. Work takes real time here, so the distributed records and summary
-have no ``virtual_seconds``. With ``run.checkpoint_every = k`` each rank saves
-its part every k layers (:mod:`murmur.distributed.checkpoints`): its output matrices
-of every layer so far, its rows and records, its counters; a resumed rank
-rebuilds its features by replaying the layers from them.
+gathers each layer's record across the ranks as the layer ends (fixed-size
+tensors, :class:`LayerStream`) and rank 0 writes it. Work takes real time
+here, so the distributed records and summary have no ``virtual_seconds``. With
+``run.checkpoint_every = k`` each rank saves its part every k layers
+(:mod:`murmur.distributed.checkpoints`): its output matrices of every layer so
+far, its rows and records, its counters; a resumed rank rebuilds its features by
+replaying the layers from them.
 
 Asynchronous dSSFN runs the same driver; the network drives the rank's ARock
 node (:meth:`DistributedNetwork.run_async`) through one
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from murmur.algorithms.arock import DssfnAsyncConfig
 from murmur.algorithms.protocols import AsyncNode, AsyncWork, LayerSolver, RoundsWork
 from murmur.distributed.checkpoints import (
     RankCheckpoints,
@@ -209,6 +211,12 @@ class DistributedNetwork:
         if self._transport is not None:
             self._transport.abort(failed)
 
+    def raise_failure_within(self, timeout: float) -> None:
+        """Raise the failure a neighbour of the open gossip phase reports within
+        ``timeout``; return if none comes (or no phase is open)."""
+        if self._transport is not None:
+            self._transport.raise_failure_within(timeout)
+
     def snapshot(self, at: LayerProgress) -> LayerSnapshot:
         """The rank's part of a checkpoint after layer ``at.layer``: the layers so far
         and this node's counts. The layer's gossip phase ends here: its STOPs are counted."""
@@ -245,6 +253,7 @@ def train_layerwise_rank(
     progress: bool = False,
     saves: RankCheckpoints | None = None,
     resumed: dict[str, Any] | None = None,
+    on_layer: Callable[[LayerProgress], None] | None = None,
 ) -> tuple[LayerwiseResult, MessageCounters]:
     """Node ``rank`` of a layer-wise run (dSSFN, synchronous or asynchronous) in a
     joined process group: its shard's layers, messages with its neighbours.
@@ -253,7 +262,8 @@ def train_layerwise_rank(
     appended to it (for its control-message and rejection counts, and the
     neighbours an asynchronous run dropped). ``progress``: a bar of the layers.
     ``saves``: where and how often the rank saves its part (synchronous dSSFN);
-    ``resumed``: the part it saved, to continue from (:func:`restore_layers`)."""
+    ``resumed``: the part it saved, to continue from (:func:`restore_layers`);
+    ``on_layer``: given the progress after each layer."""
     graph = setup.graph
     network = DistributedNetwork(
         graph=graph,
@@ -274,6 +284,7 @@ def train_layerwise_rank(
             progress,
             start,
             network.snapshot if saves is not None else None,
+            on_layer,
         )
         network.close()
     except PeerFailure as failure:
@@ -336,6 +347,9 @@ def run_layerwise_rank(
         resumed = restore_layers(setup, saves, rank, start)
     records: list[LayerRecord] = list(resumed["layers"]["records"]) if resumed else []
     networks: list[DistributedNetwork] = []
+    stream = None
+    if not isinstance(setup.config.algorithm, DssfnAsyncConfig):
+        stream = LayerStream(rank, on_record, timeout, lambda: networks[0])
     trained, counters = train_layerwise_rank(
         setup,
         solver,
@@ -346,13 +360,23 @@ def run_layerwise_rank(
         progress=progress,
         saves=saves if saves is not None and saves.every > 0 else None,
         resumed=resumed,
+        on_layer=stream,
     )
     network = networks[0]
     local = _RankResults.of(records, trained, counters, network)
-    if network.neighbourhood is not None:
+    if stream is None:
         return _collect(setup, local, trained, on_record, rank=rank, timeout=timeout)
+    ranks = list(range(dist.get_world_size()))
+    outcome = _layer_outcome(setup, _gathered(local), ranks, trained, stream.unwritten)
+    if rank != 0:
+        outcome.parameters = None
+    return outcome
+
+
+def _gathered(local: _RankResults) -> _RankResults:
+    """Every rank's results, stacked (synchronous dSSFN: every rank is there)."""
     try:
-        gathered = _RankResults(
+        return _RankResults(
             rows=all_gather(local.rows),
             totals=all_gather(local.totals),
             outputs=[all_gather(layer) for layer in local.outputs],
@@ -360,11 +384,70 @@ def run_layerwise_rank(
         )
     except RuntimeError as error:
         raise PeerFailure([], f"gathering the results failed: {first_line(error)}") from None
-    ranks = list(range(dist.get_world_size()))
-    outcome = _layer_outcome(setup, gathered, ranks, trained, on_record)
-    if rank != 0:
-        outcome.parameters = None
-    return outcome
+
+
+class LayerStream:
+    """Synchronous dSSFN's records as the run goes: after each layer every rank brings
+    its node's rows of the layers rank 0 has not written yet (one all-gather, given the
+    run's timeout) and rank 0 writes their records, so that a run killed midway keeps
+    its layers so far. A resumed run's first layer brings the layers it restored too."""
+
+    def __init__(
+        self,
+        rank: int,
+        on_record: Callable[[EvaluationRecord], None],
+        timeout: float,
+        network: Callable[[], DistributedNetwork],
+    ) -> None:
+        self.rank = rank
+        self.on_record = on_record
+        self.timeout = timeout
+        self.network = network
+        self.written = 0
+        """Layers whose records rank 0 has written."""
+        self._seen = 0
+
+    def __call__(self, at: LayerProgress) -> None:
+        first = self.written
+        rows = torch.tensor(
+            [
+                _layer_row(r, row)
+                for r, row in zip(at.records[first:], at.rows[first:], strict=True)
+            ],
+            dtype=torch.float64,
+        )
+        outputs = [layer[0].contiguous() for layer in at.history[first:]]
+        local = torch.cat([rows.flatten(), *(o.flatten() for o in outputs)])
+        gathered = self._gather(local, at.layer)
+        sizes = [rows.numel(), *(o.numel() for o in outputs)]
+        stacked_rows, *stacked = gathered.split(sizes, dim=1)
+        every = stacked_rows.reshape(gathered.shape[0], *rows.shape)
+        for e, output in enumerate(stacked):
+            if self.rank == 0:
+                record = _layer_record(every[:, e], output.reshape(-1, *outputs[e].shape))
+                self.on_record(record)
+        self.written = len(at.records)
+
+    def _gather(self, local: torch.Tensor, layer: int) -> torch.Tensor:
+        """Every rank's ``local``, stacked; PeerFailure naming the rank a neighbour
+        reports failed within a timeout, else naming none."""
+        parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+        try:
+            work = dist.all_gather(parts, local, async_op=True)
+            if work.wait(timedelta(seconds=self.timeout)) is False:
+                raise RuntimeError(f"no answer within {self.timeout:g} s")
+        except RuntimeError as error:
+            self.network().raise_failure_within(self.timeout)
+            raise PeerFailure(
+                [], f"gathering the records of layer {layer} failed ({first_line(error)})"
+            ) from None
+        return torch.stack(parts)
+
+    def unwritten(self, record: EvaluationRecord) -> None:
+        """Write, at the end, the records of the layers not written yet (rank 0)."""
+        self._seen += 1
+        if self._seen > self.written:
+            self.on_record(record)
 
 
 def restore_layers(

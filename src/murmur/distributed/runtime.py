@@ -250,7 +250,8 @@ def _rank_zero_folder(
         check_run_dir(run_dir)
         return None
     check_same_run(run_dir, config)
-    kept = {"records": 0}  # dSSFN's rank 0 writes every record at the end; SGD: _agree_sgd
+    # dSSFN's rank 0 writes the restored layers' records again (LayerStream); SGD: _agree_sgd
+    kept = {"records": 0}
     if checked.kind == "server":  # the server writes them as it goes
         saved = newest_server_checkpoint(saves, config)
         kept["records"] = saved["state"]["records"] if saved is not None else 0

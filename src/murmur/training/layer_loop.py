@@ -193,11 +193,13 @@ def train_layerwise(
     start: LayerProgress | None = None,
     checkpoints: Checkpoints | None = None,
     snapshot: Callable[[LayerProgress], Mapping[str, Any]] | None = None,
+    on_layer: Callable[[LayerProgress], None] | None = None,
 ) -> LayerwiseResult:
     """Train layer 0 and then ``config.layers`` layers (fewer when growing stops).
 
     ``start``: continue after this layer of an earlier run (its records are written).
     ``checkpoints``: where to save, when due, what ``snapshot`` makes of the progress.
+    ``on_layer``: given the progress after each layer trained, its record's.
     """
     started = time.perf_counter()
     state = _LayerState.first(x_train, y_train, x_test, y_test, shards, classes)
@@ -205,7 +207,7 @@ def train_layerwise(
     radius = norm_bound(config, classes)
     if start is None:
         start = _layer_zero(state, solver, network, config, started)
-        on_record(start.records[-1])
+        _tell(start, on_record, on_layer)
     else:
         state = _replayed(state, start.history, classes, seed)
     at = start.copy()
@@ -225,7 +227,7 @@ def train_layerwise(
             break
         state = next_state
         at.keep(layer, solution, rows, record, iterations)
-        on_record(record)
+        _tell(at, on_record, on_layer)
         if checkpoints is not None and snapshot is not None:
             if checkpoints.due(layer, config.layers):
                 checkpoints.save(layer, snapshot(replace(at)))
@@ -233,6 +235,17 @@ def train_layerwise(
         bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}")
     bar.close()
     return at.result(time.perf_counter() - started, network.virtual_seconds)
+
+
+def _tell(
+    at: LayerProgress,
+    on_record: Callable[[LayerRecord], None],
+    on_layer: Callable[[LayerProgress], None] | None,
+) -> None:
+    """Hand the layer just kept to ``on_record`` (its record) and ``on_layer``."""
+    on_record(at.records[-1])
+    if on_layer is not None:
+        on_layer(at)
 
 
 def _layer_zero(
@@ -269,6 +282,7 @@ def train_layerwise_run(
     progress: bool = False,
     start: LayerProgress | None = None,
     snapshot: Callable[[LayerProgress], Mapping[str, Any]] | None = None,
+    on_layer: Callable[[LayerProgress], None] | None = None,
 ) -> LayerwiseResult:
     """:func:`train_layerwise` on a prepared run (``experiment.prepare``): its
     algorithm config, dataset and seed, on the nodes of ``shards``; its checkpoints
@@ -292,6 +306,7 @@ def train_layerwise_run(
         start=start,
         checkpoints=setup.checkpoints,
         snapshot=snapshot,
+        on_layer=on_layer,
     )
 
 
