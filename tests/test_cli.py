@@ -160,6 +160,29 @@ def test_a_bad_comparison_member_is_refused_before_any_member_runs(capsys, tmp_p
     assert not out.exists()
 
 
+def test_a_comparison_member_that_diverges_fails_alone_and_the_others_are_reported(
+    capsys, tmp_path
+):
+    """The steep member's folder says why it stopped, the members after it still run,
+    the table and comparison.md show them and name the failed one, and the exit is 2."""
+    config = tmp_path / "pair.toml"
+    steep = '{ preset = "dsgd", label = "steep", set = ["algorithm.a=1e30"] }'
+    config.write_text(f'compare = ["dsgd", {steep}, "detsgrad"]\n')
+    out = tmp_path / "out"
+    assert main(["run", str(config), *FAST, "--quiet", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert lines[0].startswith("murmur: error: steep failed: training diverged by iteration")
+    assert lines[-1] == "murmur: error: 1 of 3 runs failed; the others finished"
+    assert json.loads((out / "steep" / "summary.json").read_text())["status"] == "failed"
+    for label in ("dsgd", "detsgrad"):
+        assert json.loads((out / label / "summary.json").read_text())["accuracy"]["mean"] > 0
+        assert label in captured.out
+    comparison = (out / "comparison.md").read_text()
+    assert "| detsgrad |" in comparison and "| steep |" not in comparison
+    assert comparison.split("Failed:\n\n")[1].startswith("- steep failed: training diverged")
+
+
 @pytest.mark.parametrize("preset", ["detsgrad", "asysg-con"])
 def test_a_diverging_run_keeps_its_folder_with_a_failed_summary(capsys, tmp_path, preset):
     out = tmp_path / "out"

@@ -444,29 +444,46 @@ def _run(
 
 
 def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progress: bool) -> int:
-    """Train the runs of ``experiment`` one after the other; print the table."""
+    """Train the runs of ``experiment`` one after the other; print the table. A run that
+    fails on its input (its steps diverge) fails alone: its folder says why, the other
+    runs go on, and the exit status is 2 once they are done."""
+    from murmur.errors import RunFailed
     from murmur.experiment import run
     from murmur.metrics.seed_table import format_results
 
     several = len(experiment.runs) > 1
     groups: dict[str, list[RunSummary]] = {}  # a member's runs, one per seed
+    failed: list[str] = []
     for index, ((label, config), setup) in enumerate(zip(experiment.runs, setups, strict=True)):
-        run_dir = root / experiment.folder(index)
+        run_dir, name = root / experiment.folder(index), _run_name(experiment, index)
         if progress:
-            print(
-                f"{_run_name(experiment, index)}: {config.algorithm.name} on {config.data.dataset}",
-                file=sys.stderr,
+            print(f"{name}: {config.algorithm.name} on {config.data.dataset}", file=sys.stderr)
+        try:
+            result = run(
+                setup.plan,
+                run_dir,
+                name=label,
+                preset=experiment.name,
+                progress=progress,
+                setup=setup,
             )
-        result = run(
-            setup.plan, run_dir, name=label, preset=experiment.name, progress=progress, setup=setup
-        )
+        except RunFailed as error:
+            if not several:
+                raise
+            failed.append(f"{name} failed: {error} ({run_dir})")
+            _error_line(failed[-1])
+            continue
         groups.setdefault(label, []).append(result.to_dict())
         _warn_caps(label, groups[label][-1], config)
-    print(format_results(list(groups.values())))
+    if groups:
+        print(format_results(list(groups.values())))
     if several:
-        (root / "comparison.md").write_text(_comparison_markdown(list(groups.values())))
+        (root / "comparison.md").write_text(_comparison_markdown(list(groups.values()), failed))
         each = f"; each seed's row: {root / 'comparison.md'}" if experiment.seeded else ""
         print(f"\nruns in {root}{each}; plots: murmur report {root}")
+    if failed:
+        _error_line(f"{len(failed)} of {len(experiment.runs)} runs failed; the others finished")
+        return 2
     return 0
 
 
@@ -478,15 +495,18 @@ def _run_name(experiment: Experiment, index: int) -> str:
     return label if seed is None else f"{label} (seed {seed})"
 
 
-def _comparison_markdown(groups: list[list[RunSummary]]) -> str:
-    """comparison.md: the results table; with seeds, then a row for each seed."""
+def _comparison_markdown(groups: list[list[RunSummary]], failed: Sequence[str] = ()) -> str:
+    """comparison.md: the results table; with seeds, then a row for each seed; then the
+    runs that failed, one line each."""
     from murmur.metrics.report import format_table
     from murmur.metrics.seed_table import format_results
 
-    text = format_results(groups, markdown=True) + "\n"
+    text = format_results(groups, markdown=True) + "\n" if groups else ""
     if any(len(group) > 1 for group in groups):
         each = format_table([summary for group in groups for summary in group], markdown=True)
         text += f"\nEach seed:\n\n{each}\n"
+    if failed:
+        text += "\nFailed:\n\n" + "".join(f"- {line}\n" for line in failed)
     return text
 
 
