@@ -116,54 +116,51 @@ def command(table: Table, seeds: str, out: Path) -> list[str]:
 
 
 def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
-    """Run ``table``'s command (unless ``run`` is false: its folder is reported again)
-    and write its markdown file; returns the file."""
+    """Run ``table``'s command (unless ``run`` is false: its run folders are read as they
+    are) and write its markdown file from the folders; returns the file."""
     argv = command(table, seeds, out)
     folder = out / table.name
     timing = folder / "wall-minutes.txt"
     if run:
         started = time.perf_counter()
         executable = [sys.executable, "-m", "murmur", *argv[1:]]
-        subprocess.run(executable, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+        subprocess.run(executable, check=False, cwd=ROOT, stdout=subprocess.DEVNULL)
         timing.write_text(f"{(time.perf_counter() - started) / 60:.0f}\n")
-    else:
-        _report(folder)
+    elif not folder.is_dir():
+        raise SystemExit(f"{folder}: no such run folder; run the table first")
     minutes = timing.read_text().strip() if timing.is_file() else "?"
-    comparison = folder / "comparison.md"
-    body = comparison.read_text() if comparison.is_file() else _single_table(folder)
     RESULTS.mkdir(parents=True, exist_ok=True)
     target = RESULTS / f"{table.name}.md"
     target.write_text(
-        f"{table.title}; seeds {seeds}, portable mode.\n\n{body.rstrip()}\n\n"
+        f"{table.title}; seeds {seeds}, portable mode.\n\n{tables(table, seeds, folder)}\n"
         f"Made by `{shlex.join(argv)}` ({minutes} min on this machine; "
         f"`python scripts/results_tables.py --only {table.name}` remakes this file).\n"
     )
     return target
 
 
-def _report(folder: Path) -> None:
-    """``murmur report FOLDER``: its tables written again by the current code."""
-    if not folder.is_dir():
-        raise SystemExit(f"{folder}: no such run folder; run the table first")
-    subprocess.run(
-        [sys.executable, "-m", "murmur", "report", str(folder)],
-        check=True,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-    )
+def tables(table: Table, seeds: str, folder: Path) -> str:
+    """The comparison's tables (``comparison.md``, by the current code) from its run
+    folders, in the order of its members; a run that failed is named under "Failed:"."""
+    from murmur.config import load_experiment, parse_seeds
+    from murmur.metrics.report import read_run
+    from murmur.metrics.seed_table import comparison_markdown
 
-
-def _single_table(folder: Path) -> str:
-    """The report table of a run that is not a comparison (one member over seeds)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "murmur", "report", str(folder)],
-        check=True,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    report = folder / "report.md"
-    return report.read_text() if report.is_file() else done.stdout
+    listed = ", ".join(map(str, parse_seeds(seeds)))
+    experiment = load_experiment(table.preset, [*table.settings, f"run.seeds=[{listed}]"])
+    groups: dict[str, list] = {}
+    failed = []
+    for index, (label, _) in enumerate(experiment.runs):
+        where = folder / experiment.folder(index)
+        if not (where / "summary.json").is_file():
+            failed.append(f"{where.relative_to(folder)}: did not run")
+            continue
+        done = read_run(where)
+        if done.failed:
+            failed.append(f"{where.relative_to(folder)} failed: {done.summary['error']}")
+        else:
+            groups.setdefault(label, []).append(done.summary)
+    return comparison_markdown(list(groups.values()), failed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -449,7 +449,7 @@ def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progre
     runs go on, and the exit status is 2 once they are done."""
     from murmur.errors import RunFailed
     from murmur.experiment import run
-    from murmur.metrics.seed_table import format_results
+    from murmur.metrics.seed_table import comparison_markdown, format_results
 
     several = len(experiment.runs) > 1
     groups: dict[str, list[RunSummary]] = {}  # a member's runs, one per seed
@@ -478,7 +478,7 @@ def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progre
     if groups:
         print(format_results(list(groups.values())))
     if several:
-        (root / "comparison.md").write_text(_comparison_markdown(list(groups.values()), failed))
+        (root / "comparison.md").write_text(comparison_markdown(list(groups.values()), failed))
         each = f"; each seed's row: {root / 'comparison.md'}" if experiment.seeded else ""
         print(f"\nruns in {root}{each}; plots: murmur report {root}")
     if failed:
@@ -493,21 +493,6 @@ def _run_name(experiment: Experiment, index: int) -> str:
     label = experiment.runs[index][0]
     seed = experiment.seeds[index] if experiment.seeds else None
     return label if seed is None else f"{label} (seed {seed})"
-
-
-def _comparison_markdown(groups: list[list[RunSummary]], failed: Sequence[str] = ()) -> str:
-    """comparison.md: the results table; with seeds, then a row for each seed; then the
-    runs that failed, one line each."""
-    from murmur.metrics.report import format_table
-    from murmur.metrics.seed_table import format_results
-
-    text = format_results(groups, markdown=True) + "\n" if groups else ""
-    if any(len(group) > 1 for group in groups):
-        each = format_table([summary for group in groups for summary in group], markdown=True)
-        text += f"\nEach seed:\n\n{each}\n"
-    if failed:
-        text += "\nFailed:\n\n" + "".join(f"- {line}\n" for line in failed)
-    return text
 
 
 def _resume(args: argparse.Namespace) -> int:

@@ -46,7 +46,7 @@ from murmur.metrics.report import (
 )
 from murmur.metrics.statistics import Spread, spread
 
-__all__ = ["format_results", "format_seed_table", "figure_spread"]
+__all__ = ["comparison_markdown", "format_results", "format_seed_table", "figure_spread"]
 
 Group = Sequence[RunSummary]
 V = TypeVar("V")
@@ -280,3 +280,15 @@ def format_results(groups: Sequence[Group], markdown: bool = False) -> str:
     if all(len(group) == 1 for group in groups):
         return format_table([group[0] for group in groups], markdown)
     return format_seed_table(groups, markdown)
+
+
+def comparison_markdown(groups: Sequence[Group], failed: Sequence[str] = ()) -> str:
+    """A comparison's ``comparison.md``: the results table; with seeds, then a row for
+    each seed ("Each seed:"); then the runs that failed, one line each ("Failed:")."""
+    text = format_results(groups, markdown=True) + "\n" if groups else ""
+    if any(len(group) > 1 for group in groups):
+        each = format_table([summary for group in groups for summary in group], markdown=True)
+        text += f"\nEach seed:\n\n{each}\n"
+    if failed:
+        text += "\nFailed:\n\n" + "".join(f"- {line}\n" for line in failed)
+    return text
