@@ -25,6 +25,7 @@ from typing import Generic, Literal, TypeVar
 from murmur.algorithms.arock import AsyncSolver, DssfnAsyncConfig
 from murmur.algorithms.asysg import AsysgConfig, AsysgInconConfig, SyncPsConfig, WorkersConfig
 from murmur.algorithms.centralized import Centralized, CentralizedConfig
+from murmur.algorithms.beer import Beer, BeerConfig
 from murmur.algorithms.choco import Choco, ChocoConfig
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.algorithms.detsgrad_gt import DetsgradGt, DetsgradGtConfig
@@ -213,6 +214,12 @@ SGD.add(
     ChocoConfig,
     Choco,
     "decentralized SGD with compressed gossip of differences to public estimates",
+    decentralized=True,
+)
+SGD.add(
+    BeerConfig,
+    Beer,
+    "decentralized SGD with compressed gradient tracking (model and tracker estimates)",
     decentralized=True,
 )
 SGD.add(

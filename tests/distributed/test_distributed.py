@@ -62,6 +62,7 @@ LAYERS = (
     'compress = "randk"\nfraction = 0.3'
 )
 TRACKING = 'name = "detsgrad-gt"\na = 0.1\nv0 = 2.0\nvy = 0.5'
+BEER = 'name = "beer"\na = 0.1\ncompress = "randk"\nfraction = 0.2'
 SPARQ = (
     'name = "sparq-sgd"\na = 0.2\ncompress = "qsgd"\nlevels = 4\nlocal_steps = 2\n'
     "threshold = 0.5\nthreshold_growth = 0.0"
@@ -79,8 +80,8 @@ def write_config(folder: Path, algorithm: str, iterations: int = 100, agents: in
 
 @pytest.mark.parametrize(
     "algorithm",
-    [DETSGRAD, DSGD, CHOCO, SPARQ, TRACKING, LAYERS],
-    ids=["detsgrad", "dsgd", "choco", "sparq", "detsgrad-gt", "detsgrad-layers-randk"],
+    [DETSGRAD, DSGD, CHOCO, SPARQ, TRACKING, LAYERS, BEER],
+    ids=["detsgrad", "dsgd", "choco", "sparq", "detsgrad-gt", "detsgrad-layers-randk", "beer"],
 )
 def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_path, algorithm):
     path = write_config(tmp_path, algorithm)
@@ -107,6 +108,8 @@ def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_p
         assert 4 * 100 < summary["events"] < 4 * 4 * 100
     if "sparq" in algorithm:
         assert 0 < summary["events"] < 4 * 50, "some agents must stay silent some syncs"
+    if algorithm == BEER:  # the model's and the tracker's halves, every step
+        assert summary["events"] == 2 * 4 * 100
     if "choco" in algorithm or "sparq" in algorithm:  # compressed: far below dense float32
         dense = summary["messages"] * simulated.parameters.shape[1] * 4
         assert 0 < summary["bytes"] < dense / 4

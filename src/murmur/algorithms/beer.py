@@ -1,0 +1,113 @@
+"""BEER: decentralized SGD with compressed gradient tracking.
+
+Zhao, Li, Li, Richtarik, Chi, "BEER: Fast O(1/T) Rate for Decentralized
+Nonconvex Optimization with Communication Compression", NeurIPS 2022, arXiv
+2201.13320. Every agent i keeps its model x_i, a tracker v_i of the network's
+average gradient, and public estimates h_i (of x_i) and g_i (of v_i) that it and
+its neighbours hold alike (:mod:`murmur.algorithms.estimates`). Each step, with
+W the mixing matrix, C the compressor, gamma the consensus step and eta_k the
+learning rate::
+
+    v_i <- v_i + gamma sum_j w_ij (g_j - g_i) + grad_i(x_i; batch k) - grad_i(x_i'; batch k-1)
+    x_i <- x_i + gamma sum_j w_ij (h_j - h_i) - eta_k v_i
+    send C(v_i - g_i) and C(x_i - h_i); every holder adds them to g_i and h_i
+
+(the paper's order, with the tracker's half of step k - 1 taken at step k: both
+mixes read the estimates before this step's messages, so one exchange a step
+carries both). Because sum_i (W - I) = 0, sum_i v_i = sum_i grad_i at every step
+whatever the compressor drops: the trackers follow the average gradient, and an
+agent whose own data hold one class steps the way the whole network would.
+
+The model and the tracker are one row of 2P values, [x_i | v_i], whose estimates
+[h_i | g_i] the transport holds; each half is compressed on its own and is its
+own message (two a step, both counted, as the paper's two compressed messages).
+The tracker starts at the first gradient (v = grad at step 0, g = 0) and h at the
+initial model, which every agent knows (all start from the same seed). With C =
+none and gamma = 1 this is gradient tracking (GT-DSGD). ``gamma = "auto"`` is
+CHOCO-SGD's :func:`~murmur.algorithms.choco.auto_gamma`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from murmur.algorithms.choco import GossipConfig, GossipSetup, gossip_setup
+from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
+from murmur.algorithms.protocols import BuildContext, Transport
+from murmur.topology import Graph
+
+
+@dataclass(frozen=True)
+class BeerConfig(GossipConfig):
+    """Parameters of BEER: CHOCO-SGD's mixing weights, consensus step and compressor."""
+
+    name = "beer"
+
+
+class BeerState(NamedTuple):
+    pair: torch.Tensor
+    """(agents, 2P): each agent's model x_i, then its tracker v_i (zero before the first
+    step); their estimates [h_i | g_i] are what the transport holds as sent."""
+    last_grads: torch.Tensor | None = None
+    """Each agent's gradient of the step before, (agents, P); None before the first step."""
+    scratch: torch.Tensor | None = None
+    """(agents, 2P) of room for the differences to the estimates."""
+    generators: list[torch.Generator] | None = None
+    """Each agent's compression stream, drawn at the first step."""
+
+    @property
+    def x(self) -> torch.Tensor:
+        return self.pair[:, : self.pair.shape[1] // 2]
+
+    @property
+    def v(self) -> torch.Tensor:
+        return self.pair[:, self.pair.shape[1] // 2 :]
+
+
+class Beer:
+    """BEER over a fixed graph; see the module docstring."""
+
+    def __init__(self, config: BeerConfig, graph: Graph, context: BuildContext) -> None:
+        self.gradient_step = config.gradient_step()
+        self.gossip: GossipSetup = gossip_setup(config, graph, context)
+        self.seed = context.seed
+
+    def chosen_steps(self) -> dict[str, float]:
+        return self.gossip.chosen_steps()
+
+    def init(self, params: torch.Tensor) -> BeerState:
+        return BeerState(pair=self.initial_sent(params))
+
+    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
+        """Every agent starts known as (x_0, 0): its model and a zero tracker."""
+        return torch.cat([params, torch.zeros_like(params)], dim=1)
+
+    def params(self, state: BeerState) -> torch.Tensor:
+        return state.x
+
+    def step(
+        self, state: BeerState, grads: torch.Tensor, iteration: int, transport: Transport
+    ) -> BeerState:
+        last, scratch, generators = state.last_grads, state.scratch, state.generators
+        if last is None or scratch is None or generators is None:
+            last, scratch = torch.zeros_like(grads), torch.empty_like(state.pair)
+            generators = agent_generators(self.seed, transport.agents)
+            state = state._replace(last_grads=last, scratch=scratch, generators=generators)
+        pair, x, v = state.pair, state.x, state.v
+        gossip = self.gossip
+        # [x | v] += gamma (W - I) [h | g], both read before this step's messages
+        transport.mix(gossip.operator, out=pair, scale=gossip.gamma)
+        v.add_(grads).sub_(last)
+        last.copy_(grads)
+        x.add_(v, alpha=-self.gradient_step(iteration))
+        difference = torch.sub(pair, transport.last_sent, out=scratch)
+        half = x.shape[1]
+        everyone = torch.ones(pair.shape[0], 2, dtype=torch.bool)
+        update = compressed_update(
+            gossip.compressor, difference, everyone, Segments((half, half)), generators
+        )
+        transport.publish(update)
+        return state
