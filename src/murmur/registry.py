@@ -24,8 +24,8 @@ from typing import Generic, Literal, TypeVar
 
 from murmur.algorithms.arock import AsyncSolver, DssfnAsyncConfig
 from murmur.algorithms.asysg import AsysgConfig, AsysgInconConfig, SyncPsConfig, WorkersConfig
-from murmur.algorithms.centralized import Centralized, CentralizedConfig
 from murmur.algorithms.beer import Beer, BeerConfig
+from murmur.algorithms.centralized import Centralized, CentralizedConfig
 from murmur.algorithms.choco import Choco, ChocoConfig
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.algorithms.detsgrad_gt import DetsgradGt, DetsgradGtConfig

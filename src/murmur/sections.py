@@ -354,6 +354,11 @@ class AlgorithmConfig:
         """Iterations from one exchange with the neighbours to the next; 1: every one."""
         return 1
 
+    def mixing_weights(self) -> str | None:
+        """The mixing matrix the agents average with (``laplacian``, ``metropolis``,
+        ``uniform``); None for an algorithm without one."""
+        return None
+
 
 Step = float | Literal["auto"]
 """A step size given as a number, or "auto": chosen from the graph's spectrum."""

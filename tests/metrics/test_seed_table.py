@@ -94,3 +94,13 @@ def test_speedups_compare_each_seed_with_its_one_worker_run_and_count_who_reache
     assert row[1]["time speedup"] == "4.00"  # 10 / 2.5
     assert row[0]["its to target"] == "1500 ± 707"
     assert row[0]["staleness mean"] == "0.0 ± 0.0"
+
+
+def test_the_tables_say_which_mixing_matrix_and_steps_each_run_used():
+    choco = summary_for("choco", "choco-sgd", mixing="metropolis", steps={"gamma": 0.07504})
+    dsgd = summary_for("dsgd", "dsgd", mixing="laplacian", steps={"b": 0.4564})
+    rows = markdown_rows(format_table([choco, dsgd], markdown=True))
+    assert [row["mixing"] for row in rows] == ["metropolis, gamma 0.075", "laplacian, b 0.456"]
+    seeds = [summary_for("choco", "choco-sgd", seed=s, mixing="metropolis") for s in (0, 1)]
+    assert markdown_rows(format_seed_table([seeds], markdown=True))[0]["mixing"] == "metropolis"
+    assert "mixing" not in format_table([summary_for("c", "centralized")])

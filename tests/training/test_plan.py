@@ -163,6 +163,7 @@ def test_the_summary_says_what_auto_steps_became(tmp_path):
     result = run(_config("detsgrad"), tmp_path / "run")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["steps"] == {"b": pytest.approx(1 / 3)} == result.extra["steps"]
+    assert summary["mixing"] == "laplacian"
     assert prepare(plan(_config("detsgrad-gt"))).steps == {"b": pytest.approx(1 / 6)}
     assert prepare(plan(_config("dsgd", "algorithm.b=0.25"))).steps == {"b": 0.25}
     assert prepare(plan(_config("centralized"))).steps == {}

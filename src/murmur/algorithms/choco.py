@@ -43,6 +43,9 @@ class GossipConfig(CompressionConfig, SgdConfig):
     """Consensus step on the estimates, in (0, 1]; "auto": see ``auto_gamma``."""
     compress: str = "topk"
 
+    def mixing_weights(self) -> str:
+        return self.weights
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.gamma != "auto" and not 0 < self.gamma <= 1:

@@ -55,6 +55,11 @@ class DetsgradConfig(CompressionConfig, SgdConfig):
     """Parameters of DETSGRAD (defaults from docs/ALGORITHMS.md, section 1)."""
 
     name = "detsgrad"
+
+    def mixing_weights(self) -> str:
+        """W = I - beta_k L, decaying with the consensus step."""
+        return "laplacian"
+
     b: Step = "auto"
     """Consensus step scale: beta_k = b / (eps k + 1)^d1; needs b * lambda_max(L) < 2;
     "auto" picks 2 / (lambda_2 + lambda_max)."""

@@ -52,6 +52,11 @@ class DetsgradGtConfig(CompressionConfig, SgdConfig):
     """Parameters of DETSGRAD-GT."""
 
     name = "detsgrad-gt"
+
+    def mixing_weights(self) -> str:
+        """W = I - beta_k L, decaying with the consensus step."""
+        return "laplacian"
+
     b: Step = "auto"
     """Consensus step scale: beta_k = b / (eps k + 1)^d1; "auto" is 1 / (lambda_2 + lambda_max)."""
     v0: float = 15.0

@@ -38,6 +38,9 @@ class DsgdConfig(SgdConfig):
     name = "dsgd"
     weights: Literal["laplacian", "metropolis", "uniform"] = "laplacian"
     """Mixing matrix: I - b L, Metropolis-Hastings, or 1/(d+1) (regular graphs)."""
+
+    def mixing_weights(self) -> str:
+        return self.weights
     b: Step = "auto"
     """Consensus step of the Laplacian weights W = I - b L; "auto" picks
     2 / (lambda_2 + lambda_max)."""

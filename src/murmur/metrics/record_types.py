@@ -276,6 +276,8 @@ class _ExtraFields(TypedDict, total=False):
     speedup: Annotated[float, SECONDS]
     steps: Annotated[dict[str, float], STEPS]
     """Every SGD algorithm's chosen step sizes for the run's graph."""
+    mixing: Annotated[str, TEXT]
+    """Decentralized SGD: the mixing matrix its agents average with."""
     model: Annotated[ModelSummary, object_of(ModelSummary)]
     """Mini-batch runs: the average model they leave (``model.pt``) and its test scores."""
     accuracy_last_k: Annotated[LastKAccuracy, object_of(LastKAccuracy)]

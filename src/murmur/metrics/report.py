@@ -486,6 +486,8 @@ def _columns(summaries: list[RunSummary], with_folder: bool) -> list[_Column]:
         _Column("topology", lambda s: _text(s.get("topology")), False),
         _Column("iterations", lambda s: _count(s.get("iterations")), True),
     ]
+    if has_column(summaries, "mixing"):
+        columns.append(_Column("mixing", mixing_text, False))
     if seeds_repeat_labels(summaries):
         columns.append(_Column("seed", lambda s: _count(s.get("seed")), True))
     if has_column(summaries, "layers"):
@@ -530,6 +532,17 @@ def _columns(summaries: list[RunSummary], with_folder: bool) -> list[_Column]:
     if with_folder:
         columns.append(_Column("run folder", lambda s: _text(s.get("run_dir")), False))
     return columns
+
+
+def mixing_text(summary: RunSummary) -> str:
+    """The mixing matrix a run's agents averaged with and its steps, "metropolis, gamma
+    0.075" or "laplacian, b 0.456"; "-" for a run without one."""
+    weights = summary.get("mixing")
+    if not isinstance(weights, str):
+        return MISSING
+    steps = summary.get("steps")
+    chosen = steps.items() if isinstance(steps, dict) else []
+    return ", ".join([weights, *(f"{name} {value:.3g}" for name, value in chosen)])
 
 
 def seeds_repeat_labels(summaries: list[RunSummary]) -> bool:

@@ -38,6 +38,7 @@ from murmur.metrics.report import (
     last_k_accuracy,
     lost_share,
     message_saving,
+    mixing_text,
     model_accuracy,
     relative_bytes,
     render_table,
@@ -248,11 +249,13 @@ def format_seed_table(groups: Sequence[Group], markdown: bool = False) -> str:
     summaries = [summary for group in groups for summary in group]
     figures = _figures(summaries)
     targets = any(has_target(summary) for summary in summaries)
+    mixing = has_column(summaries, "mixing")
     plus_minus = "±" if markdown else "+-"
     headers = [
         *((header, False) for header in ("name", "algorithm", "dataset")),
         ("agents", True),
         ("topology", False),
+        *([("mixing", False)] if mixing else []),
         ("iterations", True),
         ("seeds", True),
         (FINAL_MEAN.header, True),
@@ -266,6 +269,7 @@ def format_seed_table(groups: Sequence[Group], markdown: bool = False) -> str:
         first = group[0]
         cells = [run_label(first), _text(first.get("algorithm")), _text(first.get("dataset"))]
         cells += [_text(first.get("agents")), _text(first.get("topology"))]
+        cells += [mixing_text(first)] if mixing else []
         cells += [_text(first.get("iterations")), str(len(group))]
         cells += [_cell(group, FINAL_MEAN, plus_minus), _interval(group)]
         cells += [_cell(group, figure, plus_minus) for figure in figures[1:]]

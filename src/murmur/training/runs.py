@@ -117,6 +117,9 @@ def _add_extras(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
     outcome.extra["machine"] = portable.machine()  # what the numbers were computed with
     if setup.steps:
         outcome.extra["steps"] = setup.steps
+    weights = setup.config.algorithm.mixing_weights()
+    if weights is not None:
+        outcome.extra["mixing"] = weights
     if isinstance(setup, SgdSetup) and outcome.parameters is not None:
         outcome.extra["model"] = write_model_files(
             run_dir,
