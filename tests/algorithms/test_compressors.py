@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from murmur.algorithms.compressors import (
     NoCompression,
@@ -23,7 +25,15 @@ from murmur.algorithms.estimates import (
     max_packed_words,
 )
 
-COMPRESSORS = [NoCompression(), TopK(0.1), RandK(0.25), Qsgd(5), Qsgd(1), ScaledSign()]
+COMPRESSORS = [
+    NoCompression(),
+    TopK(0.1),
+    RandK(0.25),
+    Qsgd(5),
+    Qsgd(1),
+    ScaledSign((3, 5)),
+    ScaledSign(),
+]
 
 
 def _values(agents: int, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -150,3 +160,56 @@ def test_a_malformed_packed_update_is_refused():
     wrong[-1:].view(torch.int32).fill_(5)
     with pytest.raises(ValueError, match="segments"):
         add_packed(torch.zeros(8), wrong, TopK(0.5), segments)
+
+
+def test_the_sign_scales_each_tensor_on_its_own():
+    """Two tensors of magnitudes 1 and 100: one scale for the model would send the
+    small one as +-50.5; per tensor each keeps its own."""
+    values = torch.tensor([[1.0, -1.0, 100.0, -100.0]])
+    per_tensor = ScaledSign((2, 2))
+    assert per_tensor.decode(per_tensor.compress(values, []), 4).tolist() == [values[0].tolist()]
+    assert per_tensor.nbytes(4, 4) == 2 * 4 + 1
+    whole = ScaledSign().decode(ScaledSign().compress(values, []), 4)
+    assert whole.tolist() == [[50.5, -50.5, 50.5, -50.5]]
+
+
+CONTRACTIONS = [
+    TopK(0.1),
+    TopK(0.5),
+    RandK(0.25),
+    Qsgd(4),
+    Qsgd(64),
+    ScaledSign(),
+    ScaledSign((4, 9, 3)),
+]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    index=st.integers(0, len(CONTRACTIONS) - 1),
+    seed=st.integers(0, 2**16),
+    spikes=st.integers(0, 3),
+    scale=st.floats(1e-3, 1e3),
+)
+def test_every_compressor_contracts_at_least_by_its_stated_delta(index, seed, spikes, scale):
+    """E ||C(v) - v||^2 <= (1 - delta) ||v||^2 on random vectors, heavy entries included
+    (over 200 draws for the random compressors, within their sampling error)."""
+    compressor = CONTRACTIONS[index]
+    n = 16
+    v = scale * torch.randn(
+        1, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+    )
+    v[0, :spikes] *= 1e3
+    draws = 200 if isinstance(compressor, RandK | Qsgd) else 1
+    generators = agent_generators(seed, range(1))
+    error = (
+        sum(
+            float((compressor.decode(compressor.compress(v, generators), n) - v).square().sum())
+            for _ in range(draws)
+        )
+        / draws
+    )
+    bound = (1 - compressor.delta(n)) * float(v.square().sum())
+    slack = 1.25 if draws > 1 else 1 + 1e-9
+    assert error <= bound * slack, (compressor, error, bound)
+    assert 0 < compressor.delta(n) <= compressor.typical_delta(n) <= 1

@@ -66,8 +66,9 @@ def auto_gamma(mixing: torch.Tensor, compressor: Compressor, parameters: int) ->
 
     The largest step keeping I + gamma (W - I) positive semi-definite,
     1 / lambda_max(I - W) capped at 1, times the share omega of a difference
-    the compressor keeps (k / n for topk and randk, 1 / tau for qsgd, 1 for
-    none and sign), raised to the power 1/2. Measured on the talk-less runs.
+    the compressor keeps (its ``typical_delta``: k / n for topk and randk, 1 / tau
+    for qsgd, 2 / pi for the sign, 1 for none), raised to the power 1/2. Measured
+    on the talk-less runs.
     """
     laplacian = torch.eye(mixing.shape[0], dtype=mixing.dtype) - mixing
     largest = float(torch.linalg.eigvalsh(laplacian)[-1])
@@ -98,7 +99,7 @@ def gossip_setup(config: GossipConfig, graph: Graph, context: BuildContext) -> G
     mixing = mixing_matrix(graph, config.weights, beta)
     if context.segments is None:
         raise ValueError(f"{config.name} needs the model's parameter tensors")
-    compressor = config.compressor()
+    compressor = config.compressor(context.segments.sizes)
     gamma = (
         auto_gamma(mixing, compressor, context.segments.total)
         if config.gamma == "auto"

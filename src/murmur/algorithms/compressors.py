@@ -22,7 +22,17 @@ packed bits. Random choices come from one generator per agent.
   entry. Every murmur method compresses differences to public estimates, as
   CHOCO-SGD does, so qsgd takes CHOCO's scaling tau = 1 + min(n / s^2, sqrt(n) / s),
   which keeps the expected error below the difference.
-- ``sign``: (||v||_1 / n) sign(v), with sign(0) = +1; one value and one bit per entry.
+- ``sign``: (||v_t||_1 / n_t) sign(v_t) for each parameter tensor t of the model
+  (``sign_scale = "tensor"``, as the CHOCO-SGD authors scale it), or one scale for
+  the whole vector (``"model"``); sign(0) = +1; one value per scale and one bit per
+  entry. A message of one tensor (DETSGRAD's layer trigger) has one scale.
+
+Each compressor states its contraction ``delta(n)``: E ||C(v) - v||^2 <= (1 - delta)
+||v||^2 for every v of n entries (the worst case), and ``typical_delta(n)``, what
+the automatic steps use: the same where the worst case is the rule (k / n for topk
+and randk, 1 / tau for qsgd, 1 for none); for the sign, whose contraction
+||v||_1^2 / (n ||v||^2) is 1 / n for a vector of one nonzero entry and 2 / pi for
+Gaussian entries, 2 / pi per scale.
 """
 
 from __future__ import annotations
@@ -73,6 +83,14 @@ class Compressor(Protocol):
         """The one-agent code packed in ``data``."""
         ...
 
+    def delta(self, n: int) -> float:
+        """The contraction guaranteed for any vector of n entries (module docstring)."""
+        ...
+
+    def typical_delta(self, n: int) -> float:
+        """The contraction the automatic steps assume (module docstring)."""
+        ...
+
 
 def _as_bytes(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.contiguous().reshape(-1).view(torch.uint8)
@@ -118,6 +136,12 @@ class NoCompression:
     def unpack(self, data: torch.Tensor, n: int, dtype: torch.dtype) -> Code:
         return (_from_bytes(data, dtype, n),)
 
+    def delta(self, n: int) -> float:
+        return 1.0
+
+    def typical_delta(self, n: int) -> float:
+        return 1.0
+
 
 @dataclass(frozen=True)
 class TopK:
@@ -146,6 +170,13 @@ class TopK:
         k = _sample_count(self.fraction, n)
         indices = _from_bytes(data, torch.int32, k).to(torch.int64)
         return indices, _from_bytes(data[k * _INDEX_BYTES :], dtype, k)
+
+    def delta(self, n: int) -> float:
+        """k / n: the k largest entries hold at least that share of the squared norm."""
+        return _sample_count(self.fraction, n) / n
+
+    def typical_delta(self, n: int) -> float:
+        return self.delta(n)
 
 
 @dataclass(frozen=True)
@@ -183,6 +214,13 @@ class RandK:
         seeds = _from_bytes(data, torch.int32, 1).reshape(1).to(torch.int64)
         kept = _from_bytes(data[_SEED_BYTES:], dtype, _sample_count(self.fraction, n))
         return seeds, self._indices(seeds, n), kept
+
+    def delta(self, n: int) -> float:
+        """k / n, in expectation over the draw."""
+        return _sample_count(self.fraction, n) / n
+
+    def typical_delta(self, n: int) -> float:
+        return self.delta(n)
 
 
 @dataclass(frozen=True)
@@ -234,31 +272,56 @@ class Qsgd:
         levels = (bits[n:].reshape(n, width) << shifts).sum(1).reshape(1, n)
         return norms, negative, levels
 
+    def delta(self, n: int) -> float:
+        """1 / tau: the unbiased rounding's variance is at most (tau - 1) ||v||^2."""
+        return 1.0 / self.tau(n)
+
+    def typical_delta(self, n: int) -> float:
+        return self.delta(n)
+
 
 @dataclass(frozen=True)
 class ScaledSign:
-    """The mean magnitude times the sign of each entry."""
+    """The mean magnitude times the sign of each entry, one scale per block: per
+    parameter tensor where ``sizes`` (the model's tensors) cover the message, else
+    one for the whole message."""
 
+    sizes: tuple[int, ...] = ()
     name = "sign"
 
+    def _blocks(self, n: int) -> tuple[int, ...]:
+        return self.sizes if len(self.sizes) > 1 and sum(self.sizes) == n else (n,)
+
     def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
-        scale = values.abs().sum(1, keepdim=True) / values.shape[1]
-        return scale, values < 0
+        blocks = values.split(self._blocks(values.shape[1]), dim=1)
+        scales = torch.cat([b.abs().sum(1, keepdim=True) / b.shape[1] for b in blocks], dim=1)
+        return scales, values < 0
 
     def decode(self, code: Code, n: int) -> torch.Tensor:
-        scale, negative = code
-        return scale * torch.where(negative, -1.0, 1.0).to(scale.dtype)
+        scales, negative = code
+        sizes = torch.tensor(self._blocks(n))
+        spread = scales.repeat_interleave(sizes, dim=1)
+        return spread * torch.where(negative, -1.0, 1.0).to(scales.dtype)
 
     def nbytes(self, n: int, element_size: int) -> int:
-        return element_size + math.ceil(n / 8)
+        return len(self._blocks(n)) * element_size + math.ceil(n / 8)
 
     def pack(self, code: Code, row: int) -> torch.Tensor:
-        scale, negative = code
-        return torch.cat([_as_bytes(scale[row]), _pack_bits(negative[row])])
+        scales, negative = code
+        return torch.cat([_as_bytes(scales[row]), _pack_bits(negative[row])])
 
     def unpack(self, data: torch.Tensor, n: int, dtype: torch.dtype) -> Code:
-        scale = _from_bytes(data, dtype, 1)
-        return scale, _unpack_bits(data[scale.element_size() :], n).bool().reshape(1, n)
+        scales = _from_bytes(data, dtype, len(self._blocks(n)))
+        bits = data[scales.numel() * scales.element_size() :]
+        return scales, _unpack_bits(bits, n).bool().reshape(1, n)
+
+    def delta(self, n: int) -> float:
+        """1 / n_t of the largest block: a block of one nonzero entry keeps only that."""
+        return 1.0 / max(self._blocks(n))
+
+    def typical_delta(self, n: int) -> float:
+        """2 / pi, the contraction on Gaussian entries, in each block."""
+        return 2.0 / math.pi
 
 
 @dataclass(frozen=True)
@@ -271,6 +334,8 @@ class CompressionConfig(AlgorithmConfig):
     """Entries kept by topk and randk, as a fraction of each message's entries, in (0, 1]."""
     levels: int = 16
     """Quantization levels s of qsgd (>= 1)."""
+    sign_scale: Literal["tensor", "model"] = "tensor"
+    """sign: one scale per parameter tensor, or one for the whole model."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -282,23 +347,32 @@ class CompressionConfig(AlgorithmConfig):
             raise UsageError(f"algorithm.fraction must be in (0, 1], not {self.fraction:g}")
         if self.levels < 1:
             raise UsageError(f"algorithm.levels must be at least 1, not {self.levels}")
+        if self.sign_scale not in ("tensor", "model"):
+            raise UsageError(
+                f"algorithm.sign_scale must be 'tensor' or 'model', not {self.sign_scale!r}"
+            )
 
-    def compressor(self) -> Compressor:
-        return make_compressor(self.compress, fraction=self.fraction, levels=self.levels)
+    def compressor(self, sizes: Sequence[int] = ()) -> Compressor:
+        """The compressor; ``sizes``: the model's parameter tensors, which ``sign``
+        scales one by one (``sign_scale = "tensor"``)."""
+        tensors = tuple(sizes) if self.sign_scale == "tensor" else ()
+        return make_compressor(
+            self.compress, fraction=self.fraction, levels=self.levels, sizes=tensors
+        )
 
 
 def kept_share(compressor: Compressor, n: int) -> float:
-    """omega: roughly the share of a difference of n entries the compressor keeps
-    (k / n for topk and randk, 1 / tau for qsgd, 1 for none and sign)."""
-    if isinstance(compressor, TopK | RandK):
-        return _sample_count(compressor.fraction, n) / n
-    if isinstance(compressor, Qsgd):
-        return 1.0 / compressor.tau(n)
-    return 1.0
+    """omega, the contraction the automatic steps take for differences of n entries:
+    the compressor's ``typical_delta`` (k / n for topk and randk, 1 / tau for qsgd,
+    2 / pi for the sign, 1 for none)."""
+    return compressor.typical_delta(n)
 
 
-def make_compressor(name: str, *, fraction: float = 0.01, levels: int = 16) -> Compressor:
-    """The compressor called ``name``; ValueError for an unknown name."""
+def make_compressor(
+    name: str, *, fraction: float = 0.01, levels: int = 16, sizes: tuple[int, ...] = ()
+) -> Compressor:
+    """The compressor called ``name``; ValueError for an unknown name. ``sizes``: the
+    blocks the sign scales one by one."""
     if name == "none":
         return NoCompression()
     if name == "topk":
@@ -308,5 +382,5 @@ def make_compressor(name: str, *, fraction: float = 0.01, levels: int = 16) -> C
     if name == "qsgd":
         return Qsgd(levels)
     if name == "sign":
-        return ScaledSign()
+        return ScaledSign(sizes)
     raise ValueError(f"unknown compressor {name!r}; choose one of {', '.join(COMPRESSORS)}")

@@ -96,7 +96,8 @@ class Detsgrad:
     ) -> None:
         """``context`` gives the run's seed and, for ``trigger = "layer"``, the model's tensors."""
         self.gradient_step = config.gradient_step()
-        self.compressor = config.compressor()
+        tensors = context.segments.sizes if context is not None and context.segments else ()
+        self.compressor = config.compressor(tensors)
         shrink = 1.0
         if config.b == "auto" and context is not None and context.segments is not None:
             # A compressed estimate lags its model: the step shrinks as CHOCO-SGD's does.

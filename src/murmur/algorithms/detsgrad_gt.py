@@ -109,7 +109,8 @@ class DetsgradGt:
         """``context``: the run's seed and model size, which compression needs."""
         self.laplacian = as_sparse(graph.laplacian())
         self.gradient_step = config.gradient_step()
-        self.compressor = config.compressor() if config.compress != "none" else None
+        tensors = context.segments.sizes if context is not None and context.segments else ()
+        self.compressor = config.compressor(tensors) if config.compress != "none" else None
         self.seed = context.seed if context is not None else 0
         b = consensus_step(graph, config.b)
         if config.b == "auto":
