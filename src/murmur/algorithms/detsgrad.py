@@ -77,6 +77,11 @@ class DetsgradConfig(CompressionConfig, SgdConfig):
             raise UsageError(f"algorithm.b must be positive or 'auto', not {self.b}")
         if self.v0 < 0:
             raise UsageError(f"algorithm.v0 must be >= 0, not {self.v0}")
+        if self.compress == "lowrank" and self.trigger == "layer":
+            raise UsageError(
+                'algorithm.compress = "lowrank" compresses whole models; trigger = "layer" '
+                "sends one tensor at a time: use another compressor"
+            )
         if self.d1 < 0:
             raise UsageError("algorithm.d1 must be >= 0")
 
@@ -96,8 +101,10 @@ class Detsgrad:
     ) -> None:
         """``context`` gives the run's seed and, for ``trigger = "layer"``, the model's tensors."""
         self.gradient_step = config.gradient_step()
-        tensors = context.segments.sizes if context is not None and context.segments else ()
-        self.compressor = config.compressor(tensors)
+        segments = context.segments if context is not None else None
+        self.compressor = config.compressor(
+            segments.sizes if segments else (), segments.shapes if segments else ()
+        )
         shrink = 1.0
         if config.b == "auto" and context is not None and context.segments is not None:
             # A compressed estimate lags its model: the step shrinks as CHOCO-SGD's does.

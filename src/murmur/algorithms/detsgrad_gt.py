@@ -109,8 +109,14 @@ class DetsgradGt:
         """``context``: the run's seed and model size, which compression needs."""
         self.laplacian = as_sparse(graph.laplacian())
         self.gradient_step = config.gradient_step()
-        tensors = context.segments.sizes if context is not None and context.segments else ()
-        self.compressor = config.compressor(tensors) if config.compress != "none" else None
+        segments = context.segments if context is not None else None
+        self.compressor = (
+            config.compressor(
+                segments.sizes if segments else (), segments.shapes if segments else ()
+            )
+            if config.compress != "none"
+            else None
+        )
         self.seed = context.seed if context is not None else 0
         b = consensus_step(graph, config.b)
         if config.b == "auto":

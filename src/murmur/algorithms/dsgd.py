@@ -41,6 +41,7 @@ class DsgdConfig(SgdConfig):
 
     def mixing_weights(self) -> str:
         return self.weights
+
     b: Step = "auto"
     """Consensus step of the Laplacian weights W = I - b L; "auto" picks
     2 / (lambda_2 + lambda_max)."""

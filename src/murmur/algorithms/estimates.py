@@ -34,6 +34,8 @@ class Segments:
     """How a flat parameter vector splits into tensors: their sizes in order."""
 
     sizes: tuple[int, ...]
+    shapes: tuple[tuple[int, ...], ...] = ()
+    """The tensors' shapes where known (the model's), for compressors of matrices."""
 
     @classmethod
     def whole(cls, parameters: int) -> Segments:

@@ -197,7 +197,10 @@ def _problem(
 
 def _context(setup: Setup, problem: Problem | None) -> BuildContext:
     """What the algorithm is built with besides its config and graph."""
-    segments = Segments(problem.model.layout.sizes) if problem is not None else None
+    segments = None
+    if problem is not None:
+        layout = problem.model.layout
+        segments = Segments(layout.sizes, tuple(tuple(shape) for shape in layout.shapes))
     return BuildContext(seed=setup.config.run.seed, segments=segments)
 
 
