@@ -80,7 +80,7 @@ def test_lowrank_gossip_reaches_the_optimum_of_a_full_rank_regression(algorithm)
     data = from_arrays(x[:500], y[:500], x[500:], y[500:], task="regression")
     config = build_config(
         {
-            "run": {"iterations": 3000, "eval_every": 3000},
+            "run": {"iterations": 1500, "eval_every": 1500},
             "data": {"dataset": "arrays", "partition": "iid", "batch_size": 32},
             "model": {"name": "linear"},
             "topology": {"graph": "ring", "agents": 5},
