@@ -1,0 +1,119 @@
+"""murmur's BEER against the update of the BEER authors' own code, on the same data.
+
+The reference is the update of the authors' NumPy experiments (liboyue/beer,
+``experiments/BEER.py``), written out below in a plain loop over stacked agents:
+
+    x <- x + gamma (W - I) h - eta v
+    h <- h + C(x - h)
+    v <- v + gamma (W - I) g + grad(x_new; batch t+1) - grad(x_old; batch t)
+    g <- g + C(v - g)
+
+started as theirs is: v at the first gradient, h and g at zero. murmur's ``beer``
+takes the same steps in one exchange a step and starts h at the initial model,
+which every agent knows. Both run on the same config: murmur's data split, its
+mini-batches (the same sampler, seeded alike), its initial weights, its
+Metropolis weights W, its consensus step gamma ("auto") and its compressor with
+the agents' own streams; so what differs is the update and its start. For each
+split (one digit per agent, i.i.d.) and compressor (top-k 1 %, qsgd with 16
+levels) the table gives the final mean and worst agent's test accuracy of both
+and their difference. One torch thread, one process.
+
+    python benchmarks/beer_reference.py            # about 8 minutes on 2 cores
+    python benchmarks/beer_reference.py --quick    # smoke run: 30 iterations, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import torch
+
+from murmur.algorithms.beer import Beer
+from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
+from murmur.config import Config, load_experiment
+from murmur.experiment import run
+from murmur.topology import metropolis_weights
+from murmur.training.plan import plan
+from murmur.training.setup import RoundsSetup, prepare
+from murmur.training.sgd_loop import BatchRows
+
+SPLITS = {"one digit per agent": [], "i.i.d.": ["data.partition=iid"]}
+COMPRESSORS = {
+    "topk 1 %": ["algorithm.compress=topk", "algorithm.fraction=0.01"],
+    "qsgd 16 levels": ["algorithm.compress=qsgd", "algorithm.levels=16"],
+}
+
+
+def reference(config: Config) -> tuple[float, float]:
+    """The authors' update on ``config``'s data, batches, initial weights, W, gamma and
+    compressor: the final mean and worst agent's test accuracy."""
+    setup = prepare(plan(config))
+    if not isinstance(setup, RoundsSetup) or not isinstance(setup.algorithm, Beer):
+        raise SystemExit("the reference runs a beer config")
+    problem, gossip = setup.problem, setup.algorithm.gossip
+    difference = torch.as_tensor(metropolis_weights(setup.graph), dtype=torch.float32)
+    difference -= torch.eye(setup.graph.agents)
+    step = setup.algorithm.gradient_step
+    x = setup.initial.clone()
+    agents, size = x.shape
+    whole = Segments.whole(size)
+    everyone = torch.ones(agents, 1, dtype=torch.bool)
+    streams = agent_generators(config.run.seed, range(agents))
+
+    def compress(values: torch.Tensor) -> torch.Tensor:
+        return compressed_update(gossip.compressor, values, everyone, whole, streams).delta
+
+    rows = BatchRows(problem.x_train, problem.y_train)
+
+    def gradient() -> torch.Tensor:
+        return problem.model.loss_and_grad(x, *rows.take(problem.sampler.next()))[1].clone()
+
+    h, g = torch.zeros_like(x), torch.zeros_like(x)
+    last = gradient()
+    v = last.clone()
+    for iteration in range(config.run.iterations):
+        x += gossip.gamma * (difference @ h) - step(iteration) * v
+        h += compress(x - h)
+        new = gradient()
+        v += gossip.gamma * (difference @ g) + new - last
+        last = new
+        g += compress(v - g)
+    accuracy, _ = problem.model.evaluate(x, problem.x_test, problem.y_test)
+    return float(accuracy.mean()), float(accuracy.min())
+
+
+def table(iterations: int | None) -> list[str]:
+    lines = [
+        "| split | compressor | murmur mean / worst % | reference mean / worst % | difference |",
+        "|---|---|---|---|---|",
+    ]
+    for split, split_sets in SPLITS.items():
+        for name, compressor_sets in COMPRESSORS.items():
+            sets = [*split_sets, *compressor_sets]
+            if iterations is not None:
+                sets += [f"run.iterations={iterations}", f"run.eval_every={iterations}"]
+            ((_, config),) = load_experiment("beer", sets).runs
+            ours = run(config).accuracy
+            theirs = reference(config)
+            gap = 100 * (ours["mean"] - theirs[0])
+            lines.append(
+                f"| {split} | {name} | {100 * ours['mean']:.2f} / {100 * ours['min']:.2f} | "
+                f"{100 * theirs[0]:.2f} / {100 * theirs[1]:.2f} | {gap:+.2f} points |"
+            )
+            print(lines[-1], file=sys.stderr)
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="30 iterations: a smoke run")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    print("\n".join(table(30 if args.quick else None)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
