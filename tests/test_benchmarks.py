@@ -277,3 +277,17 @@ def test_portable_quick_run_prints_every_setting_and_that_the_portable_ones_agre
             assert row[24:].split()[:2] == ["AVX2,", "COMPATIBLE"], row
             assert row[24:].split()[4] == "yes", row  # the portable row's numbers
     assert lines[-1].startswith("portable runs identical: yes")
+
+
+@pytest.mark.slow  # eight short runs; tests/algorithms/test_beer.py checks the update itself
+def test_beer_reference_quick_run_compares_every_split_and_compressor():
+    lines = _quick_run("beer_reference.py")
+    rows = [line.split("|")[1:-1] for line in lines[2:] if line.startswith("| ")]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [
+        (split, compressor)
+        for split in ("one digit per agent", "i.i.d.")
+        for compressor in ("topk 1 %", "qsgd 16 levels")
+    ]
+    for cells in rows:
+        ours, theirs = (float(cells[i].split("/")[0]) for i in (2, 3))
+        assert 0 <= ours <= 100 and 0 <= theirs <= 100
