@@ -131,12 +131,55 @@ def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
     minutes = timing.read_text().strip() if timing.is_file() else "?"
     RESULTS.mkdir(parents=True, exist_ok=True)
     target = RESULTS / f"{table.name}.md"
+    full = tables(table, seeds, folder)
     target.write_text(
-        f"{table.title}; seeds {seeds}, portable mode.\n\n{tables(table, seeds, folder)}\n"
+        f"{table.title}; seeds {seeds}, portable mode, mean ± sd across seeds.\n\n"
+        f"{short(full)}\nEvery figure:\n\n{full}\n"
         f"Made by `{shlex.join(argv)}` ({minutes} min on this machine; "
         f"`python scripts/results_tables.py --only {table.name}` remakes this file).\n"
     )
     return target
+
+
+SHORT = (
+    "name",
+    "seeds",
+    "final acc mean %",
+    "final acc min %",
+    "final acc max %",
+    "messages",
+    "bytes vs DSGD %",
+    "lost msgs %",
+    "virtual s",
+    "its to target",
+    "iteration speedup",
+    "time speedup",
+    "reached",
+)
+"""The columns of the short table, where the full one has them."""
+READABLE = {
+    "final acc mean %": "mean acc %",
+    "final acc min %": "worst agent %",
+    "final acc max %": "best agent %",
+}
+"""The short table's names of the final evaluation's columns."""
+
+
+def short(markdown: str) -> str:
+    """The first table of ``markdown`` with only the :data:`SHORT` columns, whose
+    headers are the README's."""
+    lines = markdown.splitlines()
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    kept = [i for i, name in enumerate(header) if name in SHORT]
+    rows = []
+    for line in lines[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows.append("| " + " | ".join(cells[i] for i in kept) + " |")
+    names = [READABLE.get(header[i], header[i]) for i in kept]
+    rule = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(kept))) + "|"
+    return "\n".join(["| " + " | ".join(names) + " |", rule, *rows]) + "\n"
 
 
 def tables(table: Table, seeds: str, folder: Path) -> str:
