@@ -23,6 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
+DEFAULT_OUT = Path("runs") / "results"
+"""Where the run folders go unless ``--out`` says otherwise."""
 
 
 @dataclass(frozen=True)
@@ -132,10 +134,11 @@ def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     target = RESULTS / f"{table.name}.md"
     full = tables(table, seeds, folder)
+    shown = shlex.join(command(table, seeds, DEFAULT_OUT))
     target.write_text(
         f"{table.title}; seeds {seeds}, portable mode, mean ± sd across seeds.\n\n"
         f"{short(full)}\nEvery figure:\n\n{full}\n"
-        f"Made by `{shlex.join(argv)}` ({minutes} min on this machine; "
+        f"Made by `{shown}` ({minutes} min on this machine; "
         f"`python scripts/results_tables.py --only {table.name}` remakes this file).\n"
     )
     return target
@@ -210,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", choices=[t.name for t in TABLES])
     parser.add_argument("--seeds", default="0-4", help="seeds of every table (default 0-4)")
-    parser.add_argument("--out", type=Path, default=Path("runs") / "results")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--list", action="store_true", help="print the tables' commands")
     parser.add_argument(
         "--report-only",
