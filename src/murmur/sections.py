@@ -278,6 +278,11 @@ class FaultsConfig:
     rejoin_from: Literal["own", "neighbour"] = "own"
     """A rejoining agent restarts from the model it had when it crashed (``own``), or
     from a copy of the model of its live neighbour of lowest index (``neighbour``)."""
+    resend: bool = False
+    """Lost messages are acknowledged as lost within their round and sent again: a lost
+    value goes again at the next iteration even without an event, a lost estimate
+    difference goes with the next message to that neighbour (its codes counted again),
+    so a loss delays what a receiver holds instead of leaving it wrong for good."""
 
     def __post_init__(self) -> None:
         require(0 <= self.drop < 1, f"faults.drop must be in [0, 1), not {self.drop}")

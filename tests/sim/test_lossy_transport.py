@@ -19,7 +19,7 @@ from murmur.algorithms.sparq import Sparq, SparqConfig
 from murmur.seeding import generator
 from murmur.sim.lossy import LossyTransport
 from murmur.sim.transport import InMemoryTransport
-from murmur.topology import Graph, as_sparse, star
+from murmur.topology import Graph, as_sparse, ring, star
 
 P, STEPS = 40, 50
 SEGMENTS = Segments((24, 4, 10, 2))
@@ -131,3 +131,60 @@ def test_a_lost_compressed_difference_leaves_the_receivers_estimate_behind():
         for sender, receiver in edges
     ]
     assert transport.dropped > 0 and any(behind)
+
+
+def _resending(initial: torch.Tensor, drop: float, seed: int = 0) -> LossyTransport:
+    return LossyTransport(GRAPH, initial, drop, generator(seed, "faults"), resend=True)
+
+
+def _owed_views(transport: LossyTransport) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(what each receiver holds of its sender plus what it is owed, the sender's own
+    estimate) for every directed edge."""
+    edges = zip(transport.senders.tolist(), transport.receivers.tolist(), strict=True)
+    return [
+        (transport.view(receiver, sender) + transport.owed[edge], transport.last_sent[sender])
+        for edge, (sender, receiver) in enumerate(edges)
+    ]
+
+
+@pytest.mark.parametrize("name", ["choco-sgd", "sparq-sgd", "detsgrad-gt-randk"])
+def test_with_resend_every_estimate_is_the_senders_less_what_it_is_owed(name):
+    """Lost differences are owed, not lost: after every step, held + owed = own."""
+    algorithm = ALGORITHMS[name]()
+    initial = torch.randn(GRAPH.agents, P, generator=torch.Generator().manual_seed(0))
+    grads = torch.randn(STEPS, GRAPH.agents, P, generator=torch.Generator().manual_seed(1))
+    transport = _resending(algorithm.initial_sent(initial), 0.3)
+    state = algorithm.init(initial)
+    for step in range(STEPS):
+        state = algorithm.step(state, grads[step].clone(), step, transport)
+        for held, own in _owed_views(transport):
+            torch.testing.assert_close(held, own, rtol=0, atol=1e-5)
+    assert transport.dropped > 0 and bool((transport.owed_bytes >= 0).all())
+    plain = _trajectory(ALGORITHMS[name](), lambda v: _lossy(v, 0.3))[1]
+    assert transport.counters.bytes > plain.counters.bytes  # the owed codes went again
+
+
+def test_with_resend_a_lost_value_goes_again_without_an_event():
+    """Agent 0 sends once; what is lost reaches its neighbours at the next steps,
+    as messages that are no event."""
+    graph = ring(4)
+    transport = LossyTransport(graph, torch.zeros(4, 2), 0.5, generator(5, "faults"), resend=True)
+    transport.broadcast(torch.tensor([True, False, False, False]), torch.ones(4, 2))
+    assert transport.dropped == 2, "seed 5 loses both first messages"
+    quiet = torch.zeros(4, dtype=torch.bool)
+    for _ in range(20):
+        transport.broadcast(quiet, torch.zeros(4, 2))
+    for neighbour in (1, 3):
+        assert transport.view(neighbour, 0).tolist() == [1.0, 1.0]
+    assert transport.counters.events == 1
+    # the event's 2 messages, and one more for each that was lost
+    assert transport.counters.messages == 2 + transport.dropped
+    assert not bool(transport.stale.any())
+
+
+@pytest.mark.parametrize("name", ["detsgrad", "choco-sgd"])
+def test_resend_without_losses_changes_nothing(name):
+    plain, plain_transport = _trajectory(ALGORITHMS[name](), lambda v: _lossy(v, 0.0))
+    again, again_transport = _trajectory(ALGORITHMS[name](), lambda v: _resending(v, 0.0))
+    assert torch.equal(plain, again)
+    assert plain_transport.counters.bytes == again_transport.counters.bytes

@@ -48,6 +48,12 @@ class MessageCounters:
         self.messages_per_agent += events * degrees
         self.bytes_per_agent += payload * degrees
 
+    def record_messages(self, messages: torch.Tensor, payload: torch.Tensor) -> None:
+        """Each agent sent ``messages[i]`` more point-to-point messages, of ``payload[i]``
+        bytes in all, that are no event of its own (messages sent again)."""
+        self.messages_per_agent += messages
+        self.bytes_per_agent += payload
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The counts, for a checkpoint."""
         return {

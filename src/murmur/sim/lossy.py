@@ -21,6 +21,14 @@ agent's own last broadcast (``last_sent``):
   DSGD's average is no longer kept, and DETSGRAD-GT's trackers no longer sum
   to the smoothed gradients' sum (1^T L = 0 held only for common values).
 
+With ``faults.resend`` a sender learns within the round which of its messages were
+lost (acknowledgments) and sends them again: an edge whose value was lost gets the
+sender's last broadcast at the next iteration even when the sender has no event (a
+message, not an event), and a lost difference is owed to that edge and goes with the
+sender's next message to it, or alone at the next iteration when the sender sends
+nothing, its codes counted again. A receiver's estimate is then always the sender's
+less what it is still owed: a loss delays it instead of leaving it wrong for good.
+
 Every message is counted as sent, lost or not (its bytes were spent);
 ``dropped_per_agent`` counts each sender's lost ones. With p = 0 the results
 equal :class:`~murmur.sim.transport.InMemoryTransport`'s bit for bit (the
@@ -66,10 +74,16 @@ class LossyTransport:
     probability ``drop``; see the module docstring."""
 
     def __init__(
-        self, graph: Graph, initial: torch.Tensor, drop: float, stream: torch.Generator
+        self,
+        graph: Graph,
+        initial: torch.Tensor,
+        drop: float,
+        stream: torch.Generator,
+        resend: bool = False,
     ) -> None:
         """``initial`` (agents, P): the values every agent is known to start from;
-        ``stream``: the generator the losses are drawn from."""
+        ``stream``: the generator the losses are drawn from; ``resend``: lost messages
+        are sent again (see the module docstring)."""
         if initial.shape[0] != graph.agents:
             raise ValueError(
                 f"initial values have {initial.shape[0]} rows for {graph.agents} agents"
@@ -109,6 +123,14 @@ class LossyTransport:
         self._spread: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.agents = list(range(agents))
         """The agents this transport sends for: all of them."""
+        self.resend = resend
+        edges_out = self.senders.numel()
+        self.stale = torch.zeros(edges_out, dtype=torch.bool)
+        """Resend: the directed edges whose last value was lost."""
+        self.owed = torch.zeros(edges_out if resend else 0, initial.shape[1], dtype=initial.dtype)
+        """Resend: the sum of each directed edge's lost differences."""
+        self.owed_bytes = torch.zeros(edges_out, dtype=torch.int64)
+        """Resend: the bytes of the codes each directed edge is owed."""
 
     def enter(self, graph: Graph, active: torch.Tensor, alive: torch.Tensor) -> None:
         """The next iteration: the agents talk over ``graph``, along the directed edges
@@ -140,24 +162,34 @@ class LossyTransport:
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
         """Agents flagged in ``senders`` (bool, (agents,)) send their row of ``values``;
-        each edge's message arrives unless it is lost."""
+        each edge's message arrives unless it is lost. With resend, the edges whose last
+        value was lost get the sender's last broadcast too."""
         senders = senders & self.alive
         copy_rows(self.own, values, senders)
         sent = senders[self.senders] & self.active
-        arrived = sent & self._survivors()
+        again = self.stale & ~sent & self.active & self.alive[self.senders]
+        tried = sent | again
+        arrived = tried & self._survivors()
         for slot, sender in _pairs(self._edge_slots, self.senders, arrived):
-            self.held[slot].copy_(values[sender])
-        self._count_lost(sent & ~arrived)
+            self.held[slot].copy_(self.own[sender])
+        self._count_lost(tried & ~arrived)
         self.counters.record_events(senders.to(torch.int64), self._message_bytes, self._degrees)
+        if self.resend:  # lost, or meant for a link that is down: owed until it arrives
+            self.stale = (self.stale | senders[self.senders]) & ~arrived
+            again_per_agent = self._per_sender(again.to(torch.int64))
+            self.counters.record_messages(again_per_agent, again_per_agent * self._message_bytes)
 
     def publish(self, update: EstimateUpdate) -> None:
         """Each agent sends its sent segments of ``update``, one message per segment and
         neighbour: it adds its row of ``update.delta`` to its own estimate, and every
-        neighbour whose message of a segment arrived adds that segment."""
+        neighbour whose message of a segment arrived adds that segment. With resend,
+        what an edge is owed goes with its first segment's message (or alone)."""
         sending = update.sent & self.alive.unsqueeze(1)
         add_rows(self.own, update.delta, sending.any(1))
         sent = sending[self.senders] & self.active.unsqueeze(1)
         arrived = sent & self._survivors(len(update.segments))
+        if self.resend:
+            self._pay_owed(sent, arrived)
         for index, part in enumerate(update.segments.slices):
             for slot, sender in _pairs(self._edge_slots, self.senders, arrived[:, index]):
                 self.held[slot, part].add_(update.delta[sender, part])
@@ -165,6 +197,47 @@ class LossyTransport:
         segments = sending.to(torch.int64).sum(1)
         payload = (sending.to(torch.int64) * update.segment_bytes()).sum(1)
         self.counters.record_events(segments, payload, self._degrees)
+        if self.resend:  # lost, or meant for a link that is down: owed until it arrives
+            self._owe(update, sending[self.senders] & ~arrived)
+
+    def _pay_owed(self, sent: torch.Tensor, arrived: torch.Tensor) -> None:
+        """Resend: each edge owed something sends it with its first segment's message
+        this round, or alone where it sends none; what arrives is added to the
+        receiver's estimate, and its bytes are counted either way."""
+        owing = (self.owed_bytes > 0) & self.active & self.alive[self.senders]
+        carried = sent.any(1)
+        alone = owing & ~carried
+        first = sent.to(torch.int64).argmax(1, keepdim=True)
+        delivered = owing & torch.where(carried, arrived.gather(1, first).squeeze(1), False)
+        delivered |= alone & self._survivors()
+        for slot, edge in zip(
+            self._edge_slots[delivered].tolist(),
+            delivered.nonzero().squeeze(1).tolist(),
+            strict=True,
+        ):
+            self.held[slot].add_(self.owed[edge])
+        self._count_lost(alone & ~delivered)
+        spent = torch.where(owing, self.owed_bytes, 0)
+        self.counters.record_messages(
+            self._per_sender(alone.to(torch.int64)), self._per_sender(spent)
+        )
+        self.owed[delivered] = 0.0
+        self.owed_bytes[delivered] = 0
+
+    def _owe(self, update: EstimateUpdate, lost: torch.Tensor) -> None:
+        """Resend: add each lost segment (2E, S) to what its edge is owed."""
+        sizes = update.segment_bytes()
+        for index, part in enumerate(update.segments.slices):
+            edges = lost[:, index].nonzero().squeeze(1)
+            if edges.numel():
+                self.owed[edges, part] += update.delta[self.senders[edges], part]
+                self.owed_bytes[edges] += int(sizes[index])
+
+    def _per_sender(self, counts: torch.Tensor) -> torch.Tensor:
+        """Per-edge counts (2E,) summed over each sender, (agents,) int64."""
+        return torch.bincount(
+            self.senders, weights=counts.to(torch.float64), minlength=len(self.agents)
+        ).to(torch.int64)
 
     def _count_lost(self, lost: torch.Tensor) -> None:
         """Add the lost messages of each directed edge (2E,) to its sender's count."""
@@ -223,6 +296,9 @@ class LossyTransport:
             "dropped": self.dropped_per_agent,
             "stream": self.stream.get_state(),
             "counters": self.counters.state_dict(),
+            "stale": self.stale,
+            "owed": self.owed,
+            "owed_bytes": self.owed_bytes,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -232,6 +308,10 @@ class LossyTransport:
         self.dropped_per_agent.copy_(state["dropped"])
         self.stream.set_state(state["stream"])
         self.counters.load_state_dict(state["counters"])
+        if "stale" in state:  # checkpoints from before resend have none: nothing owed
+            self.stale.copy_(state["stale"])
+            self.owed.copy_(state["owed"])
+            self.owed_bytes.copy_(state["owed_bytes"])
 
 
 _SPREADS_KEPT = 64

@@ -168,7 +168,8 @@ def _transport(
         return InMemoryTransport(setup.graph, sent, compiled=plan.compiled)
     links = schedule.links if schedule is not None else setup.graph
     stream = generator(plan.config.run.seed, "faults")
-    return LossyTransport(links, sent, plan.config.faults.drop, stream)
+    faults = plan.config.faults
+    return LossyTransport(links, sent, faults.drop, stream, resend=faults.resend)
 
 
 def _fault_counts(
