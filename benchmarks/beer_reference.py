@@ -8,20 +8,20 @@ The reference is the update of the authors' NumPy experiments (liboyue/beer,
     v <- v + gamma (W - I) g + grad(x_new; batch t+1) - grad(x_old; batch t)
     g <- g + C(v - g)
 
-started as theirs is: v at the first gradient, h and g at zero, and once more
-with h at the initial model, as murmur's ``beer`` starts it (every agent knows
-that model). murmur takes the same steps in one exchange a step. Both run on the same config: murmur's data split, its
-mini-batches (the same sampler, seeded alike), its initial weights, its
-Metropolis weights W, its consensus step gamma ("auto") and its compressor with
-the agents' own streams; so what differs is the update and its start. For each
-split (one digit per agent, i.i.d.) and compressor (top-k 1 %, qsgd with 16
-levels) the table gives the final mean and worst agent's test accuracy of both
-and their difference, for the reference from each start. With a compressor that
+started as theirs is: v at the first gradient, h and g at zero, and once more with h
+at the initial model, as murmur's ``beer`` starts it (every agent knows that model).
+murmur takes the same steps in one exchange a step. Both run on the same config:
+murmur's data split, its mini-batches (the same sampler, seeded alike), its initial
+weights, its Metropolis weights W, its consensus step gamma ("auto") and its
+compressor with the agents' own streams; so what differs is the update and its
+start. For each split (one digit per agent, i.i.d.) and compressor (top-k 1 %, qsgd
+with 16 levels) the table gives the final mean and worst agent's test accuracy of
+both and their difference, for the reference from each start. With a compressor that
 draws (qsgd), h = 0 makes the agents' first estimates of one common model differ,
-and gamma (W - I) h then moves the models apart; from the initial model it does
-not. One torch thread, one process.
+and gamma (W - I) h then moves the models apart; from the initial model it does not.
+One torch thread, one process.
 
-    python benchmarks/beer_reference.py            # about 8 minutes on 2 cores
+    python benchmarks/beer_reference.py            # about 12 minutes on 2 cores
     python benchmarks/beer_reference.py --quick    # smoke run: 30 iterations, seconds
 """
 
