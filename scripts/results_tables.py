@@ -4,6 +4,7 @@ mode, so that any x86-64 machine prints the same numbers.
     python scripts/results_tables.py                  # every table (hours on 2 cores)
     python scripts/results_tables.py --only default   # one of them
     python scripts/results_tables.py --list           # their names and commands
+    python scripts/results_tables.py --only talk-less --fill   # only its missing runs
 
 Each table is one ``murmur run PRESET --seeds S --portable`` whose comparison table
 (mean +- sd across seeds) is written, with the command and its wall time, to
@@ -185,6 +186,31 @@ def short(markdown: str) -> str:
     return "\n".join(["| " + " | ".join(names) + " |", rule, *rows]) + "\n"
 
 
+def fill(table: Table, seeds: str, folder: Path) -> int:
+    """Train, in this process and in portable mode, the runs of ``table`` whose folders
+    hold no summary (removed to be remade, or never run); how many it trained."""
+    from murmur import portable
+    from murmur.config import load_experiment, parse_seeds
+    from murmur.experiment import run
+    from murmur.training.plan import plan
+
+    portable.pin()
+    listed = ", ".join(map(str, parse_seeds(seeds)))
+    settings = [*table.settings, f"run.seeds=[{listed}]", "run.portable=true"]
+    experiment = load_experiment(table.preset, settings)
+    trained = 0
+    for index, (label, config) in enumerate(experiment.runs):
+        where = folder / experiment.folder(index)
+        if (where / "summary.json").is_file():
+            continue
+        if where.exists():
+            raise SystemExit(f"{where} holds an unfinished run: remove it first")
+        print(f"{table.name}: training {where.relative_to(folder)}", file=sys.stderr)
+        run(plan(config), where, name=label, preset=experiment.name, progress=False)
+        trained += 1
+    return trained
+
+
 def tables(table: Table, seeds: str, folder: Path) -> str:
     """The comparison's tables (``comparison.md``, by the current code) from its run
     folders, in the order of its members; a run that failed is named under "Failed:"."""
@@ -216,6 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--list", action="store_true", help="print the tables' commands")
     parser.add_argument(
+        "--fill",
+        action="store_true",
+        help="train only the runs whose folders in --out are missing, then write the files",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="train nothing: write the files again from the run folders already in --out",
@@ -225,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     for table in chosen:
         if args.list:
             print(f"{table.name}: {shlex.join(command(table, args.seeds, args.out))}")
+        elif args.fill:
+            trained = fill(table, args.seeds, args.out / table.name)
+            written = make(table, args.seeds, args.out, run=False)
+            print(f"{table.name}: {trained} runs trained; {written}")
         else:
             print(f"{table.name}: {make(table, args.seeds, args.out, run=not args.report_only)}")
     return 0
