@@ -131,7 +131,7 @@ def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
         timing.write_text(f"{(time.perf_counter() - started) / 60:.0f}\n")
     elif not folder.is_dir():
         raise SystemExit(f"{folder}: no such run folder; run the table first")
-    minutes = timing.read_text().strip() if timing.is_file() else "?"
+    minutes = timing.read_text().strip() if timing.is_file() else _run_minutes(folder)
     RESULTS.mkdir(parents=True, exist_ok=True)
     target = RESULTS / f"{table.name}.md"
     full = tables(table, seeds, folder)
@@ -143,6 +143,17 @@ def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
         f"`python scripts/results_tables.py --only {table.name}` remakes this file).\n"
     )
     return target
+
+
+def _run_minutes(folder: Path) -> str:
+    """The runs' own wall minutes, summed, for a table remade in parts (``--fill``)."""
+    import json
+
+    seconds = sum(
+        float(json.loads(path.read_text()).get("wall_seconds", 0.0))
+        for path in folder.rglob("summary.json")
+    )
+    return f"{seconds / 60:.0f} (the runs' own)"
 
 
 SHORT = (
