@@ -94,3 +94,13 @@ def test_beer_converges_to_the_least_squares_optimum_with_every_compressor(compr
     optimum = torch.cat([weight.reshape(-1), bias]).to(torch.float32)
     errors = torch.linalg.vector_norm(result.parameters - optimum, dim=1) / optimum.norm()
     assert float(errors.max()) < 1e-2, errors
+
+
+def test_event_triggered_beer_talks_less_and_its_trackers_still_sum_to_the_gradients():
+    beer = Beer(
+        BeerConfig(a=0.1, compress="topk", fraction=0.25, v0=8.0, vy=3.0), ring(AGENTS), CONTEXT
+    )
+    states, grads, _, transport = _steps(beer)
+    for step, (_, v) in enumerate(states):
+        torch.testing.assert_close(v.sum(0), grads[step].sum(0), rtol=0, atol=1e-4)
+    assert 0 < transport.counters.events < 2 * AGENTS * STEPS, "some halves stay unsent"

@@ -25,6 +25,11 @@ The tracker starts at the first gradient (v = grad at step 0, g = 0) and h at th
 initial model, which every agent knows (all start from the same seed). With C =
 none and gamma = 1 this is gradient tracking (GT-DSGD). ``gamma = "auto"`` is
 CHOCO-SGD's :func:`~murmur.algorithms.choco.auto_gamma`.
+
+With event triggers (``v0``, ``vy`` > 0, DETSGRAD-GT's), an agent sends its model's
+half only when ||x_i - h_i|| >= v0 eta_k and its tracker's only when ||v_i - g_i||
+>= vy; what it does not send stays in the difference for later, and the trackers
+still sum to the gradients' sum. v0 = vy = 0 (the default) sends both every step.
 """
 
 from __future__ import annotations
@@ -37,14 +42,25 @@ import torch
 from murmur.algorithms.choco import GossipConfig, GossipSetup, gossip_setup
 from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
 from murmur.algorithms.protocols import BuildContext, Transport
+from murmur.errors import UsageError
 from murmur.topology import Graph
 
 
 @dataclass(frozen=True)
 class BeerConfig(GossipConfig):
-    """Parameters of BEER: CHOCO-SGD's mixing weights, consensus step and compressor."""
+    """Parameters of BEER: CHOCO-SGD's mixing weights, consensus step and compressor,
+    and event triggers on the two halves."""
 
     name = "beer"
+    v0: float = 0.0
+    """Model trigger: an agent sends C(x_i - h_i) once ||x_i - h_i|| reaches v0 eta_k (>= 0)."""
+    vy: float = 0.0
+    """Tracker trigger: it sends C(v_i - g_i) once ||v_i - g_i|| reaches vy (>= 0)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.v0 < 0 or self.vy < 0:
+            raise UsageError("algorithm.v0 and algorithm.vy must be >= 0")
 
 
 class BeerState(NamedTuple):
@@ -74,6 +90,7 @@ class Beer:
         self.gradient_step = config.gradient_step()
         self.gossip: GossipSetup = gossip_setup(config, graph, context)
         self.seed = context.seed
+        self.v0, self.vy = config.v0, config.vy
 
     def chosen_steps(self) -> dict[str, float]:
         return self.gossip.chosen_steps()
@@ -102,12 +119,19 @@ class Beer:
         transport.mix(gossip.operator, out=pair, scale=gossip.gamma)
         v.add_(grads).sub_(last)
         last.copy_(grads)
-        x.add_(v, alpha=-self.gradient_step(iteration))
+        eta = self.gradient_step(iteration)
+        x.add_(v, alpha=-eta)
         difference = torch.sub(pair, transport.last_sent, out=scratch)
         half = x.shape[1]
-        everyone = torch.ones(pair.shape[0], 2, dtype=torch.bool)
+        sent = torch.stack(
+            [
+                torch.linalg.vector_norm(difference[:, :half], dim=1) >= self.v0 * eta,
+                torch.linalg.vector_norm(difference[:, half:], dim=1) >= self.vy,
+            ],
+            dim=1,
+        )
         update = compressed_update(
-            gossip.compressor, difference, everyone, Segments((half, half)), generators
+            gossip.compressor, difference, sent, Segments((half, half)), generators
         )
         transport.publish(update)
         return state
