@@ -94,6 +94,7 @@ def test_section_defaults():
         "crash_at": 0,
         "rejoin_at": 0,
         "rejoin_from": "own",
+        "resend": False,
     }
     assert not FaultsConfig().active and FaultsConfig(drop=0.1).active
     assert FaultsConfig(link_down=0.1).active and FaultsConfig(crashes=(3,)).active
@@ -109,6 +110,8 @@ OPTIMIZER_DEFAULTS = {
 }
 """The local optimizer's keys, which every SGD algorithm has after a, d2 and eps."""
 OPTIMIZER_KEYS = list(OPTIMIZER_DEFAULTS)
+COMPRESSION_DEFAULTS = {"sign_scale": "tensor", "rank": 1, "power_iterations": 2}
+"""The compressors' keys after compress, fraction and levels."""
 
 
 def test_algorithm_defaults():
@@ -123,6 +126,7 @@ def test_algorithm_defaults():
         "compress": "none",
         "fraction": 0.01,
         "levels": 16,
+        **COMPRESSION_DEFAULTS,
         **OPTIMIZER_DEFAULTS,
     }
     assert dataclasses.asdict(DsgdConfig()) == {
@@ -264,6 +268,7 @@ def test_to_dict_puts_the_algorithm_name_first():
         "compress",
         "fraction",
         "levels",
+        *COMPRESSION_DEFAULTS,
         "b",
         "v0",
         "d1",
