@@ -145,6 +145,23 @@ def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
     return target
 
 
+def readme_table(name: str, columns: list[str]) -> str:
+    """The short table of ``docs/results/NAME.md`` with only ``columns`` (its headers),
+    written as the README writes figures (``+-``)."""
+    text = (RESULTS / f"{name}.md").read_text()
+    lines = [line for line in text.split("\n\n")[1].splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    missing = [column for column in columns if column not in header]
+    if missing:
+        raise SystemExit(f"{name}: no column {missing}; it has {header}")
+    kept = [header.index(column) for column in columns]
+    rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for line in lines[2:]:
+        cells = [cell.strip().replace("±", "+-") for cell in line.strip("|").split("|")]
+        rows.append("| " + " | ".join(cells[i] for i in kept) + " |")
+    return "\n".join(rows)
+
+
 def _run_minutes(folder: Path) -> str:
     """The runs' own wall minutes, summed, for a table remade in parts (``--fill``)."""
     import json
@@ -253,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--list", action="store_true", help="print the tables' commands")
     parser.add_argument(
+        "--readme",
+        metavar="COLUMN",
+        nargs="+",
+        help="print the short table of each --only file with these columns, for the README",
+    )
+    parser.add_argument(
         "--fill",
         action="store_true",
         help="train only the runs whose folders in --out are missing, then write the files",
@@ -265,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     chosen = [table for table in TABLES if not args.only or table.name in args.only]
     for table in chosen:
-        if args.list:
+        if args.readme:
+            print(readme_table(table.name, args.readme))
+        elif args.list:
             print(f"{table.name}: {shlex.join(command(table, args.seeds, args.out))}")
         elif args.fill:
             trained = fill(table, args.seeds, args.out / table.name)
