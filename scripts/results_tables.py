@@ -56,7 +56,9 @@ TABLES = (
         "talk-less",
         "talk-less",
         (),
-        "Talking less: DSGD, CHOCO-SGD, SPARQ-SGD, DETSGRAD and DETSGRAD-GT on the default split",
+        "Talking less: DSGD (on DETSGRAD's Laplacian weights and on the Metropolis weights "
+        "of CHOCO-SGD, SPARQ-SGD and BEER), DETSGRAD, DETSGRAD-GT, CHOCO-SGD, SPARQ-SGD and "
+        "BEER on the default split",
     ),
     Table(
         "talk-less-iid",
@@ -131,7 +133,7 @@ def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
         timing.write_text(f"{(time.perf_counter() - started) / 60:.0f}\n")
     elif not folder.is_dir():
         raise SystemExit(f"{folder}: no such run folder; run the table first")
-    minutes = timing.read_text().strip() if timing.is_file() else _run_minutes(folder)
+    minutes = f"{timing.read_text().strip()} min" if timing.is_file() else _run_minutes(folder)
     RESULTS.mkdir(parents=True, exist_ok=True)
     target = RESULTS / f"{table.name}.md"
     full = tables(table, seeds, folder)
@@ -139,7 +141,7 @@ def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
     target.write_text(
         f"{table.title}; seeds {seeds}, portable mode, mean ± sd across seeds.\n\n"
         f"{short(full)}\nEvery figure:\n\n{full}\n"
-        f"Made by `{shown}` ({minutes} min on this machine; "
+        f"Made by `{shown}` ({minutes} on this machine; "
         f"`python scripts/results_tables.py --only {table.name}` remakes this file).\n"
     )
     return target
@@ -170,7 +172,7 @@ def _run_minutes(folder: Path) -> str:
         float(json.loads(path.read_text()).get("wall_seconds", 0.0))
         for path in folder.rglob("summary.json")
     )
-    return f"{seconds / 60:.0f} (the runs' own)"
+    return f"{seconds / 60:.0f} min of its runs' own time"
 
 
 SHORT = (
