@@ -40,9 +40,9 @@ once) on loopback gloo:
   every process of the machine) at each step of the ping-pong: the sender
   before and after ``Outbox.post_each``; the receiver when gloo's receive
   completes in its receiving thread (measured from the start of the post: gloo
-  may deliver the message before ``post_each`` has returned), when the thread has checked the message
-  and hands it over, when the hand-over is done, and when ``values_at``
-  returns in the caller's thread. The table gives the median of each step
+  may deliver the message before ``post_each`` has returned), when the thread
+  has checked the message and hands it over, when the hand-over is done, and
+  when ``values_at`` returns in the caller's thread. The table gives the median of each step
   over ``--repeats`` sends each way, beside the median one-way time of a bare
   ``dist.send``.
 
