@@ -40,6 +40,7 @@ from typing import NamedTuple
 import torch
 
 from murmur.algorithms.choco import GossipConfig, GossipSetup, gossip_setup
+from murmur.algorithms.detsgrad_gt import half_triggers, model_and_tracker
 from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.errors import UsageError
@@ -99,8 +100,7 @@ class Beer:
         return BeerState(pair=self.initial_sent(params))
 
     def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
-        """Every agent starts known as (x_0, 0): its model and a zero tracker."""
-        return torch.cat([params, torch.zeros_like(params)], dim=1)
+        return model_and_tracker(params)
 
     def params(self, state: BeerState) -> torch.Tensor:
         return state.x
@@ -123,13 +123,7 @@ class Beer:
         x.add_(v, alpha=-eta)
         difference = torch.sub(pair, transport.last_sent, out=scratch)
         half = x.shape[1]
-        sent = torch.stack(
-            [
-                torch.linalg.vector_norm(difference[:, :half], dim=1) >= self.v0 * eta,
-                torch.linalg.vector_norm(difference[:, half:], dim=1) >= self.vy,
-            ],
-            dim=1,
-        )
+        sent = half_triggers(difference, self.v0 * eta, self.vy)
         update = compressed_update(
             gossip.compressor, difference, sent, Segments((half, half)), generators
         )

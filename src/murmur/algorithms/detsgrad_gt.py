@@ -80,6 +80,24 @@ class DetsgradGtConfig(CompressionConfig, SgdConfig):
             raise UsageError("algorithm.d1 must be >= 0")
 
 
+def model_and_tracker(params: torch.Tensor) -> torch.Tensor:
+    """Every agent's row (x_0, 0): its model and a zero tracker, as it starts known."""
+    return torch.cat([params, torch.zeros_like(params)], dim=1)
+
+
+def half_triggers(drift: torch.Tensor, model: float, tracker: float) -> torch.Tensor:
+    """(agents, 2) bool: which halves of each row of ``drift`` (agents, 2P), the model's
+    and the tracker's, moved at least ``model`` and ``tracker`` in norm."""
+    half = drift.shape[1] // 2
+    return torch.stack(
+        [
+            torch.linalg.vector_norm(drift[:, :half], dim=1) >= model,
+            torch.linalg.vector_norm(drift[:, half:], dim=1) >= tracker,
+        ],
+        dim=1,
+    )
+
+
 class DetsgradGtState(NamedTuple):
     pair: torch.Tensor
     """(agents, 2P): each agent's model x_i, then its tracker y_i of the average
@@ -137,8 +155,7 @@ class DetsgradGt:
         return DetsgradGtState(pair=self.initial_sent(params))
 
     def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
-        """Every agent starts known as (x_0, 0): its model and a zero tracker."""
-        return torch.cat([params, torch.zeros_like(params)], dim=1)
+        return model_and_tracker(params)
 
     def params(self, state: DetsgradGtState) -> torch.Tensor:
         return state.x
@@ -160,8 +177,7 @@ class DetsgradGt:
         x.add_(y, alpha=-alpha)
         drift = torch.sub(pair, transport.last_sent, out=state.scratch)
         half = x.shape[1]
-        moved = torch.linalg.vector_norm(drift[:, :half], dim=1) >= self.v0 * alpha
-        tracked = torch.linalg.vector_norm(drift[:, half:], dim=1) >= self.vy
+        moved, tracked = half_triggers(drift, self.v0 * alpha, self.vy).unbind(1)
         if self.compressor is None:
             transport.broadcast(moved | tracked, pair)
             return state
