@@ -177,15 +177,14 @@ class DetsgradGt:
         x.add_(y, alpha=-alpha)
         drift = torch.sub(pair, transport.last_sent, out=state.scratch)
         half = x.shape[1]
-        moved, tracked = half_triggers(drift, self.v0 * alpha, self.vy).unbind(1)
+        sent = half_triggers(drift, self.v0 * alpha, self.vy)
         if self.compressor is None:
-            transport.broadcast(moved | tracked, pair)
+            transport.broadcast(sent.any(1), pair)
             return state
         generators = state.generators
         if generators is None:
             generators = agent_generators(self.seed, transport.agents)
             state = state._replace(generators=generators)
-        sent = torch.stack([moved, tracked], dim=1)
         halves = Segments((half, half))
         transport.publish(compressed_update(self.compressor, drift, sent, halves, generators))
         return state
