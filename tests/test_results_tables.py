@@ -1,0 +1,60 @@
+"""scripts/results_tables.py's tables: the short table keeps the README's columns
+in order, and the README form picks columns by name."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "results_tables.py"
+FULL = "\n".join(
+    [
+        "| name | algorithm | seeds | final acc mean % | 95 % CI | final acc min % "
+        "| messages | bytes vs DSGD % |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| dsgd | dsgd | 5 | 93.97 ± 0.72 | [93.08, 94.87] | 92.44 ± 1.28 | 60000 ± 0 "
+        "| 100.00 ± 0.00 |",
+        "| beer | beer | 5 | 85.72 ± 0.44 | [85.17, 86.27] | 81.60 ± 1.47 | 120000 ± 0 "
+        "| 4.00 ± 0.00 |",
+        "",
+        "Each seed:",
+        "",
+        "| name | seed |",
+        "",
+    ]
+)
+
+
+@pytest.fixture
+def results_tables(monkeypatch):
+    spec = importlib.util.spec_from_file_location("results_tables", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "results_tables", module)  # its dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_short_table_keeps_the_readme_columns_of_the_first_table(results_tables):
+    lines = results_tables.short(FULL).splitlines()
+    assert lines[0] == "| name | seeds | mean acc % | worst agent % | messages | bytes vs DSGD % |"
+    assert lines[3] == "| beer | 5 | 85.72 ± 0.44 | 81.60 ± 1.47 | 120000 ± 0 | 4.00 ± 0.00 |"
+    assert len(lines) == 4  # the per-seed table is not read
+
+
+def test_the_readme_form_picks_columns_by_name_and_refuses_unknown_ones(
+    results_tables, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(results_tables, "RESULTS", tmp_path)
+    (tmp_path / "x.md").write_text(f"Title.\n\n{results_tables.short(FULL)}\nEvery figure:\n")
+    table = results_tables.readme_table("x", ["name", "mean acc %"]).splitlines()
+    assert table == [
+        "| name | mean acc % |",
+        "|---|---|",
+        "| dsgd | 93.97 +- 0.72 |",
+        "| beer | 85.72 +- 0.44 |",
+    ]
+    with pytest.raises(SystemExit, match="no column"):
+        results_tables.readme_table("x", ["speed"])
