@@ -186,6 +186,7 @@ SHORT = (
     "lost msgs %",
     "virtual s",
     "its to target",
+    "virtual s to target",
     "iteration speedup",
     "time speedup",
     "reached",
