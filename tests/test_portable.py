@@ -147,6 +147,10 @@ try:
     murmur.run(config)
 except murmur.UsageError as error:
     print(error)
+import os
+print("switch after the refusal:", os.environ.get("MURMUR_PORTABLE"))
+plain = murmur.load_experiment("dsgd", SMALL).runs[0][1]
+print("a plain run after it:", murmur.run(plain).extra["machine"]["portable"])
 """
     base = {k: v for k, v in os.environ.items() if k not in portable.ENVIRONMENT}
     done = subprocess.run(
@@ -159,6 +163,9 @@ except murmur.UsageError as error:
     assert done.returncode == 0, done.stderr
     assert "portable numbers need" in done.stdout
     assert "murmur.portable.pin()" in done.stdout and "murmur run --portable" in done.stdout
+    # the refused pin left the process as it was: the next run is an ordinary one
+    assert "switch after the refusal: None" in done.stdout
+    assert "a plain run after it: False" in done.stdout
 
 
 def test_python_that_pins_first_runs_portable(tmp_path):

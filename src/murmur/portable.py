@@ -117,10 +117,25 @@ def pin_environment() -> None:
 def pin() -> None:
     """Pin this process's CPU kernels (:data:`ENVIRONMENT`, oneDNN off, one thread) and
     check that they are the ones in use; UsageError, in one line, on a CPU or torch
-    that cannot have them, or when torch already computed with others here."""
+    that cannot have them, or when torch already computed with others here. A refused
+    pin leaves the process as it was: its environment, threads and oneDNN."""
+    import torch
+
     _check_platform()
+    environment = {name: os.environ.get(name) for name in ENVIRONMENT}
+    threads, onednn = torch.get_num_threads(), torch.backends.mkldnn.enabled
     _apply()
-    check_pinned()
+    try:
+        check_pinned()
+    except UsageError:
+        for name, value in environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        torch.set_num_threads(threads)
+        torch.backends.mkldnn.enabled = onednn
+        raise
 
 
 def pin_if_asked() -> None:
