@@ -80,6 +80,13 @@ TABLES = (
         "Failing links and crashed agents: DSGD and DETSGRAD on the default experiment",
     ),
     Table(
+        "faults-resend",
+        "faults-resend",
+        (),
+        "Lost messages sent again: gradient tracking at 0 and 30 % loss, and DSGD, DETSGRAD, "
+        "DETSGRAD-GT and gradient tracking at 30 % loss with faults.resend",
+    ),
+    Table(
         "cnn",
         "default",
         ("model.name=cnn",),

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from murmur.algorithms.beer import Beer, BeerConfig
 from murmur.algorithms.choco import Choco, ChocoConfig
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.algorithms.detsgrad_gt import DetsgradGt, DetsgradGtConfig
@@ -188,3 +189,44 @@ def test_resend_without_losses_changes_nothing(name):
     again, again_transport = _trajectory(ALGORITHMS[name](), lambda v: _resending(v, 0.0))
     assert torch.equal(plain, again)
     assert plain_transport.counters.bytes == again_transport.counters.bytes
+
+
+def _tracker_sums(config, resend: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of the trackers, sum of the gradients) after each of 30 steps of BEER
+    (``config``) at 30 % loss."""
+    algorithm = Beer(config, GRAPH, CONTEXT)
+    initial = torch.randn(GRAPH.agents, P, generator=torch.Generator().manual_seed(0))
+    grads = torch.randn(30, GRAPH.agents, P, generator=torch.Generator().manual_seed(1))
+    transport = LossyTransport(
+        GRAPH, algorithm.initial_sent(initial), 0.3, generator(0, "faults"), resend=resend
+    )
+    state, trackers = algorithm.init(initial), []
+    for step in range(30):
+        state = algorithm.step(state, grads[step].clone(), step, transport)
+        trackers.append(state.v.sum(0))
+    assert transport.dropped > 0
+    return torch.stack(trackers), grads.sum(1)
+
+
+@pytest.mark.parametrize("compress", ["none", "randk"])
+def test_with_resend_the_trackers_keep_summing_to_the_gradients(compress):
+    """Each edge is mixed as the difference of what its ends hold of each other, so lost
+    messages do not move sum_i v_i off sum_i grad_i; without resend they do."""
+    config = BeerConfig(a=0.1, gamma=0.5, compress=compress, fraction=0.5)
+    trackers, gradients = _tracker_sums(config, resend=True)
+    torch.testing.assert_close(trackers, gradients, rtol=0, atol=1e-4)
+    trackers, gradients = _tracker_sums(config, resend=False)
+    assert float((trackers - gradients).abs().max()) > 0.1
+
+
+def test_with_resend_dsgd_keeps_the_network_average():
+    """DSGD combine-then-adapt: sum_i x_i moves by -a sum_i g_i exactly, lost values or not."""
+    dsgd = Dsgd(DsgdConfig(a=0.1, d2=0.0), GRAPH)
+    initial = torch.randn(GRAPH.agents, P, generator=torch.Generator().manual_seed(0))
+    grads = torch.randn(STEPS, GRAPH.agents, P, generator=torch.Generator().manual_seed(1))
+    final, transport = _trajectory(dsgd, lambda v: _resending(v, 0.3))
+    expected = initial.sum(0) - 0.1 * grads.sum((0, 1))
+    torch.testing.assert_close(final.sum(0), expected, rtol=0, atol=1e-4)
+    lossy, _ = _trajectory(Dsgd(DsgdConfig(a=0.1, d2=0.0), GRAPH), lambda v: _lossy(v, 0.3))
+    assert float((lossy.sum(0) - expected).abs().max()) > 0.1
+    assert transport.dropped > 0

@@ -256,6 +256,42 @@ class LossyTransport:
         else:
             spread = as_sparse(self._spread_dense(operator, self.active), operator.dtype)
         out.addmm_(spread, self.held, alpha=scale)
+        if self.resend:
+            self._mix_acknowledged(operator, out, scale)
+
+    def _mix_acknowledged(self, operator: torch.Tensor, out: torch.Tensor, scale: float) -> None:
+        """Resend, symmetric W: ``out_s += scale sum_r W_sr (x^_s - m_rs)``, m_rs what
+        neighbour r holds of s, over the active edges. Each edge is then mixed as the
+        difference of what its two ends hold of each other, so sum_i of the mix is
+        (row sum) x sum_i x^_i exactly however many messages are still owed: DSGD keeps
+        the network average and the trackers of DETSGRAD-GT and BEER keep summing to the
+        gradients' sum. Every sender knows m_rs from the acknowledgments. Without a loss
+        m_rs = x^_s bit for bit and this adds exact zeros."""
+        weights = self._acknowledged_of(operator)
+        if weights is None:
+            return
+        if not bool(self.active.all()):
+            weights = weights * self.active.to(weights.dtype)
+        gaps = self.own[self.senders] - self.held[self._edge_slots]
+        out.addmm_(weights, gaps, alpha=scale)
+
+    def _acknowledged_of(self, operator: torch.Tensor) -> torch.Tensor | None:
+        """(agents, 2E): entry (s, e) = W_sr for the directed edge e from s to r; None
+        where W is not symmetric (the edge's two ends would weigh it differently)."""
+        key = -id(operator)
+        known = self._spread.get(key)
+        if known is None or known[0] is not operator:
+            if len(self._spread) >= _SPREADS_KEPT:
+                self._spread.clear()
+            dense = operator.to_dense()
+            weights = torch.zeros(dense.shape[0], self.senders.numel(), dtype=dense.dtype)
+            if torch.equal(dense, dense.T):
+                edges = torch.arange(self.senders.numel())
+                weights[self.senders, edges] = dense[self.senders, self.receivers]
+            known = (operator, weights)
+            self._spread[key] = known
+        weights = known[1]
+        return weights if bool(weights.any()) else None
 
     def _spread_of(self, operator: torch.Tensor) -> torch.Tensor:
         """W spread over the slots, sparse, for an operator used with every edge active."""
