@@ -282,7 +282,9 @@ class FaultsConfig:
     """Lost messages are acknowledged as lost within their round and sent again: a lost
     value goes again at the next iteration even without an event, a lost estimate
     difference goes with the next message to that neighbour (its codes counted again),
-    so a loss delays what a receiver holds instead of leaving it wrong for good."""
+    so a loss delays what a receiver holds instead of leaving it wrong for good; each
+    edge is mixed as the difference of what its two ends hold of each other, which keeps
+    the network average and the trackers' sum."""
 
     def __post_init__(self) -> None:
         require(0 <= self.drop < 1, f"faults.drop must be in [0, 1), not {self.drop}")

@@ -28,6 +28,11 @@ message, not an event), and a lost difference is owed to that edge and goes with
 sender's next message to it, or alone at the next iteration when the sender sends
 nothing, its codes counted again. A receiver's estimate is then always the sender's
 less what it is still owed: a loss delays it instead of leaving it wrong for good.
+Since every sender then knows what each neighbour holds of it, ``mix`` with a
+symmetric W mixes each edge as the difference of what its two ends hold of each
+other, sum_j W_ij (m_ji - m_ij) (plus the row sum times x^_i): the mix then adds
+nothing to the network's sum while values are still owed, so DSGD keeps its average
+and the trackers of DETSGRAD-GT and BEER keep summing to the gradients' sum.
 
 Every message is counted as sent, lost or not (its bytes were spent);
 ``dropped_per_agent`` counts each sender's lost ones. With p = 0 the results
