@@ -126,6 +126,8 @@ class LossyTransport:
         self._degrees = graph.degrees()
         self._message_bytes = initial.shape[1] * initial.element_size()
         self._spread: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._acknowledged: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        """Resend: each operator's weights of the edges' acknowledged gaps."""
         self.agents = list(range(agents))
         """The agents this transport sends for: all of them."""
         self.resend = resend
@@ -283,18 +285,17 @@ class LossyTransport:
     def _acknowledged_of(self, operator: torch.Tensor) -> torch.Tensor | None:
         """(agents, 2E): entry (s, e) = W_sr for the directed edge e from s to r; None
         where W is not symmetric (the edge's two ends would weigh it differently)."""
-        key = -id(operator)
-        known = self._spread.get(key)
+        known = self._acknowledged.get(id(operator))
         if known is None or known[0] is not operator:
-            if len(self._spread) >= _SPREADS_KEPT:
-                self._spread.clear()
+            if len(self._acknowledged) >= _SPREADS_KEPT:
+                self._acknowledged.clear()
             dense = operator.to_dense()
             weights = torch.zeros(dense.shape[0], self.senders.numel(), dtype=dense.dtype)
             if torch.equal(dense, dense.T):
                 edges = torch.arange(self.senders.numel())
                 weights[self.senders, edges] = dense[self.senders, self.receivers]
             known = (operator, weights)
-            self._spread[key] = known
+            self._acknowledged[id(operator)] = known
         weights = known[1]
         return weights if bool(weights.any()) else None
 
