@@ -126,7 +126,7 @@ class LossyTransport:
         self._degrees = graph.degrees()
         self._message_bytes = initial.shape[1] * initial.element_size()
         self._spread: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._acknowledged: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._acknowledged: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
         """Resend: each operator's weights of the edges' acknowledged gaps."""
         self.agents = list(range(agents))
         """The agents this transport sends for: all of them."""
@@ -277,14 +277,13 @@ class LossyTransport:
         weights = self._acknowledged_of(operator)
         if weights is None:
             return
-        if not bool(self.active.all()):
-            weights = weights * self.active.to(weights.dtype)
         gaps = self.own[self.senders] - self.held[self._edge_slots]
+        gaps[~self.active] = 0.0  # an edge that is down is not mixed at either end
         out.addmm_(weights, gaps, alpha=scale)
 
     def _acknowledged_of(self, operator: torch.Tensor) -> torch.Tensor | None:
-        """(agents, 2E): entry (s, e) = W_sr for the directed edge e from s to r; None
-        where W is not symmetric (the edge's two ends would weigh it differently)."""
+        """(agents, 2E): entry (s, e) = W_sr for the directed edge e from s to r;
+        None where W is not symmetric (the edge's two ends would weigh it differently)."""
         known = self._acknowledged.get(id(operator))
         if known is None or known[0] is not operator:
             if len(self._acknowledged) >= _SPREADS_KEPT:
@@ -294,10 +293,10 @@ class LossyTransport:
             if torch.equal(dense, dense.T):
                 edges = torch.arange(self.senders.numel())
                 weights[self.senders, edges] = dense[self.senders, self.receivers]
-            known = (operator, weights)
+            # dense: a sparse product rounds differently, and docs/results come from this one
+            known = (operator, weights if bool(weights.any()) else None)
             self._acknowledged[id(operator)] = known
-        weights = known[1]
-        return weights if bool(weights.any()) else None
+        return known[1]
 
     def _spread_of(self, operator: torch.Tensor) -> torch.Tensor:
         """W spread over the slots, sparse, for an operator used with every edge active."""
