@@ -22,7 +22,13 @@ from typing import Literal, NamedTuple
 
 import torch
 
-from murmur.algorithms.compressors import CompressionConfig, Compressor, kept_share
+from murmur.algorithms import gossip_probe
+from murmur.algorithms.compressors import (
+    CompressionConfig,
+    Compressor,
+    NoCompression,
+    kept_share,
+)
 from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import SgdConfig
@@ -64,16 +70,22 @@ class ChocoConfig(GossipConfig):
 def auto_gamma(mixing: torch.Tensor, compressor: Compressor, parameters: int) -> float:
     """A consensus step for W and C that needs no tuning.
 
-    The largest step keeping I + gamma (W - I) positive semi-definite,
-    1 / lambda_max(I - W) capped at 1, times the share omega of a difference
-    the compressor keeps (its ``typical_delta``: k / n for topk and randk, 1 / tau
-    for qsgd, 2 / pi for the sign, 1 for none), raised to the power 1/2. Measured
-    on the talk-less runs.
+    First the rule: the largest step keeping I + gamma (W - I) positive
+    semi-definite, 1 / lambda_max(I - W) capped at 1, times the share omega of a
+    difference the compressor keeps (its ``typical_delta``: k / n for topk and
+    randk, 1 / tau for qsgd, 2 / pi for the sign, 1 for none), raised to the
+    power 1/2, measured on the talk-less runs. Then the check: while
+    :func:`murmur.algorithms.gossip_probe.bounded` finds that compressed gossip
+    grows at that step on this W, the step shrinks by 2^(1/4), at most 16 times
+    (:func:`~murmur.algorithms.gossip_probe.supported_step`).
     """
     laplacian = torch.eye(mixing.shape[0], dtype=mixing.dtype) - mixing
     largest = float(torch.linalg.eigvalsh(laplacian)[-1])
     step = min(1.0, 1.0 / largest) if largest > 0 else 1.0
-    return step * kept_share(compressor, parameters) ** 0.5
+    gamma = step * kept_share(compressor, parameters) ** 0.5
+    if isinstance(compressor, NoCompression):
+        return gamma
+    return gossip_probe.supported_step(mixing, compressor, parameters, gamma)
 
 
 class GossipSetup(NamedTuple):

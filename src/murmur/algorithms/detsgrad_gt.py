@@ -38,6 +38,7 @@ from typing import NamedTuple
 
 import torch
 
+from murmur.algorithms import gossip_probe
 from murmur.algorithms.compressors import CompressionConfig, kept_share
 from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
 from murmur.algorithms.protocols import BuildContext, Transport
@@ -142,7 +143,10 @@ class DetsgradGt:
             if self.compressor is not None:
                 if context is None or context.segments is None:
                     raise ValueError("a compressed DETSGRAD-GT needs the model's size")
-                b *= kept_share(self.compressor, context.segments.total) ** 0.5
+                parameters = context.segments.total
+                b *= kept_share(self.compressor, parameters) ** 0.5
+                unit = torch.eye(graph.agents, dtype=torch.float64) - graph.laplacian()
+                b = gossip_probe.supported_step(unit, self.compressor, parameters, b)
         self.consensus_step = Decaying(b, config.d1, config.eps)
         self.v0 = config.v0
         self.vy = config.vy

@@ -1,0 +1,55 @@
+"""The measured check of compressed-gossip steps that the automatic steps use."""
+
+from __future__ import annotations
+
+import torch
+
+from murmur.algorithms import gossip_probe
+from murmur.algorithms.choco import auto_gamma
+from murmur.algorithms.compressors import NoCompression, RandK, TopK
+from murmur.topology import erdos_renyi, metropolis_weights, ring
+
+
+def _choco_gossip_distance(mixing: torch.Tensor, fraction: float, gamma: float) -> float:
+    """CHOCO's gossip under a fixed heterogeneous pull, written out by hand."""
+    generator = torch.Generator().manual_seed(3)
+    agents, entries = mixing.shape[0], 500
+    pull = torch.randn(agents, entries, generator=generator)
+    pull -= pull.mean(0)
+    difference = mixing.float() - torch.eye(agents)
+    x, estimates, k = torch.zeros(agents, entries), torch.zeros(agents, entries), 5
+    for _ in range(1500):
+        x -= 0.01 * pull
+        error = x - estimates
+        top = error.abs().topk(k, dim=1).indices
+        estimates += torch.zeros_like(error).scatter_(1, top, error.gather(1, top))
+        x += gamma * (difference @ estimates)
+    return float((x - x.mean(0)).norm(dim=1).mean())
+
+
+def test_the_probe_rejects_the_rule_where_compressed_gossip_grows_and_keeps_it_where_not():
+    graph = erdos_renyi(20, 0.3, 7)
+    mixing = metropolis_weights(graph)
+    rule = 0.0833  # 1 / lambda_max(I - W) times sqrt(0.01) on this graph
+    assert not gossip_probe.bounded(mixing, TopK(0.01), 7510, rule)
+    chosen = auto_gamma(mixing, TopK(0.01), 7510)
+    assert chosen < 0.05
+    assert gossip_probe.bounded(mixing, TopK(0.01), 7510, chosen)
+    # the written-out gossip agrees: it blows up at the rule, settles at the chosen step
+    assert _choco_gossip_distance(mixing, 0.01, rule) > 100 * _choco_gossip_distance(
+        mixing, 0.01, chosen
+    )
+    ring_mixing = metropolis_weights(ring(10))
+    assert abs(auto_gamma(ring_mixing, TopK(0.01), 79510) - 0.075) < 1e-3
+
+
+def test_exact_gossip_is_never_shrunk_and_random_sparsification_is_shrunk_more():
+    mixing = metropolis_weights(ring(10))
+    assert abs(auto_gamma(mixing, NoCompression(), 1000) - 0.75) < 1e-12
+    assert auto_gamma(mixing, RandK(0.01), 5000) < auto_gamma(mixing, TopK(0.01), 5000)
+    assert gossip_probe.growth(mixing, NoCompression(), 100, 0.75) <= 1.0 + 1e-6
+
+
+def test_the_probe_size_is_small_for_share_only_compressors():
+    assert gossip_probe.probe_size(TopK(0.01), 79510) == gossip_probe.PROBE_ENTRIES
+    assert gossip_probe.probe_size(TopK(0.01), 100) == 100
