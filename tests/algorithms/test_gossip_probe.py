@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from murmur.algorithms import gossip_probe
@@ -17,7 +19,8 @@ def _choco_gossip_distance(mixing: torch.Tensor, fraction: float, gamma: float) 
     pull = torch.randn(agents, entries, generator=generator)
     pull -= pull.mean(0)
     difference = mixing.float() - torch.eye(agents)
-    x, estimates, k = torch.zeros(agents, entries), torch.zeros(agents, entries), 5
+    x, estimates = torch.zeros(agents, entries), torch.zeros(agents, entries)
+    k = math.ceil(fraction * entries)
     for _ in range(1500):
         x -= 0.01 * pull
         error = x - estimates
