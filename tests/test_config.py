@@ -110,7 +110,12 @@ OPTIMIZER_DEFAULTS = {
 }
 """The local optimizer's keys, which every SGD algorithm has after a, d2 and eps."""
 OPTIMIZER_KEYS = list(OPTIMIZER_DEFAULTS)
-COMPRESSION_DEFAULTS = {"sign_scale": "tensor", "rank": 1, "power_iterations": 2}
+COMPRESSION_DEFAULTS = {
+    "sign_scale": "tensor",
+    "rank": 1,
+    "power_iterations": 1,
+    "warm_start": True,
+}
 """The compressors' keys after compress, fraction and levels."""
 
 

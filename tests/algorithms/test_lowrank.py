@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import murmur
-from murmur.algorithms.compressors import LowRank
+from murmur.algorithms.compressors import LowRank, compress_message
 from murmur.algorithms.estimates import agent_generators
 from murmur.config import build_config
 from murmur.data import from_arrays
@@ -63,6 +63,47 @@ def test_more_power_iterations_find_more_of_the_top_singular_direction():
         decoded = compressor.decode(compressor.compress(values, _generators(1)), N)
         errors.append(float((decoded - values).square().sum()))
     assert errors[1] <= errors[0]
+
+
+def _best_rank_one_error(matrix: torch.Tensor) -> float:
+    """Eckart-Young: the squared error of the best rank-1 approximation."""
+    singular = torch.linalg.svdvals(matrix.double())
+    return float(singular[..., 1:].square().sum())
+
+
+def test_warm_starts_find_the_best_rank_one_message_of_a_repeated_difference():
+    """PowerGossip's warm start: one power step a message, from the last message's Q,
+    converges to the top singular pair of a difference that keeps recurring, where
+    one step from a fresh draw each time stays as far from it as at first."""
+    rng = torch.Generator().manual_seed(3)
+    spectrum = torch.tensor([3.0, 2.0, 1.5, 1.0, 0.5, 0.2])
+    left = torch.linalg.qr(torch.randn(2, 6, 6, generator=rng)).Q
+    right = torch.linalg.qr(torch.randn(2, 9, 6, generator=rng)).Q
+    matrix = left @ torch.diag(spectrum) @ right.transpose(1, 2)
+    values = torch.cat([matrix.reshape(2, -1), torch.randn(2, 20, generator=rng)], dim=1)
+    best = _best_rank_one_error(matrix[0])
+    errors = {}
+    for warm_start in (True, False):
+        compressor, memory = LowRank(1, SHAPES, warm_start=warm_start), {}
+        generators = _generators(2)
+        for _ in range(30):
+            code = compress_message(compressor, values, generators, memory, "0")
+        decoded = compressor.decode(code, N)
+        errors[warm_start] = float((decoded - values)[0, :54].square().sum())
+        assert bool(memory) == warm_start
+    assert errors[True] == pytest.approx(best, rel=1e-4)
+    assert errors[False] > best * 1.05
+
+
+def test_a_zero_difference_leaves_a_usable_warm_start():
+    compressor, memory = LowRank(1, SHAPES), {}
+    compress_message(compressor, torch.zeros(1, N), _generators(1), memory, "0")
+    assert all(bool(torch.isfinite(start).all()) for start in memory.values())
+    values = torch.randn(1, N, generator=torch.Generator().manual_seed(4))
+    decoded = compressor.decode(
+        compress_message(compressor, values, _generators(1), memory, "0"), N
+    )
+    assert float(decoded[:, :54].norm()) > 0
 
 
 def test_lowrank_needs_whole_models():

@@ -16,7 +16,14 @@ from murmur.cli import main
 from murmur.config import load_experiment
 from murmur.errors import UsageError
 from murmur.experiment import resume, run
-from murmur.training.checkpoint import CHECKPOINT, from_plain, load_file, to_plain, write_atomic
+from murmur.training.checkpoint import (
+    CHECKPOINT,
+    from_plain,
+    load_file,
+    restore_tuple,
+    to_plain,
+    write_atomic,
+)
 
 SMALL = [*SMALL_SGD, "run.checkpoint_every=25"]
 WALL = {"wall_seconds", "train_seconds", "samples_per_second", "run_dir", "wall"}
@@ -65,6 +72,7 @@ def assert_same_run(first: Path, second: Path) -> None:
         ("detsgrad", ["topology.graph=erdos_renyi", "topology.varying=resample"]),
         ("detsgrad-gt", []),
         ("choco-sgd", []),
+        ("beer", ["algorithm.compress=lowrank"]),
         ("centralized", []),
     ],
 )
@@ -97,6 +105,19 @@ def test_a_run_stopped_by_an_interrupt_is_resumed(tmp_path, periodic_checkpoints
 def test_a_run_without_checkpoint_every_saves_none(tmp_path):
     run(_config("dsgd", "run.checkpoint_every=0"), tmp_path / "run")
     assert not (tmp_path / "run" / CHECKPOINT).exists()
+
+
+def test_a_state_saved_before_a_field_was_added_takes_its_default():
+    from murmur.algorithms.choco import ChocoState
+
+    template = ChocoState(x=torch.zeros(2, 3))
+    saved = {"x": torch.ones(2, 3), "generators": None}  # no "warm": an older checkpoint
+    restored = restore_tuple(template, saved)
+    assert torch.equal(restored.x, torch.ones(2, 3)) and restored.warm is None
+    with pytest.raises(UsageError, match="fields"):
+        restore_tuple(template, {"generators": None})  # x has no default
+    with pytest.raises(UsageError, match="fields"):
+        restore_tuple(template, {**saved, "unknown": 1})
 
 
 def test_generators_and_named_tuples_become_plain_values_and_back():

@@ -40,8 +40,9 @@ from typing import NamedTuple
 import torch
 
 from murmur.algorithms.choco import GossipConfig, GossipSetup, gossip_setup
+from murmur.algorithms.compressors import WarmStarts
 from murmur.algorithms.detsgrad_gt import half_triggers, model_and_tracker
-from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
+from murmur.algorithms.estimates import Segments, compressed_update, drawn_streams, with_streams
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.errors import UsageError
 from murmur.topology import Graph
@@ -74,6 +75,8 @@ class BeerState(NamedTuple):
     """(agents, 2P) of room for the differences to the estimates."""
     generators: list[torch.Generator] | None = None
     """Each agent's compression stream, drawn at the first step."""
+    warm: WarmStarts | None = None
+    """The senders' warm starts (``lowrank``), kept from message to message."""
 
     @property
     def x(self) -> torch.Tensor:
@@ -108,11 +111,11 @@ class Beer:
     def step(
         self, state: BeerState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> BeerState:
-        last, scratch, generators = state.last_grads, state.scratch, state.generators
-        if last is None or scratch is None or generators is None:
+        last, scratch = state.last_grads, state.scratch
+        if last is None or scratch is None:
             last, scratch = torch.zeros_like(grads), torch.empty_like(state.pair)
-            generators = agent_generators(self.seed, transport.agents)
-            state = state._replace(last_grads=last, scratch=scratch, generators=generators)
+            state = state._replace(last_grads=last, scratch=scratch)
+        state = with_streams(state, self.seed, transport.agents)
         pair, x, v = state.pair, state.x, state.v
         gossip = self.gossip
         # [x | v] += gamma (W - I) [h | g], both read before this step's messages
@@ -125,7 +128,7 @@ class Beer:
         half = x.shape[1]
         sent = half_triggers(difference, self.v0 * eta, self.vy)
         update = compressed_update(
-            gossip.compressor, difference, sent, Segments((half, half)), generators
+            gossip.compressor, difference, sent, Segments((half, half)), *drawn_streams(state)
         )
         transport.publish(update)
         return state

@@ -27,9 +27,16 @@ from murmur.algorithms.compressors import (
     CompressionConfig,
     Compressor,
     NoCompression,
+    WarmStarts,
     kept_share,
 )
-from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
+from murmur.algorithms.estimates import (
+    CompressedState,
+    Segments,
+    compressed_update,
+    drawn_streams,
+    with_streams,
+)
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import SgdConfig
 from murmur.errors import UsageError
@@ -128,6 +135,8 @@ class ChocoState(NamedTuple):
     """Models, (agents, P). The estimates x^ are what the transport holds as sent."""
     generators: list[torch.Generator] | None = None
     """Each agent's compression stream, drawn at the first step."""
+    warm: WarmStarts | None = None
+    """The senders' warm starts (``lowrank``), kept from message to message."""
 
 
 class Choco:
@@ -153,15 +162,12 @@ class Choco:
     def step(
         self, state: ChocoState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> ChocoState:
-        generators = state.generators
-        if generators is None:
-            generators = agent_generators(self.seed, transport.agents)
-            state = state._replace(generators=generators)
+        state = with_streams(state, self.seed, transport.agents)
         x = state.x
         x.add_(grads, alpha=-self.gradient_step(iteration))
         everyone = torch.ones(x.shape[0], 1, dtype=torch.bool)
         difference = torch.sub(x, transport.last_sent, out=grads)
-        publish_and_mix(self.gossip, x, difference, everyone, generators, transport)
+        publish_and_mix(self.gossip, x, difference, everyone, state, transport)
         return state
 
 
@@ -170,12 +176,15 @@ def publish_and_mix(
     x: torch.Tensor,
     difference: torch.Tensor,
     sent: torch.Tensor,
-    generators: list[torch.Generator],
+    streams: CompressedState,
     transport: Transport,
 ) -> None:
     """Send C(x - x^) where ``sent`` (agents, 1) says so, then step x towards the
-    neighbours' estimates: x += gamma (W - I) X^. ``difference`` is x - x^."""
+    neighbours' estimates: x += gamma (W - I) X^. ``difference`` is x - x^; ``streams``:
+    the state whose generators and warm starts the compressor uses."""
     transport.publish(
-        compressed_update(gossip.compressor, difference, sent, gossip.segments, generators)
+        compressed_update(
+            gossip.compressor, difference, sent, gossip.segments, *drawn_streams(streams)
+        )
     )
     transport.mix(gossip.operator, out=x, scale=gossip.gamma)

@@ -103,6 +103,25 @@ class Compressor(Protocol):
         ...
 
 
+WarmStarts = dict[str, torch.Tensor]
+"""A sender's memory between messages, by message and tensor: the agents' starting
+bases (agents, cols, r) of ``lowrank`` with warm starts."""
+
+
+def compress_message(
+    compressor: Compressor,
+    values: torch.Tensor,
+    generators: Sequence[torch.Generator],
+    warm: WarmStarts | None,
+    key: str,
+) -> Code:
+    """``compressor.compress(values, generators)``, with the sender's warm starts for
+    the message called ``key`` where the compressor keeps them (``lowrank``)."""
+    if isinstance(compressor, LowRank) and warm is not None:
+        return compressor.compress(values, generators, warm, key)
+    return compressor.compress(values, generators)
+
+
 def _as_bytes(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.contiguous().reshape(-1).view(torch.uint8)
 
@@ -346,7 +365,8 @@ class LowRank:
 
     rank: int
     shapes: tuple[tuple[int, ...], ...]
-    power_iterations: int = 2
+    power_iterations: int = 1
+    warm_start: bool = True
     name = "lowrank"
 
     def _parts(self, n: int) -> list[Part]:
@@ -361,21 +381,42 @@ class LowRank:
             parts.append((shape[0], cols) if product else size)
         return parts
 
-    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
+    def compress(
+        self,
+        values: torch.Tensor,
+        generators: Sequence[torch.Generator],
+        warm: WarmStarts | None = None,
+        key: str = "",
+    ) -> Code:
+        """The code of each row; with ``warm`` (and ``warm_start``), each matrix starts
+        from the basis kept under ``key`` for it and leaves its new one there."""
         agents, offset, code = values.shape[0], 0, []
-        for part in self._parts(values.shape[1]):
+        keep = warm if self.warm_start else None
+        for index, part in enumerate(self._parts(values.shape[1])):
             if isinstance(part, int):
                 code.append(values[:, offset : offset + part].clone())
                 offset += part
                 continue
             m, cols = part
             matrix = values[:, offset : offset + m * cols].reshape(agents, m, cols)
-            draws = [
-                torch.randn(cols, self.rank, generator=g, dtype=values.dtype) for g in generators
-            ]
-            code.extend(self._factors(matrix, torch.stack(draws).reshape(agents, cols, self.rank)))
+            slot = f"{key}/{index}"
+            start = keep.get(slot) if keep is not None else None
+            if start is None:
+                start = self._draw(generators, cols, values.dtype)
+            p, q = self._factors(matrix, start)
+            if keep is not None:
+                # an orthonormal basis: a zero difference leaves a usable start, not zeros
+                keep[slot] = torch.linalg.qr(q).Q
+            code.extend((p, q))
             offset += m * cols
         return tuple(code)
+
+    def _draw(
+        self, generators: Sequence[torch.Generator], cols: int, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """A Gaussian start (agents, cols, r), row i from ``generators[i]``."""
+        draws = [torch.randn(cols, self.rank, generator=g, dtype=dtype) for g in generators]
+        return torch.stack(draws).reshape(len(generators), cols, self.rank)
 
     def _factors(self, matrix: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(P, Q): P an orthonormal basis from subspace iteration, Q = D^T P."""
@@ -440,7 +481,7 @@ class CompressionConfig(AlgorithmConfig):
     """How an algorithm compresses what it sends (see :mod:`murmur.algorithms.compressors`)."""
 
     compress: str = "none"
-    """Compressor: none, topk, randk, qsgd or sign."""
+    """Compressor: none, topk, randk, qsgd, sign or lowrank."""
     fraction: float = 0.01
     """Entries kept by topk and randk, as a fraction of each message's entries, in (0, 1]."""
     levels: int = 16
@@ -449,8 +490,11 @@ class CompressionConfig(AlgorithmConfig):
     """sign: one scale per parameter tensor, or one for the whole model."""
     rank: int = 1
     """lowrank: the rank r of each weight matrix's message (>= 1)."""
-    power_iterations: int = 2
+    power_iterations: int = 1
     """lowrank: steps of subspace iteration per message (>= 1)."""
+    warm_start: bool = True
+    """lowrank: start each message's iteration from the last one's Q, as PowerGossip
+    does (false: from a fresh Gaussian draw each time)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -481,7 +525,8 @@ class CompressionConfig(AlgorithmConfig):
         if self.compress == "lowrank":
             if not shapes:
                 raise UsageError("lowrank compresses the weight matrices of a model")
-            return LowRank(self.rank, tuple(map(tuple, shapes)), self.power_iterations)
+            shaped = tuple(map(tuple, shapes))
+            return LowRank(self.rank, shaped, self.power_iterations, self.warm_start)
         tensors = tuple(sizes) if self.sign_scale == "tensor" else ()
         return make_compressor(
             self.compress, fraction=self.fraction, levels=self.levels, sizes=tensors

@@ -40,8 +40,8 @@ from typing import Literal, NamedTuple
 
 import torch
 
-from murmur.algorithms.compressors import CompressionConfig, kept_share
-from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
+from murmur.algorithms.compressors import CompressionConfig, WarmStarts, kept_share
+from murmur.algorithms.estimates import Segments, compressed_update, drawn_streams, with_streams
 from murmur.algorithms.mixing import mix_and_step
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig
@@ -91,6 +91,8 @@ class DetsgradState(NamedTuple):
     """Models, (agents, P). Each agent's x^_i is ``transport.last_sent``."""
     generators: list[torch.Generator] | None = None
     """Each agent's compression stream, drawn at the first compressed event."""
+    warm: WarmStarts | None = None
+    """The senders' warm starts (``lowrank``), kept from message to message."""
 
 
 class Detsgrad:
@@ -166,11 +168,9 @@ class Detsgrad:
             transport.broadcast(norms >= self.v0 * alpha, x)
             return state
         drift = grads
-        generators = state.generators
-        if generators is None:
-            generators = agent_generators(self.seed, transport.agents)
-            state = state._replace(generators=generators)
+        state = with_streams(state, self.seed, transport.agents)
         segments = self.segments(x.shape[1])
         sent = segments.norms(drift) >= self.v0 * alpha * self.shares
-        transport.publish(compressed_update(self.compressor, drift, sent, segments, generators))
+        streams = drawn_streams(state)
+        transport.publish(compressed_update(self.compressor, drift, sent, segments, *streams))
         return state

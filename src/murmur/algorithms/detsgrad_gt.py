@@ -39,8 +39,8 @@ from typing import NamedTuple
 import torch
 
 from murmur.algorithms import gossip_probe
-from murmur.algorithms.compressors import CompressionConfig, kept_share
-from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
+from murmur.algorithms.compressors import CompressionConfig, WarmStarts, kept_share
+from murmur.algorithms.estimates import Segments, compressed_update, drawn_streams, with_streams
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig
 from murmur.errors import UsageError
@@ -109,6 +109,8 @@ class DetsgradGtState(NamedTuple):
     """(agents, 2P) of room for the drift."""
     generators: list[torch.Generator] | None = None
     """Each agent's compression stream."""
+    warm: WarmStarts | None = None
+    """The senders' warm starts (``lowrank``), kept from message to message."""
 
     @property
     def x(self) -> torch.Tensor:
@@ -185,10 +187,8 @@ class DetsgradGt:
         if self.compressor is None:
             transport.broadcast(sent.any(1), pair)
             return state
-        generators = state.generators
-        if generators is None:
-            generators = agent_generators(self.seed, transport.agents)
-            state = state._replace(generators=generators)
+        state = with_streams(state, self.seed, transport.agents)
         halves = Segments((half, half))
-        transport.publish(compressed_update(self.compressor, drift, sent, halves, generators))
+        streams = drawn_streams(state)
+        transport.publish(compressed_update(self.compressor, drift, sent, halves, *streams))
         return state

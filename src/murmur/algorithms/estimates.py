@@ -20,13 +20,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, Protocol, TypeVar, cast
 
 import torch
 
-from murmur.algorithms.compressors import Code, Compressor
+from murmur.algorithms.compressors import Code, Compressor, WarmStarts, compress_message
 from murmur.seeding import derive_seed
 
 _WORD = 4
+S = TypeVar("S", bound="CompressedState")
 
 
 @dataclass(frozen=True)
@@ -102,12 +104,14 @@ def compressed_update(
     sent: torch.Tensor,
     segments: Segments,
     generators: Sequence[torch.Generator],
+    warm: WarmStarts | None = None,
 ) -> EstimateUpdate:
     """Compress each segment of ``difference`` (agents, P) for the segments ``sent``
-    (agents, S) flags; row i draws from ``generators[i]``."""
+    (agents, S) flags; row i draws from ``generators[i]``; ``warm``: the senders'
+    warm starts (``lowrank``), kept by segment."""
     codes, parts = [], []
     for index, part in enumerate(segments.slices):
-        code = compressor.compress(difference[:, part], generators)
+        code = compress_message(compressor, difference[:, part], generators, warm, str(index))
         dense = compressor.decode(code, part.stop - part.start)
         codes.append(code)
         parts.append(torch.where(sent[:, index : index + 1], dense, 0.0))
@@ -145,6 +149,34 @@ def add_packed(
         )
         target[part] += compressor.decode(code, part.stop - part.start)[0]
         offset += length
+
+
+class CompressedState(Protocol):
+    """A state record with the senders' compression streams and warm starts."""
+
+    @property
+    def generators(self) -> list[torch.Generator] | None: ...
+
+    @property
+    def warm(self) -> WarmStarts | None: ...
+
+
+def with_streams(state: S, seed: int, agents: Sequence[int]) -> S:
+    """``state`` with its compression generators (one per agent, drawn at the first
+    compressed message) and warm starts (empty until then); ``state`` is a named tuple."""
+    record: Any = state
+    if state.generators is None:
+        record = record._replace(generators=agent_generators(seed, agents))
+    if state.warm is None:
+        record = record._replace(warm={})
+    return cast(S, record)
+
+
+def drawn_streams(state: CompressedState) -> tuple[list[torch.Generator], WarmStarts]:
+    """The generators and warm starts that :func:`with_streams` gave ``state``."""
+    if state.generators is None or state.warm is None:
+        raise ValueError("compression streams are drawn before the first message")
+    return state.generators, state.warm
 
 
 def agent_generators(seed: int, agents: Sequence[int]) -> list[torch.Generator]:

@@ -31,7 +31,14 @@ from __future__ import annotations
 
 import torch
 
-from murmur.algorithms.compressors import Compressor, RandK, ScaledSign, TopK
+from murmur.algorithms.compressors import (
+    Compressor,
+    RandK,
+    ScaledSign,
+    TopK,
+    WarmStarts,
+    compress_message,
+)
 from murmur.algorithms.estimates import agent_generators
 
 GROWTH = 1.75
@@ -99,13 +106,14 @@ def _growth(mixing: torch.Tensor, compressor: Compressor, entries: int, gamma: f
     pull = torch.randn(agents, entries, generator=stream)
     pull -= pull.mean(dim=0)
     pull /= torch.linalg.vector_norm(pull, dim=1, keepdim=True).clamp_min(1e-12)
-    generators = agent_generators(_SEED, range(agents))
+    generators, warm = agent_generators(_SEED, range(agents)), WarmStarts()
     x = torch.zeros(agents, entries)
     estimates = torch.zeros(agents, entries)
     distances = []
     for step in range(1, _STEPS[-1] + 1):
         x -= pull
-        estimates += compressor.decode(compressor.compress(x - estimates, generators), entries)
+        code = compress_message(compressor, x - estimates, generators, warm, "0")
+        estimates += compressor.decode(code, entries)
         x += gamma * (difference @ estimates)
         if step in _STEPS:
             spread = x - x.mean(dim=0)

@@ -24,7 +24,8 @@ from typing import NamedTuple
 import torch
 
 from murmur.algorithms.choco import GossipConfig, gossip_setup, publish_and_mix
-from murmur.algorithms.estimates import agent_generators
+from murmur.algorithms.compressors import WarmStarts
+from murmur.algorithms.estimates import with_streams
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.errors import UsageError
 from murmur.topology import Graph
@@ -65,6 +66,8 @@ class SparqState(NamedTuple):
     """Models, (agents, P). The estimates x^ are what the transport holds as sent."""
     generators: list[torch.Generator] | None = None
     """Each agent's compression stream, drawn at the first step."""
+    warm: WarmStarts | None = None
+    """The senders' warm starts (``lowrank``), kept from message to message."""
 
 
 class Sparq:
@@ -98,10 +101,7 @@ class Sparq:
     def step(
         self, state: SparqState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> SparqState:
-        generators = state.generators
-        if generators is None:
-            generators = agent_generators(self.seed, transport.agents)
-            state = state._replace(generators=generators)
+        state = with_streams(state, self.seed, transport.agents)
         x = state.x
         x.add_(grads, alpha=-self.gradient_step(iteration))
         if (iteration + 1) % self.local_steps != 0:
@@ -109,5 +109,5 @@ class Sparq:
         difference = torch.sub(x, transport.last_sent, out=grads)
         drift = torch.linalg.vector_norm(difference, dim=1, keepdim=True)
         sent = drift.square() >= self.event_threshold(iteration)
-        publish_and_mix(self.gossip, x, difference, sent, generators, transport)
+        publish_and_mix(self.gossip, x, difference, sent, state, transport)
         return state

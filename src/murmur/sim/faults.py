@@ -254,22 +254,24 @@ class FaultyAlgorithm:
 
 
 def _rows(
-    state: Any, agents: torch.Tensor, path: tuple[int, ...] = ()
-) -> dict[tuple[int, ...], torch.Tensor]:
+    state: Any, agents: torch.Tensor, path: tuple[int | str, ...] = ()
+) -> dict[tuple[int | str, ...], torch.Tensor]:
     """Copies of ``agents``' rows of every per-agent tensor of a state record: its
-    fields that are tensors with one row per agent, and theirs of the records it holds
-    (a local optimizer's state), by their positions from the outer record."""
+    fields that are tensors with one row per agent, and theirs of the records and
+    dicts it holds (a local optimizer's state, a compressor's warm starts), by their
+    positions (or keys) from the outer record."""
     count = agents.shape[0]
-    rows: dict[tuple[int, ...], torch.Tensor] = {}
-    for position, value in enumerate(state):
-        if isinstance(value, tuple) and hasattr(value, "_fields"):
+    rows: dict[tuple[int | str, ...], torch.Tensor] = {}
+    items = state.items() if isinstance(state, dict) else enumerate(state)
+    for position, value in items:
+        if isinstance(value, dict) or (isinstance(value, tuple) and hasattr(value, "_fields")):
             rows.update(_rows(value, agents, (*path, position)))
         elif isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == count:
             rows[(*path, position)] = value[agents].clone()
     return rows
 
 
-def _field(state: Any, path: tuple[int, ...]) -> Any:
+def _field(state: Any, path: tuple[int | str, ...]) -> Any:
     """The field of the (nested) state record at ``path``."""
     for position in path:
         state = state[position]

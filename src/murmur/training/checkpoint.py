@@ -213,14 +213,21 @@ def from_plain(value: Any) -> Any:
 def restore_tuple(template: NamedTuple, saved: Mapping[str, Any]) -> Any:
     """A named tuple of ``template``'s type whose fields are the ``saved`` ones; a field
     that is a named tuple in ``template`` (a wrapped algorithm's state, an optimizer's)
-    is rebuilt from its own template the same way."""
+    is rebuilt from its own template the same way, and a field that ``saved`` lacks
+    (added since it was saved) is left None where its default and ``template``'s
+    value are None (a field the algorithm makes at a later step)."""
     fields = template._fields
     if not isinstance(saved, Mapping):
         raise UsageError(f"the checkpoint has a {type(saved).__name__} for the fields {fields}")
-    if set(saved) != set(fields):
+    # a field added since the checkpoint was saved, made at a later step, stays unmade
+    defaults = getattr(template, "_field_defaults", {})
+    newer = {
+        name for name in defaults if defaults[name] is None and getattr(template, name) is None
+    }
+    if not set(fields) - newer <= set(saved) <= set(fields):
         raise UsageError(f"the checkpoint's state has fields {sorted(saved)}, not {sorted(fields)}")
     values = {}
-    for name in fields:
+    for name in (known for known in fields if known in saved):
         inner = getattr(template, name)
         nested = _is_named_tuple(inner)
         values[name] = restore_tuple(inner, saved[name]) if nested else from_plain(saved[name])
