@@ -67,6 +67,33 @@ TABLES = (
         "Talking less on an i.i.d. split",
     ),
     Table(
+        "talk-less-bytes",
+        "talk-less-bytes",
+        (),
+        "Accuracy against bytes on the default split: BEER and CHOCO-SGD with top-k at 1, 5 "
+        "and 20 %, BEER with rank-1 and rank-4 messages, DETSGRAD with the scaled sign, "
+        "DSGD and uncompressed gradient tracking",
+    ),
+    Table(
+        "talk-less-digits",
+        "talk-less",
+        (
+            "data.dataset=digits",
+            "topology.agents=20",
+            "topology.graph=erdos_renyi",
+            "topology.probability=0.3",
+            "data.labels_per_agent=2",
+        ),
+        "Talking less on digits: 20 agents on an Erdos-Renyi graph (p = 0.3), two labels per "
+        "agent",
+    ),
+    Table(
+        "talk-less-letter",
+        "talk-less-letter",
+        (),
+        "Talking less on letter: 16 agents on a 4 x 4 torus, Dirichlet split (alpha = 0.5)",
+    ),
+    Table(
         "faults-drop",
         "faults-drop",
         (),

@@ -476,10 +476,20 @@ def test_every_shipped_preset_loads_and_names_its_runs(name):
 
 
 def test_talk_less_runs_each_method_on_the_same_data_and_graph():
-    for name in ("talk-less", "talk-less-letter"):
+    for name in ("talk-less", "talk-less-letter", "talk-less-bytes"):
         runs = load_experiment(name).runs
         assert len({(config.data, config.topology) for _, config in runs}) == 1, name
-        assert {"dsgd", "detsgrad", "detsgrad-gt"} <= {label for label, _ in runs}
+        assert "dsgd" in {label for label, _ in runs}, name
+
+
+def test_every_talk_less_comparison_has_dsgd_on_its_own_and_the_gossip_weights():
+    """A fair baseline: DSGD on the Laplacian weights and on the Metropolis weights
+    that CHOCO-SGD, SPARQ-SGD and BEER mix with."""
+    for name in ("talk-less", "talk-less-letter"):
+        runs = dict(load_experiment(name).runs)
+        assert {"dsgd", "dsgd-metropolis", "detsgrad", "detsgrad-gt", "beer"} <= set(runs)
+        assert runs["dsgd"].algorithm.weights == "laplacian"
+        assert runs["dsgd-metropolis"].algorithm.weights == "metropolis"
 
 
 def test_detsgrad_preset_values():
