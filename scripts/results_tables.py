@@ -36,6 +36,9 @@ class Table:
     preset: str
     settings: tuple[str, ...]
     title: str
+    plots: tuple[str, ...] = ()
+    """Plots of :mod:`murmur.metrics.plots` (``accuracy_vs_bytes``, ...) drawn from the
+    runs into ``docs/results/NAME-PLOT.png`` and shown under the table."""
 
 
 TABLES = (
@@ -73,6 +76,7 @@ TABLES = (
         "Accuracy against bytes on the default split: BEER and CHOCO-SGD with top-k at 1, 5 "
         "and 20 %, BEER with rank-1 and rank-4 messages, DETSGRAD with the scaled sign, "
         "DSGD and uncompressed gradient tracking",
+        plots=("accuracy_vs_bytes",),
     ),
     Table(
         "talk-less-digits",
@@ -84,8 +88,7 @@ TABLES = (
             "topology.probability=0.3",
             "data.labels_per_agent=2",
         ),
-        "Talking less on digits: 20 agents on an Erdos-Renyi graph (p = 0.3), two labels per "
-        "agent",
+        "Talking less on digits: 20 agents on an Erdos-Renyi graph (p = 0.3), two labels per agent",
     ),
     Table(
         "talk-less-letter",
@@ -172,9 +175,10 @@ def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
     target = RESULTS / f"{table.name}.md"
     full = tables(table, seeds, folder)
     shown = shlex.join(command(table, seeds, DEFAULT_OUT))
+    drawn = "".join(f"![{name}]({path.name})\n\n" for name, path in draw(table, seeds, folder))
     target.write_text(
         f"{table.title}; seeds {seeds}, portable mode, mean ± sd across seeds.\n\n"
-        f"{short(full)}\nEvery figure:\n\n{full}\n"
+        f"{short(full)}\n{drawn}Every figure:\n\n{full}\n"
         f"Made by `{shown}` ({minutes} on this machine; "
         f"`python scripts/results_tables.py --only {table.name}` remakes this file).\n"
     )
@@ -274,6 +278,28 @@ def fill(table: Table, seeds: str, folder: Path) -> int:
         run(plan(config), where, name=label, preset=experiment.name, progress=False)
         trained += 1
     return trained
+
+
+def draw(table: Table, seeds: str, folder: Path) -> list[tuple[str, Path]]:
+    """Draw ``table``'s plots from its finished runs (seeds as one line with a band)
+    into docs/results; returns each plot's name and file."""
+    if not table.plots:
+        return []
+    from murmur.config import load_experiment, parse_seeds
+    from murmur.metrics import plots
+    from murmur.metrics.report import read_run
+
+    listed = ", ".join(map(str, parse_seeds(seeds)))
+    experiment = load_experiment(table.preset, [*table.settings, f"run.seeds=[{listed}]"])
+    places = [folder / experiment.folder(index) for index in range(len(experiment.runs))]
+    runs = [read_run(where) for where in places if (where / "summary.json").is_file()]
+    finished = [run for run in runs if not run.failed]
+    drawn = []
+    for name in table.plots:
+        path = RESULTS / f"{table.name}-{name}.png"
+        getattr(plots, f"plot_{name}")(finished, path)
+        drawn.append((name.replace("_", " "), path))
+    return drawn
 
 
 def tables(table: Table, seeds: str, folder: Path) -> str:

@@ -58,3 +58,29 @@ def test_the_readme_form_picks_columns_by_name_and_refuses_unknown_ones(
     ]
     with pytest.raises(SystemExit, match="no column"):
         results_tables.readme_table("x", ["speed"])
+
+
+def test_a_table_with_plots_draws_them_from_its_seeds_and_shows_them(
+    results_tables, tmp_path, monkeypatch
+):
+    """The accuracy-against-bytes plot of a two-member, two-seed comparison is drawn
+    into the results folder and linked under the short table."""
+    from small_runs import SMALL_SGD
+
+    from murmur.cli import main
+
+    preset = tmp_path / "pair.toml"
+    preset.write_text('description = "two"\ncompare = ["dsgd", "choco-sgd"]\n')
+    settings = [*SMALL_SGD, "run.iterations=20", "run.eval_every=10"]
+    table = results_tables.Table(
+        "pair", str(preset), tuple(settings), "Two", ("accuracy_vs_bytes",)
+    )
+    argv = ["run", str(preset), *(f"--set={item}" for item in settings)]
+    assert main([*argv, "--seeds", "0-1", "--quiet", "--out", str(tmp_path / "runs" / "pair")]) == 0
+    monkeypatch.setattr(results_tables, "RESULTS", tmp_path / "results")
+    written = results_tables.make(table, "0-1", tmp_path / "runs", run=False)
+    plot = tmp_path / "results" / "pair-accuracy_vs_bytes.png"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = written.read_text()
+    assert "![accuracy vs bytes](pair-accuracy_vs_bytes.png)" in text
+    assert text.index("| choco-sgd |") < text.index("![accuracy") < text.index("Every figure")
