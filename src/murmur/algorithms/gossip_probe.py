@@ -16,10 +16,18 @@ and compares the consensus distance at steps 900 and 1,500. Exact gossip
 settles at a level set by d and W; a gamma the compressor cannot support makes
 it grow. The pull never decays, which training's gradient differences do, so
 the probe is a worst case: a step is accepted while the distance grows by at
-most :data:`GROWTH` in those 600 steps. Measured against training (mnist5k on a
-ring of 10, and digits on the graph above, top-k 1 %), the probe's growth was
-1.6 at gamma 0.075 and 2.2 at 0.05, where training stayed bounded, and 4.6 at
-0.06, where training's consensus distance reached 287.
+most :data:`GROWTH` in those 600 steps. A step well inside the stable range
+settles (growth 1.00 to 1.03); near the edge the growth rises steeply, and
+training there is unreliable. Measured against training (top-k 1 %, CHOCO-SGD and
+BEER, 3,000 iterations):
+
+- mnist5k, ring of 10: gamma 0.075, growth 1.44, training bounded;
+- digits, Erdos-Renyi (20 agents, p = 0.3): 0.0415, growth 1.14 to 1.23 on four
+  graphs, bounded; 0.06, growth 4.6, diverges;
+- letter, 4 x 4 torus: 0.053, growth 1.65, diverges (CHOCO-SGD's consensus
+  distance from 1.8 to 27); 0.0446, growth 1.005;
+
+so growths up to 1.25 are accepted.
 
 The check is deterministic (its own seed) and, for top-k, rand-k and the sign
 scaled per model, runs on :data:`PROBE_ENTRIES` entries instead of the model's
@@ -41,7 +49,7 @@ from murmur.algorithms.compressors import (
 )
 from murmur.algorithms.estimates import agent_generators
 
-GROWTH = 1.75
+GROWTH = 1.25
 """Largest accepted growth of the probe's consensus distance from step 900 to 1,500."""
 PROBE_ENTRIES = 2048
 """Entries the probe uses for compressors whose behaviour depends only on the kept share."""

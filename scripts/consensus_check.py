@@ -1,0 +1,78 @@
+"""Whether every run of a comparison stayed bounded: its consensus distance (the
+agents' mean distance to their average model) at the middle and the end of the run,
+and the largest it reached in the second half, mean over seeds.
+
+    python scripts/consensus_check.py runs/results/talk-less
+
+A run is called growing when its distance at the end is more than 1.75 times that at
+the middle (the growth that :mod:`murmur.algorithms.gossip_probe` accepts) and more
+than 0.5; a member is listed with how many of its seeds grew. Exit status 1 when any
+run grew or failed, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+GROWTH = 1.75
+FLOOR = 0.5
+"""Distances below this are consensus whatever their ratio."""
+
+
+def distances(run: Path) -> list[tuple[int, float]]:
+    """(iteration, consensus distance) of each evaluation of a run folder."""
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    return [(r["iteration"], r["consensus_distance"]) for r in records if "consensus_distance" in r]
+
+
+def check(run: Path) -> tuple[float, float, float, bool]:
+    """The distance at the middle evaluation and at the end, the largest in the second
+    half, and whether the run grew."""
+    curve = distances(run)
+    last = curve[-1][0]
+    middle = min(curve, key=lambda point: abs(point[0] - last / 2))[1]
+    end = curve[-1][1]
+    peak = max(value for iteration, value in curve if iteration >= last / 2)
+    return middle, end, peak, end > GROWTH * middle and end > FLOOR
+
+
+def members(folder: Path) -> dict[str, list[Path]]:
+    """Each member's seed folders (a comparison's LABEL/seed-N, or LABEL for one seed)."""
+    found: dict[str, list[Path]] = {}
+    for metrics in sorted(folder.glob("**/metrics.jsonl")):
+        run = metrics.parent
+        label = run.parent if run.name.startswith("seed-") else run
+        found.setdefault(str(label.relative_to(folder)) or ".", []).append(run)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="a comparison's run folder")
+    folder = parser.parse_args(argv).folder
+    if not folder.is_dir():
+        print(f"consensus_check: {folder} is not a folder", file=sys.stderr)
+        return 2
+    print("| member | seeds | at the middle | at the end | largest, second half | grew |")
+    print("|---|---:|---:|---:|---:|---:|")
+    bad = False
+    for label, runs in members(folder).items():
+        done = [run / "summary.json" for run in runs if (run / "summary.json").is_file()]
+        summaries = [json.loads(path.read_text()) for path in done]
+        failed = sum(summary.get("status") == "failed" for summary in summaries)
+        rows = [check(run) for run in runs]
+        grew = sum(row[3] for row in rows)
+        mean = [statistics.fmean(row[i] for row in rows) for i in range(3)]
+        note = f"{grew}/{len(rows)}" + (f", {failed} failed" if failed else "")
+        print(f"| {label} | {len(rows)} | {mean[0]:.3g} | {mean[1]:.3g} | {mean[2]:.3g} | {note} |")
+        bad = bad or grew > 0 or failed > 0
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
