@@ -8,7 +8,7 @@ import torch
 
 from murmur.algorithms import gossip_probe
 from murmur.algorithms.choco import auto_gamma
-from murmur.algorithms.compressors import NoCompression, RandK, TopK
+from murmur.algorithms.compressors import LowRank, NoCompression, RandK, TopK
 from murmur.topology import erdos_renyi, metropolis_weights, ring, torus
 
 
@@ -66,3 +66,15 @@ def test_exact_gossip_is_never_shrunk_and_random_sparsification_is_shrunk_more()
 def test_the_probe_size_is_small_for_share_only_compressors():
     assert gossip_probe.probe_size(TopK(0.01), 79510) == gossip_probe.PROBE_ENTRIES
     assert gossip_probe.probe_size(TopK(0.01), 100) == 100
+
+
+def test_a_small_step_still_settling_is_not_taken_for_divergence():
+    """Rank-1 messages at a tiny gamma: the distance still rises at step 1,500, but ever
+    more slowly; shrinking gamma would only slow it down more."""
+    mixing = metropolis_weights(ring(10))
+    compressor = LowRank(1, ((20, 50),))
+    first, middle, last = gossip_probe.distances(mixing, compressor, 1000, 0.002)
+    assert last / first > gossip_probe.GROWTH and last - middle < middle - first
+    assert gossip_probe.bounded(mixing, compressor, 1000, 0.002)
+    # the rule's step, 0.75 x sqrt((1 / 20)^2 / 4), is kept rather than shrunk 16 times
+    assert abs(auto_gamma(mixing, compressor, 1000) - 0.75 * (1 / 20) / 2) < 1e-9

@@ -12,11 +12,14 @@ pull d_i on every agent each step (zero mean over agents, unit norm)::
 
     x_i <- x_i - d_i;  x^_i <- x^_i + C(x_i - x^_i);  x_i <- x_i + gamma sum_j w_ij (x^_j - x^_i)
 
-and compares the consensus distance at steps 900 and 1,500. Exact gossip
+and compares the consensus distance at steps 900, 1,200 and 1,500. Exact gossip
 settles at a level set by d and W; a gamma the compressor cannot support makes
 it grow. The pull never decays, which training's gradient differences do, so
 the probe is a worst case: a step is accepted while the distance grows by at
-most :data:`GROWTH` in those 600 steps. A step well inside the stable range
+most :data:`GROWTH` in those 600 steps, or while it grows ever more slowly (less
+from 1,200 to 1,500 than from 900 to 1,200): a small step still settling, as rank-1
+messages at gamma 0.0075 are (distances 336, 383, 418), is not a diverging one,
+whose growth speeds up (letter's torus at 0.053: 45, 56, 74). A step well inside the stable range
 settles (growth 1.00 to 1.03); near the edge the growth rises steeply, and
 training there is unreliable. Measured against training (top-k 1 %, CHOCO-SGD and
 BEER, 3,000 iterations):
@@ -37,6 +40,8 @@ P: their growth depends on the kept share, not on P (measured at P = 2,000 to
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from murmur.algorithms.compressors import (
@@ -53,7 +58,7 @@ GROWTH = 1.25
 """Largest accepted growth of the probe's consensus distance from step 900 to 1,500."""
 PROBE_ENTRIES = 2048
 """Entries the probe uses for compressors whose behaviour depends only on the kept share."""
-_STEPS = (900, 1500)
+_STEPS = (900, 1200, 1500)
 _SEED = 0
 
 
@@ -65,18 +70,30 @@ def probe_size(compressor: Compressor, parameters: int) -> int:
     return min(parameters, PROBE_ENTRIES) if share_only else parameters
 
 
-def growth(mixing: torch.Tensor, compressor: Compressor, parameters: int, gamma: float) -> float:
-    """The probe's consensus distance at step 1,500 over that at step 900."""
+def distances(
+    mixing: torch.Tensor, compressor: Compressor, parameters: int, gamma: float
+) -> tuple[float, ...]:
+    """The probe's consensus distance at steps 900, 1,200 and 1,500 (inf once it overflows)."""
     entries = probe_size(compressor, parameters)
     key = (_key(mixing), repr(compressor), entries, gamma)
     if key not in _MEASURED:
-        _MEASURED[key] = _growth(mixing, compressor, entries, gamma)
+        _MEASURED[key] = _distances(mixing, compressor, entries, gamma)
     return _MEASURED[key]
 
 
+def growth(mixing: torch.Tensor, compressor: Compressor, parameters: int, gamma: float) -> float:
+    """The probe's consensus distance at step 1,500 over that at step 900."""
+    first, _, last = distances(mixing, compressor, parameters, gamma)
+    return last / max(first, 1e-30)
+
+
 def bounded(mixing: torch.Tensor, compressor: Compressor, parameters: int, gamma: float) -> bool:
-    """Whether compressed gossip with step ``gamma`` stays bounded (see the module docstring)."""
-    return growth(mixing, compressor, parameters, gamma) <= GROWTH
+    """Whether compressed gossip with step ``gamma`` stays bounded: its distance grows by at
+    most :data:`GROWTH`, or grows ever more slowly (a small step still settling; see the
+    module docstring)."""
+    first, middle, last = distances(mixing, compressor, parameters, gamma)
+    settling = math.isfinite(last) and last - middle < middle - first
+    return growth(mixing, compressor, parameters, gamma) <= GROWTH or settling
 
 
 def supported_step(
@@ -102,11 +119,13 @@ def _key(mixing: torch.Tensor) -> tuple[tuple[float, ...], ...]:
     return tuple(tuple(row) for row in mixing.tolist())
 
 
-_MEASURED: dict[tuple[object, ...], float] = {}
-"""Growths measured in this process, by W, compressor, probe size and step."""
+_MEASURED: dict[tuple[object, ...], tuple[float, ...]] = {}
+"""Distances measured in this process, by W, compressor, probe size and step."""
 
 
-def _growth(mixing: torch.Tensor, compressor: Compressor, entries: int, gamma: float) -> float:
+def _distances(
+    mixing: torch.Tensor, compressor: Compressor, entries: int, gamma: float
+) -> tuple[float, ...]:
     weights = mixing.to(torch.float32)
     agents = weights.shape[0]
     difference = weights - torch.eye(agents)
@@ -127,5 +146,5 @@ def _growth(mixing: torch.Tensor, compressor: Compressor, entries: int, gamma: f
             spread = x - x.mean(dim=0)
             distances.append(float(torch.linalg.vector_norm(spread, dim=1).mean()))
         if not torch.isfinite(x).all():
-            return float("inf")
-    return distances[1] / max(distances[0], 1e-30)
+            return (*distances, *[math.inf] * (len(_STEPS) - len(distances)))
+    return tuple(distances)
