@@ -50,9 +50,26 @@ def new_figure() -> tuple[Figure, Axes]:
     return figure, figure.add_subplot()
 
 
+_MORE_COLOURS = (
+    "black",
+    "gold",
+    "navy",
+    "maroon",
+    "teal",
+    "lime",
+    "magenta",
+    "sienna",
+    "slategray",
+    "indigo",
+)
+"""Ten more colours, unlike matplotlib's ten, for plots of more than ten groups."""
+
+
 def colour(index: int) -> str:
-    """The colour of the line, bar or point at ``index``: matplotlib's ten, cycled."""
-    return f"C{index % 10}"
+    """The colour of the line, bar or point at ``index``: matplotlib's ten, then ten more,
+    cycled every twenty."""
+    index %= 20
+    return f"C{index}" if index < 10 else _MORE_COLOURS[index - 10]
 
 
 def finish(axes: Axes, drawn: bool, empty_note: str, xlabel: str, ylabel: str, title: str) -> None:
