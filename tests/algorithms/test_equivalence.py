@@ -1,4 +1,5 @@
-"""Equivalences that pin the algorithms down exactly (docs/ARCHITECTURE.md)."""
+"""Equivalences that pin the algorithms down exactly: known optima, and methods that
+become one another at particular settings."""
 
 from __future__ import annotations
 

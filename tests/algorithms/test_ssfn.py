@@ -1,4 +1,4 @@
-"""SSFN, dSSFN and asynchronous dSSFN against independent direct solutions (docs/ALGORITHMS.md, 3).
+"""SSFN, dSSFN and asynchronous dSSFN against independent direct solutions (docs/methods/ssfn.md).
 
 The reference solver below is written from the problem statement alone:
 min ||T - Y O^T||_F^2 s.t. ||O||_F <= r has the solution O(nu) = C (G + nu I)^-1

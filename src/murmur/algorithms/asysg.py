@@ -1,4 +1,4 @@
-"""Asynchronous parallel SGD (docs/ALGORITHMS.md, section 2) and its synchronous baseline.
+"""Asynchronous parallel SGD (docs/methods/asysg.md) and its synchronous baseline.
 
 Lian, Huang, Li, Liu, "Asynchronous Parallel Stochastic Gradient for Nonconvex
 Optimization", arXiv 1506.08272. W workers share one model x:

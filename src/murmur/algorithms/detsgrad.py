@@ -15,7 +15,7 @@ the fastest stable gossip step on the graph, times sqrt(omega) when events are
 compressed (omega: the share of a difference the compressor keeps, as for
 CHOCO-SGD's ``gamma``).
 
-Two refinements (docs/ALGORITHMS.md, section 4):
+Two refinements (docs/methods/detsgrad.md):
 
 - ``trigger = "layer"``: each parameter tensor t (of n_t entries) has its own
   event, || x_i,t - x^_i,t || >= v_k sqrt(n_t / P), and is sent alone, as
@@ -52,7 +52,7 @@ from murmur.topology import Graph, PerGraph, as_sparse, consensus_step
 
 @dataclass(frozen=True)
 class DetsgradConfig(CompressionConfig, SgdConfig):
-    """Parameters of DETSGRAD (defaults from docs/ALGORITHMS.md, section 1)."""
+    """Parameters of DETSGRAD (defaults: docs/methods/detsgrad.md)."""
 
     name = "detsgrad"
 

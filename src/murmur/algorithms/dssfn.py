@@ -1,6 +1,6 @@
 """Decentralized SSFN, synchronous: consensus ADMM with gossip averaging.
 
-Liang et al., arXiv 2009.13982 (docs/ALGORITHMS.md, section 3). Node m holds
+Liang et al., arXiv 2009.13982 (docs/methods/ssfn.md). Node m holds
 its shard's layer data (G_m, C_m); per layer, every ADMM iteration is
 
     O_m   = (C_m + (Z_m - Lam_m) / mu) (G_m + I / mu)^-1      local, closed form

@@ -1,4 +1,4 @@
-"""SSFN: a layer-wise network whose every layer is a convex problem (docs/ALGORITHMS.md, 3).
+"""SSFN: a layer-wise network whose every layer is a convex problem (docs/methods/ssfn.md).
 
 Chatterjee et al., "SSFN", arXiv 1905.07111. Samples are rows here: X is
 (J, P), one-hot targets T are (J, Q) and a layer's output matrix O is (Q, n).
@@ -34,7 +34,7 @@ class LayerwiseConfig(AlgorithmConfig):
     """What SSFN and its decentralized forms share. Defaults: the Vowel values."""
 
     lam: float = 1e2
-    """lambda, the ridge weight of layer 0 (per dataset: docs/ALGORITHMS.md)."""
+    """lambda, the ridge weight of layer 0 (per dataset: the ssfn-DATASET presets)."""
     mu: float = 1e3
     """ADMM step: the penalty on disagreement is 1/mu (per dataset)."""
     mu0: float = 0.0
@@ -218,7 +218,7 @@ def admm_single(
     iterate: bool = False,
     tolerance: float = 0.0,
 ) -> Admm:
-    """ADMM of docs/ALGORITHMS.md for min ||T - Y O^T||^2 s.t. ||O||_F <= radius.
+    """ADMM of docs/methods/ssfn.md for min ||T - Y O^T||^2 s.t. ||O||_F <= radius.
 
     A = (G + I/mu)^-1, B = C; repeat: O = (B + (Q + Lam)/mu) A; Q = proj(O - Lam);
     Lam = Lam + Q - O, at most ``iterations`` times, stopping once the relative primal

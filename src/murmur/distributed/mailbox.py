@@ -9,7 +9,7 @@ Every message is one gloo message of float32 words::
 Only tensors cross the wire; nothing is pickled. Header and payload travel as
 one message, so a message costs gloo one send, as a bare ``dist.send`` does.
 
-gloo's point-to-point calls shape the design (docs/ENGINES.md):
+gloo's point-to-point calls shape the design:
 
 - A send completes only once the receiver has posted a matching receive, and
   then goes out at once: gloo tells the sender of every posted receive ahead of

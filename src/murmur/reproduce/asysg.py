@@ -1,4 +1,4 @@
-"""AsySG's claims (Lian, Huang, Li, Liu, NIPS 2015, arXiv 1506.08272; docs/ALGORITHMS.md, 2).
+"""AsySG's claims (Lian, Huang, Li, Liu, NIPS 2015, arXiv 1506.08272; docs/methods/asysg.md).
 
 Runs, from the shipped presets (mnist5k, MLP 784-100-10, batch 32, seed 0):
 AsySG-con and AsySG-incon on the simulator's virtual clock for a range of

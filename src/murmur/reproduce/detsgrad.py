@@ -1,4 +1,4 @@
-"""DETSGRAD's claims (George & Gurram, arXiv 1909.05020; docs/ALGORITHMS.md, section 1).
+"""DETSGRAD's claims (George & Gurram, arXiv 1909.05020; docs/methods/detsgrad.md).
 
 Runs, all from the shipped presets (mnist5k, MLP 784-100-10, 10 agents on a
 ring, batch 32, seed 0): DETSGRAD and DSGD with an i.i.d. split and with one
@@ -104,7 +104,7 @@ def _comparable(results: dict[str, RunResult], split: str, quick: bool, out: Pat
         paper="every agent reaches an accuracy close to centralized SGD's on MNIST, with an "
         "i.i.d. split and with a split where each agent holds only some digits (one digit "
         "each); the paper's tables of per-agent and centralized accuracy (paraphrased, "
-        "docs/ALGORITHMS.md).",
+        "docs/methods/detsgrad.md).",
         measured=measured + ".",
         criterion=f"every DETSGRAD agent's test accuracy at least DSGD's worst agent's minus "
         f"{TOLERANCE_POINTS:g} points, after {QUICK_ITERATIONS} iterations."
@@ -172,7 +172,7 @@ def _communication(results: dict[str, RunResult], quick: bool) -> Claim:
         title="Fewer messages than always-communicating DSGD",
         paper="event-triggered communication reaches that accuracy with far fewer "
         "messages than decentralized SGD that sends every iteration (paraphrased, "
-        "docs/ALGORITHMS.md).",
+        "docs/methods/detsgrad.md).",
         measured="DETSGRAD sends "
         + " and ".join(
             f"{100 * ratio:.1f} % of DSGD's messages ({words})"

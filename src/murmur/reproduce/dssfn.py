@@ -1,5 +1,5 @@
 """Decentralized SSFN's claims (Liang et al., arXiv 2009.13982 and 2004.05082;
-docs/ALGORITHMS.md, section 3).
+docs/methods/ssfn.md).
 
 Runs, from the shipped presets (seed 0, 20 nodes on a ring, every layer's ADMM
 run to its tolerance and gossip to its consensus tolerance), with two layers of

@@ -6,7 +6,7 @@ complete, star, torus, Erdos-Renyi, a list read from a file); :func:`build_graph
 picks one by its config name and refuses a disconnected result, because no
 decentralized algorithm can reach consensus across components.
 
-Notation follows docs/ALGORITHMS.md: adjacency A, degrees D, Laplacian L = D - A.
+Notation follows docs/methods/detsgrad.md: adjacency A, degrees D, Laplacian L = D - A.
 Mixing weights derived from a graph live in :mod:`murmur.topology.weights`.
 """
 

@@ -7,7 +7,7 @@ conditions checked here, drives all agents to it. Algorithms read these
 matrices; they never compute weights themselves.
 
 - ``laplacian``:  W = I - beta L, the consensus step of DETSGRAD / DSGD
-  (docs/ALGORITHMS.md section 1); needs 0 < beta * lambda_max(L) < 2.
+  (docs/methods/detsgrad.md); needs 0 < beta * lambda_max(L) < 2.
 - ``metropolis``: Metropolis-Hastings, W_ij = 1 / (1 + max(d_i, d_j)) on edges;
   works on any graph with no step to tune.
 - ``uniform``:    W_ij = 1 / (d + 1) on edges and the diagonal, the matrix H of
