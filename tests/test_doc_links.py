@@ -1,7 +1,8 @@
 """No reference in the code, docs or reports to a file that does not exist: every
 ``docs/...``, ``scripts/...`` and ``benchmarks/...`` path written in src/, tests/,
 docs/, scripts/, benchmarks/ and the README, and every relative markdown link in the
-docs, names a file of the repository."""
+docs, names a file of the repository; and `murmur reproduce --help` names every paper
+it runs."""
 
 from __future__ import annotations
 
@@ -55,3 +56,15 @@ def test_the_check_sees_a_missing_file(tmp_path):
     assert [name for name in PATH.findall(text) if not (ROOT / name).exists()] == [
         "docs/ALGORITHMS.md"
     ]
+
+
+def test_reproduce_help_names_every_paper(capsys):
+    import pytest
+
+    from murmur.cli import REPRODUCIBLE, main
+    from murmur.reproduce import PAPERS
+
+    assert tuple(PAPERS) == REPRODUCIBLE
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    assert "detsgrad, asysg, dssfn" in capsys.readouterr().out

@@ -16,6 +16,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from murmur.errors import UsageError, one_line
 
+REPRODUCIBLE = ("detsgrad", "asysg", "dssfn")
+"""The papers ``murmur reproduce`` runs: the keys of :data:`murmur.reproduce.PAPERS`,
+named here so that ``--help`` needs no import of the runs."""
+
 if TYPE_CHECKING:
     from murmur.config import Config, Experiment
     from murmur.metrics.record_types import RunSummary
@@ -186,7 +190,7 @@ def _add_report(commands: argparse._SubParsersAction[_Parser]) -> None:
     reproduce = commands.add_parser(
         "reproduce", help="re-run a paper's experiments on bundled data: report.md with verdicts"
     )
-    reproduce.add_argument("paper", help="detsgrad or asysg")
+    reproduce.add_argument("paper", help=f"the paper: {', '.join(REPRODUCIBLE)}")
     reproduce.add_argument(
         "--quick", action="store_true", help="short runs (seconds): real but rough verdicts"
     )
