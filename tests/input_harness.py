@@ -1,6 +1,6 @@
 """Runs the murmur command in-process on generated input and checks the input rule.
 
-The rule (README, "Running experiments"): bad input ends with exit status 2, exactly one line
+The rule (docs/guides/running-experiments.md): bad input ends with exit status 2, exactly one line
 ``murmur: error: ...`` on stderr, no traceback and nothing left behind; good input
 ends with exit status 0 and, for a real run, a complete run folder. A run that
 starts and then fails while training may exit 2 with one line and keep its folder,

@@ -66,7 +66,7 @@ class Scale:
     datasets: tuple[str, ...]
     shrink: tuple[str, ...]
     """Overrides that make every run of the table smaller: the presets' six layers of
-    500 random nodes would take hours here in the simulator (see the README for them)."""
+    500 random nodes would take hours here in the simulator (docs/methods/ssfn.md gives them)."""
     ring_nodes: tuple[int, ...]
     degrees: tuple[int, ...]
     degree_nodes: int
