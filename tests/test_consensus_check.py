@@ -43,7 +43,7 @@ def test_growth_is_named_and_a_single_swing_is_not(check, tmp_path, capsys):
     assert rows["settled"].endswith("| 0/2 |") and rows["swing"].endswith("| 0/2 |")
     assert rows["growing"].endswith("| 2/2 |")
     assert "| 6 |" in rows["swing"]  # the swing shows as the largest value
-    check.main([str(tmp_path / "settled")])  # one member alone: its seeds, label "."
+    assert check.main([str(tmp_path / "settled")]) == 0  # one member alone, label "."
 
 
 def test_only_settled_runs_pass_and_a_missing_folder_is_refused(check, tmp_path):
