@@ -21,6 +21,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -255,27 +256,36 @@ def short(markdown: str) -> str:
     return "\n".join(["| " + " | ".join(names) + " |", rule, *rows]) + "\n"
 
 
+def _runs(table: Table, seeds: str, folder: Path, *extra: str) -> tuple[str, list[Any]]:
+    """``table``'s experiment name and, for each of its runs, (label, config, folder)."""
+    from murmur.config import load_experiment, parse_seeds
+
+    listed = ", ".join(map(str, parse_seeds(seeds)))
+    experiment = load_experiment(table.preset, [*table.settings, f"run.seeds=[{listed}]", *extra])
+    runs = [
+        (label, config, folder / experiment.folder(index))
+        for index, (label, config) in enumerate(experiment.runs)
+    ]
+    return experiment.name, runs
+
+
 def fill(table: Table, seeds: str, folder: Path) -> int:
     """Train, in this process and in portable mode, the runs of ``table`` whose folders
     hold no summary (removed to be remade, or never run); how many it trained."""
     from murmur import portable
-    from murmur.config import load_experiment, parse_seeds
     from murmur.experiment import run
     from murmur.training.plan import plan
 
     portable.pin()
-    listed = ", ".join(map(str, parse_seeds(seeds)))
-    settings = [*table.settings, f"run.seeds=[{listed}]", "run.portable=true"]
-    experiment = load_experiment(table.preset, settings)
+    name, runs = _runs(table, seeds, folder, "run.portable=true")
     trained = 0
-    for index, (label, config) in enumerate(experiment.runs):
-        where = folder / experiment.folder(index)
+    for label, config, where in runs:
         if (where / "summary.json").is_file():
             continue
         if where.exists():
             raise SystemExit(f"{where} holds an unfinished run: remove it first")
         print(f"{table.name}: training {where.relative_to(folder)}", file=sys.stderr)
-        run(plan(config), where, name=label, preset=experiment.name, progress=False)
+        run(plan(config), where, name=label, preset=name, progress=False)
         trained += 1
     return trained
 
@@ -285,13 +295,10 @@ def draw(table: Table, seeds: str, folder: Path) -> list[tuple[str, Path]]:
     into docs/results; returns each plot's name and file."""
     if not table.plots:
         return []
-    from murmur.config import load_experiment, parse_seeds
     from murmur.metrics import plots
     from murmur.metrics.report import read_run
 
-    listed = ", ".join(map(str, parse_seeds(seeds)))
-    experiment = load_experiment(table.preset, [*table.settings, f"run.seeds=[{listed}]"])
-    places = [folder / experiment.folder(index) for index in range(len(experiment.runs))]
+    places = [where for _, _, where in _runs(table, seeds, folder)[1]]
     runs = [read_run(where) for where in places if (where / "summary.json").is_file()]
     finished = [run for run in runs if not run.failed]
     drawn = []
@@ -305,16 +312,12 @@ def draw(table: Table, seeds: str, folder: Path) -> list[tuple[str, Path]]:
 def tables(table: Table, seeds: str, folder: Path) -> str:
     """The comparison's tables (``comparison.md``, by the current code) from its run
     folders, in the order of its members; a run that failed is named under "Failed:"."""
-    from murmur.config import load_experiment, parse_seeds
     from murmur.metrics.report import read_run
     from murmur.metrics.seed_table import comparison_markdown
 
-    listed = ", ".join(map(str, parse_seeds(seeds)))
-    experiment = load_experiment(table.preset, [*table.settings, f"run.seeds=[{listed}]"])
     groups: dict[str, list] = {}
     failed = []
-    for index, (label, _) in enumerate(experiment.runs):
-        where = folder / experiment.folder(index)
+    for label, _, where in _runs(table, seeds, folder)[1]:
         if not (where / "summary.json").is_file():
             failed.append(f"{where.relative_to(folder)}: did not run")
             continue

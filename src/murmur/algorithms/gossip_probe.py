@@ -93,7 +93,7 @@ def bounded(mixing: torch.Tensor, compressor: Compressor, parameters: int, gamma
     module docstring)."""
     first, middle, last = distances(mixing, compressor, parameters, gamma)
     settling = math.isfinite(last) and last - middle < middle - first
-    return growth(mixing, compressor, parameters, gamma) <= GROWTH or settling
+    return last / max(first, 1e-30) <= GROWTH or settling
 
 
 def supported_step(
