@@ -221,6 +221,7 @@ SHORT = (
     "final acc min %",
     "final acc max %",
     "messages",
+    "messages vs DSGD %",
     "bytes vs DSGD %",
     "lost msgs %",
     "virtual s",

@@ -84,3 +84,11 @@ def test_a_table_with_plots_draws_them_from_its_seeds_and_shows_them(
     text = written.read_text()
     assert "![accuracy vs bytes](pair-accuracy_vs_bytes.png)" in text
     assert text.index("| choco-sgd |") < text.index("![accuracy") < text.index("Every figure")
+
+
+def test_the_readme_results_table_is_the_default_tables_short_form(results_tables):
+    readme = (results_tables.ROOT / "README.md").read_text()
+    start = readme.index("| name |")
+    shown = readme[start:].split("\n\n")[0].strip()
+    header = [cell.strip() for cell in shown.splitlines()[0].strip("|").split("|")]
+    assert shown == results_tables.readme_table("default", header)

@@ -481,6 +481,7 @@ def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progre
         _warn_caps(label, groups[label][-1], config)
     if groups:
         print(format_results(list(groups.values())))
+        _print_estimated([summary for group in groups.values() for summary in group])
     if several:
         (root / "comparison.md").write_text(comparison_markdown(list(groups.values()), failed))
         each = f"; each seed's row: {root / 'comparison.md'}" if experiment.seeded else ""
@@ -489,6 +490,15 @@ def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progre
         _error_line(f"{len(failed)} of {len(experiment.runs)} runs failed; the others finished")
         return 2
     return 0
+
+
+def _print_estimated(summaries: list[RunSummary]) -> None:
+    """Under the table, where some row has no DSGD run to compare with: what its "vs
+    DSGD" figures are over instead."""
+    from murmur.metrics.versus_dsgd import estimated, versus_dsgd_note
+
+    if estimated(summaries):
+        print(f"\n{versus_dsgd_note(summaries)}")
 
 
 def _run_name(experiment: Experiment, index: int) -> str:

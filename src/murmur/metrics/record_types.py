@@ -46,6 +46,7 @@ __all__ = [
     "ServerRecord",
     "SgdRecord",
     "SingleProcess",
+    "FullExchange",
     "Staleness",
     "SummaryExtra",
     "TestColumns",
@@ -78,6 +79,19 @@ class SingleProcess(TypedDict):
 
     samples_per_second: Annotated[float, SECONDS]
     accuracy: Annotated[float | None, nullable(FRACTION)]
+
+
+class FullExchange(TypedDict):
+    """What DSGD sends on a run's graph in the run's iterations: every agent its whole
+    model to each neighbour at every iteration. The baseline of the "vs DSGD" columns
+    where a comparison has no DSGD run of the same set-up."""
+
+    events: Annotated[int, COUNT]
+    """Iterations x agents: one broadcast by each agent at each iteration."""
+    messages: Annotated[int, COUNT]
+    """Iterations x directed links."""
+    bytes: Annotated[int, COUNT]
+    """Messages x the bytes of one model (its numbers, at their size)."""
 
 
 class FaultCounts(TypedDict, total=False):
@@ -273,6 +287,8 @@ class _ExtraFields(TypedDict, total=False):
     failed_agents: Annotated[list[int], list_of(COUNT)]
     failed_workers: Annotated[list[int], list_of(COUNT)]
     single_process: Annotated[SingleProcess, object_of(SingleProcess)]
+    full_exchange: Annotated[FullExchange, object_of(FullExchange)]
+    """Decentralized SGD on a fixed graph: what DSGD would send in the same iterations."""
     speedup: Annotated[float, SECONDS]
     steps: Annotated[dict[str, float], STEPS]
     """Every SGD algorithm's chosen step sizes for the run's graph."""

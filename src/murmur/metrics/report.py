@@ -23,8 +23,8 @@ training loss, ``iterations_to_target`` and ``virtual_seconds_to_target`` (in
 the distributed runtime ``wall_seconds_to_target``, real seconds). Runs of the
 distributed runtime that lost ranks list them (``failed_agents``,
 ``failed_workers``) in a "failed ranks" column.
-The "bytes vs DSGD" column appears only when some run is DSGD (``algorithm``
-"dsgd") and sent bytes: it is the baseline (see ``relative_bytes``).
+The "events / messages / bytes vs DSGD %" columns compare each run with DSGD
+(:mod:`murmur.metrics.versus_dsgd`) and appear when some run has a baseline.
 Their columns (W, staleness, time to target and the speedups over the W = 1
 run, see ``speedups``) and plots likewise appear only when some run has the
 fields; nothing here looks at algorithm names.
@@ -49,6 +49,7 @@ from murmur.metrics.record_types import (
     SingleProcess,
 )
 from murmur.metrics.run_schema import check_record, check_summary
+from murmur.metrics.versus_dsgd import QUANTITIES, Quantity, dsgd_baselines, versus_dsgd
 from murmur.textfiles import read_utf8
 
 __all__ = [
@@ -60,7 +61,6 @@ __all__ = [
     "run_label",
     "has_target",
     "speedups",
-    "relative_bytes",
 ]
 
 MISSING = "-"
@@ -268,50 +268,6 @@ def _accuracy(
     return accuracy.get(statistic) if isinstance(accuracy, dict) else None
 
 
-def dsgd_messages(summaries: list[RunSummary]) -> float | None:
-    """Messages of the first DSGD run in the table, the baseline for savings."""
-    for summary in summaries:
-        if summary.get("algorithm") == "dsgd":
-            messages = as_number(summary.get("messages"))
-            if messages:
-                return messages
-    return None
-
-
-def message_saving(summary: RunSummary, baseline: float | None) -> float | None:
-    """1 - the run's messages over ``baseline`` (DSGD's, :func:`dsgd_messages`); None
-    without a baseline or a count, for one agent, and for runs whose
-    communication_saving is null (layer-wise runs)."""
-    messages = as_number(summary.get("messages"))
-    if baseline is None or messages is None or summary.get("agents") == 1:
-        return None
-    # A run that says its communication saving is not meaningful (null, as
-    # layer-wise runs write) is not an SGD variant whose messages compare with DSGD's.
-    if "communication_saving" in summary and summary["communication_saving"] is None:
-        return None
-    return 1 - messages / baseline
-
-
-def _saving(summary: RunSummary, baseline: float | None) -> str:
-    return _percent(message_saving(summary, baseline))
-
-
-def _relative_percent(fraction: float | None) -> str:
-    """A positive share in percent: whole from 10 %, else two significant digits at most.
-
-    "100 %", "25 %", "1.8 %", "0.05 %", "0.0012 %"; "-" for None.
-    """
-    if fraction is None:
-        return MISSING
-    percent = 100 * fraction
-    if percent >= 10:
-        return f"{percent:.0f} %"
-    rounded = float(f"{percent:.2g}")
-    decimals = max(0, 1 - math.floor(math.log10(rounded)))
-    text = f"{rounded:.{decimals}f}"
-    return (text.rstrip("0").rstrip(".") if decimals else text) + " %"
-
-
 def _staleness(value: object) -> str:
     """Mean and largest staleness of the applied gradients, "2.9 / 3"."""
     if not isinstance(value, dict):
@@ -351,43 +307,6 @@ def has_target(summary: RunSummary) -> bool:
 def _positive(value: object) -> float | None:
     number = as_number(value)
     return number if number is not None and math.isfinite(number) and number > 0 else None
-
-
-def _bytes_group(summary: RunSummary) -> tuple[str, str, str]:
-    """Runs whose bytes compare: the same dataset, graph and number of agents."""
-    return (
-        str(summary.get("dataset")),
-        str(summary.get("topology")),
-        str(as_number(summary.get("agents"))),
-    )
-
-
-def relative_bytes(summaries: list[RunSummary]) -> list[float | None]:
-    """Each summary's bytes over those of its DSGD run; None where there is none.
-
-    The DSGD run is the first summary with ``algorithm`` "dsgd" and positive
-    bytes of the same dataset, topology and agents; without one, the first
-    DSGD run with bytes at all. summary.json does not record the data
-    partition, and DSGD's bytes do not depend on it: every agent sends its
-    model to each neighbour at every iteration. None for a run without bytes
-    (0, absent or null) and for every run when no DSGD run sent bytes.
-    """
-    dsgd_runs = [
-        summary
-        for summary in summaries
-        if summary.get("algorithm") == "dsgd" and _positive(summary.get("bytes")) is not None
-    ]
-    if not dsgd_runs:
-        return [None] * len(summaries)
-    baselines: dict[tuple[str, str, str], RunSummary] = {}
-    for summary in dsgd_runs:
-        baselines.setdefault(_bytes_group(summary), summary)
-    result: list[float | None] = []
-    for summary in summaries:
-        run_bytes = _positive(summary.get("bytes"))
-        baseline = baselines.get(_bytes_group(summary), dsgd_runs[0])
-        result.append(None if run_bytes is None else run_bytes / float(baseline["bytes"]))
-    return result
 
 
 def _speedup_group(summary: RunSummary) -> tuple[str, str, str]:
@@ -477,7 +396,6 @@ def has_column(summaries: list[RunSummary], key: str) -> bool:
 
 
 def _columns(summaries: list[RunSummary], with_folder: bool) -> list[_Column]:
-    baseline = dsgd_messages(summaries)
     columns = [
         _Column("name", run_label, False),
         _Column("algorithm", lambda s: _text(s.get("algorithm")), False),
@@ -497,13 +415,12 @@ def _columns(summaries: list[RunSummary], with_folder: bool) -> list[_Column]:
         _Column("events", lambda s: _count(s.get("events")), True),
         _Column("messages", lambda s: _count(s.get("messages")), True),
         _Column("bytes", lambda s: human_bytes(s.get("bytes")), True),
-        *_relative_bytes_columns(summaries),
+        *_versus_dsgd_columns(summaries),
         *(
             [_Column("lost msgs %", lambda s: _percent(lost_share(s)), True)]
             if has_column(summaries, "dropped_messages")
             else []
         ),
-        _Column("saving vs DSGD %", lambda s: _saving(s, baseline), True),
         _Column("wall s", lambda s: _seconds(s.get("wall_seconds")), True),
     ]
     if has_column(summaries, "virtual_seconds"):
@@ -596,14 +513,18 @@ def _single_process(
     return single.get(key) if single else None
 
 
-def _relative_bytes_columns(summaries: list[RunSummary]) -> list[_Column]:
-    """The "bytes vs DSGD" column, only when the table has a DSGD run that sent bytes."""
-    shares = relative_bytes(summaries)
-    if all(share is None for share in shares):
+def _versus_dsgd_columns(summaries: list[RunSummary]) -> list[_Column]:
+    """The "events / messages / bytes vs DSGD %" columns, when some run has a baseline."""
+    if all(baseline is None for baseline in dsgd_baselines(summaries)):
         return []
+    return [_versus_column(summaries, quantity) for quantity in QUANTITIES]
+
+
+def _versus_column(summaries: list[RunSummary], quantity: Quantity) -> _Column:
+    pairs = zip(summaries, versus_dsgd(summaries, quantity), strict=True)
     # Cells are looked up by the summary's identity: the baseline needs the whole table.
-    by_run = {id(summary): share for summary, share in zip(summaries, shares, strict=True)}
-    return [_Column("bytes vs DSGD", lambda s: _relative_percent(by_run[id(s)]), True)]
+    by_run = {id(summary): share for summary, share in pairs}
+    return _Column(f"{quantity} vs DSGD %", lambda s: _percent(by_run[id(s)]), True)
 
 
 def _worker_columns(summaries: list[RunSummary]) -> list[_Column]:
@@ -640,23 +561,19 @@ def _worker_columns(summaries: list[RunSummary]) -> list[_Column]:
 def format_table(summaries: list[RunSummary], markdown: bool = False) -> str:
     """One row per run summary: aligned columns for a terminal, or a Markdown table.
 
-    Accuracies and the saving are percentages with two decimals. "final acc
+    Accuracies and shares are percentages with two decimals. "final acc
     mean/min/max %" are the test accuracy over agents at the run's last
     evaluation; "last-k acc %" (where summaries have ``accuracy_last_k``) the
     agents' mean over the last ``run.last_k`` evaluations, and "avg model acc %"
     (``model_accuracy``) that of the agents' average model. A "seed" column
-    appears when two runs of one name differ in seed. "saving vs
-    DSGD" is 1 - messages / messages of the (first) run whose algorithm is
-    "dsgd"; it is "-" without such a run, for a run without a messages count,
-    for single-agent runs and for runs whose communication_saving is null
-    (layer-wise runs). The plain form also shows each run's folder.
+    appears when two runs of one name differ in seed. The plain form also shows
+    each run's folder.
 
-    "bytes vs DSGD" (after "bytes") is the run's bytes over those of its DSGD
-    run (see ``relative_bytes``): "100 %" for DSGD itself, whole percents
-    from 10 %, at most two significant digits below ("1.8 %", "0.05 %"), "-"
-    for runs without bytes. The column is left out when no DSGD run sent bytes.
-    "lost msgs %" (after it) is the share of a run's messages that were lost
-    (``lost_share``), shown when some run lost messages under ``[faults]``.
+    "events / messages / bytes vs DSGD %" (after "bytes") are the run's counts
+    over those of its DSGD baseline (:mod:`murmur.metrics.versus_dsgd`): 100 for
+    DSGD itself, "-" for runs without one; the columns are left out when no run
+    has one. "lost msgs %" (after them) is the share of a run's messages that
+    were lost (``lost_share``), shown when some run lost messages under ``[faults]``.
 
     Columns for layer-wise runs appear when any summary has their field:
     "layers" (widths, "3 x 122" when all are equal), "train acc %" (mean

@@ -25,11 +25,11 @@ from murmur.metrics.report import (
     has_target,
     last_k_accuracy,
     read_run,
-    relative_bytes,
     run_label,
 )
 from murmur.metrics.seed_groups import group_runs
 from murmur.metrics.seed_table import format_results
+from murmur.metrics.versus_dsgd import versus_dsgd_note
 
 _PLOTS: tuple[tuple[str, str, str], ...] = (
     ("Mean test accuracy", "accuracy", "plot_accuracy"),
@@ -162,8 +162,9 @@ def _report_markdown(
         parts += ["### Each seed", "", format_table(summaries, markdown=True), ""]
     if failed:
         parts += [*failed, ""]
-    if any(share is not None for share in relative_bytes(summaries)):
-        parts += [_relative_bytes_note(), ""]
+    note = versus_dsgd_note(summaries)
+    if note:
+        parts += [note, ""]
     if any(has_target(summary) for summary in summaries):
         parts += [_target_note(summaries), ""]
     for title, file in plot_files:
@@ -213,13 +214,6 @@ def _seeds_note(groups: Sequence[Sequence[RunSummary]]) -> str:
         "group's seeds (seeds: how many), and 95 % CI the 95 % confidence interval of the "
         "mean final accuracy, mean ± t(0.975, n - 1) · sd / √n (within 0 to 100 %); the "
         "rows of each seed follow the table."
-    )
-
-
-def _relative_bytes_note() -> str:
-    return (
-        "bytes vs DSGD is a run's bytes over those of the DSGD run with the same dataset, "
-        'topology and agents (else the first DSGD run); "-": the run sent no bytes.'
     )
 
 

@@ -12,10 +12,11 @@ evaluation, the last-k mean accuracy, the average model's and the training
 accuracy where summaries have them, messages, bytes, wall-clock seconds and
 virtual seconds where runs have a virtual clock. Figures that compare a run with
 another one are computed seed by seed, against the run of the same seed, then
-spread across seeds: "bytes vs DSGD %" and "saving vs DSGD %" against that
-seed's DSGD run, the speed-ups against that seed's W = 1 run. Runs with a
-target loss show "reached" (how many of the seeds reached it) beside the
-iterations and virtual seconds to it, which are spread over the seeds that did.
+spread across seeds: "events / messages / bytes vs DSGD %" against that
+seed's DSGD run (:mod:`murmur.metrics.versus_dsgd`), the speed-ups against that
+seed's W = 1 run. Runs with a target loss show "reached" (how many of the seeds
+reached it) beside the iterations and virtual seconds to it, which are spread over
+the seeds that did.
 """
 
 from __future__ import annotations
@@ -30,22 +31,20 @@ from murmur.metrics.record_types import RunSummary
 from murmur.metrics.report import (
     MISSING,
     as_number,
-    dsgd_messages,
     format_table,
     has_column,
     has_target,
     human_bytes,
     last_k_accuracy,
     lost_share,
-    message_saving,
     mixing_text,
     model_accuracy,
-    relative_bytes,
     render_table,
     run_label,
     speedups,
 )
 from murmur.metrics.statistics import Spread, spread
+from murmur.metrics.versus_dsgd import QUANTITIES, Quantity, versus_dsgd, versus_dsgd_note
 
 __all__ = ["comparison_markdown", "format_results", "format_seed_table", "figure_spread"]
 
@@ -122,11 +121,6 @@ def per_seed(
     return lambda summary: by_run.get(id(summary))
 
 
-def _savings(same: list[RunSummary]) -> list[float | None]:
-    baseline = dsgd_messages(same)
-    return [message_saving(summary, baseline) for summary in same]
-
-
 def _staleness(summary: RunSummary) -> float | None:
     staleness = summary.get("staleness")
     return as_number(staleness.get("mean")) if isinstance(staleness, dict) else None
@@ -159,13 +153,17 @@ def _figures(summaries: list[RunSummary]) -> list[_Figure]:
 def _compared(summaries: list[RunSummary]) -> list[_Figure]:
     """Bytes and messages against each seed's DSGD run, and the share of messages lost
     where runs lost some."""
-    figures = [
-        _Figure("bytes vs DSGD %", per_seed(summaries, relative_bytes), _percent),
-        _Figure("saving vs DSGD %", per_seed(summaries, _savings), _percent),
-    ]
+    figures = [_versus_figure(summaries, quantity) for quantity in QUANTITIES]
     if has_column(summaries, "dropped_messages"):
         figures.append(_Figure("lost msgs %", lost_share, _percent))
     return _present(summaries, figures)
+
+
+def _versus_figure(summaries: list[RunSummary], quantity: Quantity) -> _Figure:
+    def compare(same: list[RunSummary]) -> list[float | None]:
+        return versus_dsgd(same, quantity)
+
+    return _Figure(f"{quantity} vs DSGD %", per_seed(summaries, compare), _percent)
 
 
 def _worker_figures(summaries: list[RunSummary]) -> list[_Figure]:
@@ -290,9 +288,12 @@ def comparison_markdown(groups: Sequence[Group], failed: Sequence[str] = ()) -> 
     """A comparison's ``comparison.md``: the results table; with seeds, then a row for
     each seed ("Each seed:"); then the runs that failed, one line each ("Failed:")."""
     text = format_results(groups, markdown=True) + "\n" if groups else ""
+    summaries = [summary for group in groups for summary in group]
     if any(len(group) > 1 for group in groups):
-        each = format_table([summary for group in groups for summary in group], markdown=True)
-        text += f"\nEach seed:\n\n{each}\n"
+        text += f"\nEach seed:\n\n{format_table(summaries, markdown=True)}\n"
+    note = versus_dsgd_note(summaries)
+    if note:
+        text += f"\n{note}\n"
     if failed:
         text += "\nFailed:\n\n" + "".join(f"- {line}\n" for line in failed)
     return text

@@ -34,12 +34,12 @@ from murmur import portable
 from murmur.config import Config, load_experiment, save_config
 from murmur.errors import RunFailed, UsageError, one_line
 from murmur.metrics.evaluation import accuracy_over_run, accuracy_summary
-from murmur.metrics.record_types import EvaluationRecord
+from murmur.metrics.record_types import EvaluationRecord, FullExchange
 from murmur.metrics.records import MetricsWriter, Outcome, RunResult, write_failure
 from murmur.training.checkpoint import CHECKPOINT, Checkpoints, header, read_checkpoint
 from murmur.training.model_file import write_model_files
 from murmur.training.plan import plan
-from murmur.training.setup import Setup, SgdSetup, prepare
+from murmur.training.setup import RoundsSetup, Setup, SgdSetup, prepare
 
 OnRecord = Callable[[EvaluationRecord], None]
 """Takes each evaluation's record as the run makes it."""
@@ -120,6 +120,9 @@ def _add_extras(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
     weights = setup.config.algorithm.mixing_weights()
     if weights is not None:
         outcome.extra["mixing"] = weights
+    exchange = full_exchange(setup)
+    if exchange is not None:
+        outcome.extra["full_exchange"] = exchange
     if isinstance(setup, SgdSetup) and outcome.parameters is not None:
         outcome.extra["model"] = write_model_files(
             run_dir,
@@ -128,6 +131,24 @@ def _add_extras(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
             (setup.dataset.x_test, setup.dataset.y_test),
             setup.dataset.task == "classification",
         )
+
+
+def full_exchange(setup: Setup) -> FullExchange | None:
+    """What DSGD would send in ``setup``'s run: every agent its whole model to each of
+    its neighbours at each iteration; None for a run that is not decentralized SGD on a
+    fixed graph (one learner, a server, layer-wise training, a varying graph)."""
+    if not isinstance(setup, RoundsSetup) or not setup.plan.decentralized:
+        return None
+    if setup.config.topology.varying != "none":
+        return None
+    iterations = setup.config.run.iterations
+    links = int(setup.graph.degrees().sum())
+    model_bytes = setup.initial.shape[1] * setup.initial.element_size()
+    return {
+        "events": iterations * setup.graph.agents,
+        "messages": iterations * links,
+        "bytes": iterations * links * model_bytes,
+    }
 
 
 def _open_folder(
