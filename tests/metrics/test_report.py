@@ -20,11 +20,11 @@ from murmur.metrics.report import (
     has_target,
     human_bytes,
     read_run,
-    relative_bytes,
     run_label,
     speedups,
 )
 from murmur.metrics.report_files import write_report
+from murmur.metrics.versus_dsgd import versus_dsgd
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -363,7 +363,7 @@ def test_report_of_failed_runs_only_says_so_and_draws_nothing(tmp_path):
     assert list(out.iterdir()) == [out / "report.md"]
 
 
-def test_saving_vs_dsgd_is_relative_to_the_dsgd_run_in_the_table():
+def test_messages_vs_dsgd_is_relative_to_the_dsgd_run_in_the_table():
     summaries = [
         summary_for("event", "detsgrad", messages=5_000),
         summary_for("base", "dsgd", messages=20_000),
@@ -372,18 +372,18 @@ def test_saving_vs_dsgd_is_relative_to_the_dsgd_run_in_the_table():
         summary_for("unknown", "detsgrad", messages=None),
     ]
     rows = {row["name"]: row for row in markdown_rows(format_table(summaries, markdown=True))}
-    saving = "saving vs DSGD %"
-    assert rows["event"][saving] == "75.00"
-    assert rows["base"][saving] == "0.00"
-    assert rows["chatty"][saving] == "-50.00"
-    assert rows["single"][saving] == "-"
-    assert rows["unknown"][saving] == "-"
+    share = "messages vs DSGD %"
+    assert rows["event"][share] == "25.00"
+    assert rows["base"][share] == "100.00"
+    assert rows["chatty"][share] == "150.00"
+    assert rows["single"][share] == "-"
+    assert rows["unknown"][share] == "-"
     assert rows["unknown"]["messages"] == "-"
 
 
-def test_saving_is_dash_without_a_dsgd_run():
+def test_vs_dsgd_columns_are_absent_without_a_dsgd_run_or_a_full_exchange():
     table = format_table([summary_for("event", "detsgrad", messages=5_000)], markdown=True)
-    assert markdown_rows(table)[0]["saving vs DSGD %"] == "-"
+    assert "vs DSGD" not in table
 
 
 def test_accuracies_are_percent_with_two_decimals_and_bytes_in_units():
@@ -440,7 +440,7 @@ def test_plain_table_aligns_columns_and_shows_the_run_folder():
     assert [row["name"] for row in rows] == ["detsgrad-long-name", "d"]
     assert [row["messages"] for row in rows] == ["5000", "20000"]
     assert [row["bytes"] for row in rows] == ["4.40 GB", "2.00 MB"]
-    assert [row["saving vs DSGD %"] for row in rows] == ["75.00", "0.00"]
+    assert [row["messages vs DSGD %"] for row in rows] == ["25.00", "100.00"]
     assert rows[0]["run folder"] == "/elsewhere/detsgrad-long-name"
 
 
@@ -458,7 +458,9 @@ def test_missing_and_null_fields_render_as_dash():
         "events",
         "messages",
         "bytes",
-        "saving vs DSGD %",
+        "events vs DSGD %",
+        "messages vs DSGD %",
+        "bytes vs DSGD %",
         "wall s",
     ):
         assert row[column] == "-", column
@@ -503,9 +505,9 @@ def test_write_report_writes_table_plots_and_config_list(tmp_path):
     table = "\n".join(line for line in report.splitlines() if line.startswith("|"))
     rows = markdown_rows(table)
     assert [row["name"] for row in rows] == ["base", "event", "single"]
-    assert rows[1]["saving vs DSGD %"] == "75.00"
-    assert [row["bytes vs DSGD"] for row in rows] == ["100 %", "25 %", "-"]
-    assert "bytes vs DSGD is a run's bytes over those of the DSGD run" in report
+    assert rows[1]["messages vs DSGD %"] == "25.00"
+    assert [row["bytes vs DSGD %"] for row in rows] == ["100.00", "25.00", "-"]
+    assert "events / messages / bytes vs DSGD %: a run's broadcasts" in report
 
     links = re.findall(r"\]\(([^)]*config\.toml)\)", report)
     assert len(links) == 3
@@ -637,16 +639,16 @@ def test_virtual_seconds_keep_three_significant_digits(seconds, text):
     assert markdown_rows(format_table(summaries, markdown=True))[0]["virtual s"] == text
 
 
-def test_saving_vs_dsgd_is_dash_for_runs_with_null_communication_saving():
+def test_vs_dsgd_is_dash_for_runs_with_null_communication_saving():
     summaries = [
         summary_for("base", "dsgd", messages=20_000),
         layerwise_summary("sync", "dssfn", messages=5_000),
         summary_for("event", "detsgrad", messages=5_000),
     ]
     rows = {row["name"]: row for row in markdown_rows(format_table(summaries, markdown=True))}
-    assert rows["sync"]["saving vs DSGD %"] == "-"
+    assert rows["sync"]["messages vs DSGD %"] == "-"
     assert rows["sync"]["messages"] == "5000"
-    assert rows["event"]["saving vs DSGD %"] == "75.00"
+    assert rows["event"]["messages vs DSGD %"] == "25.00"
 
 
 def test_report_says_which_seconds_are_virtual(tmp_path):
@@ -675,7 +677,6 @@ SGD_HEADER = [
     "events",
     "messages",
     "bytes",
-    "saving vs DSGD %",
     "wall s",
 ]
 WORKER_COLUMNS = ("W", "staleness mean/max")
@@ -783,7 +784,7 @@ def test_sgd_rows_show_dashes_in_worker_columns_beside_target_runs():
     )
     for column in WORKER_COLUMNS + TARGET_COLUMNS:
         assert rows[0][column] == "-", column
-    assert rows[0]["saving vs DSGD %"] == "0.00"
+    assert rows[0]["events vs DSGD %"] == "100.00"
     assert rows[2]["iteration speedup"] == "1.00"  # w1 is still the baseline
 
 
@@ -791,7 +792,8 @@ def test_sgd_only_tables_look_as_before():
     summaries = [summary_for("base", "dsgd"), summary_for("event", "detsgrad", messages=50)]
     header = markdown_rows(format_table(summaries, markdown=True))[0]
     after_bytes = SGD_HEADER.index("bytes") + 1
-    expected = [*SGD_HEADER[:after_bytes], "bytes vs DSGD", *SGD_HEADER[after_bytes:]]
+    versus = ["events vs DSGD %", "messages vs DSGD %", "bytes vs DSGD %"]
+    expected = [*SGD_HEADER[:after_bytes], *versus, *SGD_HEADER[after_bytes:]]
     assert list(header) == expected
     assert list(plain_rows(format_table(summaries))[0]) == [*expected, "run folder"]
     without_dsgd = [summaries[1]]
@@ -903,29 +905,39 @@ def test_bytes_vs_dsgd_divides_by_the_dsgd_runs_bytes(markdown):
     table = format_table(summaries, markdown=markdown)
     rows = {row["name"]: row for row in (markdown_rows if markdown else plain_rows)(table)}
     expected = {
-        "event": "1.8 %",
-        "base": "100 %",
-        "compressed": "0.05 %",
-        "chatty": "250 %",
-        "close": "10 %",
+        "event": "1.80",
+        "base": "100.00",
+        "compressed": "0.05",
+        "chatty": "250.00",
+        "close": "9.95",
         "single": "-",
         "unknown": "-",
     }
-    assert {name: row["bytes vs DSGD"] for name, row in rows.items()} == expected
-    assert list(rows["event"]).index("bytes vs DSGD") == list(rows["event"]).index("bytes") + 1
+    assert {name: row["bytes vs DSGD %"] for name, row in rows.items()} == expected
+    header = list(rows["event"])
+    assert header.index("bytes vs DSGD %") == header.index("bytes") + 3
 
 
-def test_bytes_vs_dsgd_uses_the_dsgd_run_of_the_same_dataset_topology_and_agents():
+def test_bytes_vs_dsgd_uses_the_dsgd_run_of_the_same_set_up_else_the_full_exchange():
     summaries = [
         summary_for("dsgd-4", "dsgd", bytes=2_000_000),
         summary_for("dsgd-8", "dsgd", agents=8, bytes=8_000_000),
         summary_for("dsgd-cifar", "dsgd", dataset="cifar10", bytes=400_000_000),
         summary_for("event-8", "detsgrad", agents=8, bytes=144_000),
         summary_for("event-cifar", "detsgrad", dataset="cifar10", bytes=4_000_000),
-        # No DSGD run on a torus: the first DSGD run listed is the baseline.
-        summary_for("event-torus", "detsgrad", topology="torus", bytes=1_000_000),
+        # No DSGD run on a torus: what DSGD would send on the torus is the baseline.
+        summary_for(
+            "event-torus",
+            "detsgrad",
+            topology="torus",
+            bytes=1_000_000,
+            full_exchange={"events": 1_200, "messages": 4_800, "bytes": 2_000_000},
+        ),
+        # The DSGD run of other iterations is no baseline, and there is no full exchange.
+        summary_for("event-long", "detsgrad", iterations=600, bytes=1_000_000),
     ]
-    shares = dict(zip((s["name"] for s in summaries), relative_bytes(summaries), strict=True))
+    names = (s["name"] for s in summaries)
+    shares = dict(zip(names, versus_dsgd(summaries, "bytes"), strict=True))
     assert shares == {
         "dsgd-4": 1.0,
         "dsgd-8": 1.0,
@@ -933,11 +945,13 @@ def test_bytes_vs_dsgd_uses_the_dsgd_run_of_the_same_dataset_topology_and_agents
         "event-8": pytest.approx(144_000 / 8_000_000),
         "event-cifar": pytest.approx(0.01),
         "event-torus": pytest.approx(0.5),
+        "event-long": None,
     }
     rows = {row["name"]: row for row in markdown_rows(format_table(summaries, markdown=True))}
-    assert rows["event-8"]["bytes vs DSGD"] == "1.8 %"
-    assert rows["event-cifar"]["bytes vs DSGD"] == "1 %"
-    assert rows["event-torus"]["bytes vs DSGD"] == "50 %"
+    assert rows["event-8"]["bytes vs DSGD %"] == "1.80"
+    assert rows["event-cifar"]["bytes vs DSGD %"] == "1.00"
+    assert rows["event-torus"]["bytes vs DSGD %"] == "50.00"
+    assert rows["event-torus"]["events vs DSGD %"] == "8.33"  # 100 of 1,200
 
 
 @pytest.mark.parametrize(
@@ -950,10 +964,10 @@ def test_bytes_vs_dsgd_uses_the_dsgd_run_of_the_same_dataset_topology_and_agents
 )
 def test_bytes_vs_dsgd_column_is_absent_without_a_dsgd_run_that_sent_bytes(tmp_path, summaries):
     for markdown in (True, False):
-        assert "bytes vs DSGD" not in format_table(summaries, markdown=markdown)
-    assert relative_bytes(summaries) == [None, None]
+        assert "vs DSGD" not in format_table(summaries, markdown=markdown)
+    assert versus_dsgd(summaries, "bytes") == [None, None]
     run_dirs = [make_run(tmp_path / "runs", summary, records_for(4, 8)) for summary in summaries]
-    assert "bytes vs DSGD" not in write_report(run_dirs, tmp_path / "report").read_text()
+    assert "vs DSGD" not in write_report(run_dirs, tmp_path / "report").read_text()
 
 
 def test_run_files_are_strict_json_with_null_for_numbers_that_are_not_finite():
@@ -968,5 +982,5 @@ def test_run_files_are_strict_json_with_null_for_numbers_that_are_not_finite():
 def test_bytes_vs_dsgd_column_is_absent_when_the_dsgd_run_has_no_byte_count():
     summaries = [summary_for("old", "dsgd", bytes=None), summary_for("event", "detsgrad")]
     for markdown in (True, False):
-        assert "bytes vs DSGD" not in format_table(summaries, markdown=markdown)
-    assert relative_bytes(summaries) == [None, None]
+        assert "vs DSGD" not in format_table(summaries, markdown=markdown)
+    assert versus_dsgd(summaries, "bytes") == [None, None]
