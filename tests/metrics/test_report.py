@@ -970,6 +970,25 @@ def test_bytes_vs_dsgd_column_is_absent_without_a_dsgd_run_that_sent_bytes(tmp_p
     assert "vs DSGD" not in write_report(run_dirs, tmp_path / "report").read_text()
 
 
+def test_report_names_the_runs_measured_against_their_full_exchange(tmp_path):
+    exchange = {"events": 400, "messages": 800, "bytes": 4_000_000}
+    summaries = [
+        summary_for("base", "dsgd"),
+        summary_for("event", "detsgrad", messages=100, full_exchange=exchange),
+        summary_for("torus", "detsgrad", topology="torus", full_exchange=exchange),
+    ]
+    run_dirs = [make_run(tmp_path / "runs", s, records_for(4, 8)) for s in summaries]
+    report = write_report(run_dirs, tmp_path / "report").read_text()
+    rows = markdown_rows("\n".join(line for line in report.splitlines() if line.startswith("|")))
+    assert [row["messages vs DSGD %"] for row in rows] == ["100.00", "50.00", "25.00"]
+    assert [row["bytes vs DSGD %"] for row in rows] == ["100.00", "100.00", "50.00"]
+    (note,) = [line for line in report.splitlines() if line.startswith("events / messages")]
+    assert "The table has no such DSGD run for torus: its figures" in note
+    measured = write_report(run_dirs[:2], tmp_path / "measured").read_text()
+    assert "events / messages / bytes vs DSGD %" in measured
+    assert "no such DSGD run" not in measured
+
+
 def test_run_files_are_strict_json_with_null_for_numbers_that_are_not_finite():
     text = to_json({"loss": float("nan"), "per_agent": [1.0, float("inf")], "n": 3})
     assert json.loads(text, parse_constant=pytest.fail) == {

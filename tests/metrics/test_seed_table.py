@@ -6,7 +6,7 @@ from summaries import summary_for, worker_summary
 from test_report import markdown_rows, plain_rows
 
 from murmur.metrics.report import format_table
-from murmur.metrics.seed_table import format_results, format_seed_table
+from murmur.metrics.seed_table import comparison_markdown, format_results, format_seed_table
 from murmur.metrics.statistics import spread
 
 
@@ -104,3 +104,44 @@ def test_the_tables_say_which_mixing_matrix_and_steps_each_run_used():
     seeds = [summary_for("choco", "choco-sgd", seed=s, mixing="metropolis") for s in (0, 1)]
     assert markdown_rows(format_seed_table([seeds], markdown=True))[0]["mixing"] == "metropolis"
     assert "mixing" not in format_table([summary_for("c", "centralized")])
+
+
+def test_vs_dsgd_falls_back_to_each_seeds_full_exchange_and_the_note_names_the_row():
+    """No DSGD run on the torus: each seed's run is over its own full exchange (seed 0's
+    200 messages, seed 1's 400, as DSGD runs' counts would differ under faults)."""
+    dsgd = [summary_for("dsgd", "dsgd", seed=s) for s in (0, 1)]
+    torus = [
+        summary_for(
+            "torus",
+            "detsgrad",
+            topology="torus",
+            seed=s,
+            messages=100,
+            full_exchange={"events": 100, "messages": m, "bytes": 4_000_000},
+        )
+        for s, m in ((0, 200), (1, 400))
+    ]
+    single = [summary_for("single", "centralized", agents=1, seed=s) for s in (0, 1)]
+    groups = [dsgd, torus, single]
+    rows = {row["name"]: row for row in markdown_rows(format_seed_table(groups, markdown=True))}
+    shares = spread([0.5, 0.25])
+    assert rows["torus"]["messages vs DSGD %"] == (
+        f"{100 * shares.mean:.2f} ± {100 * shares.sd:.2f}"
+    )
+    assert rows["torus"]["events vs DSGD %"] == "100.00 ± 0.00"
+    assert rows["torus"]["bytes vs DSGD %"] == "50.00 ± 0.00"
+    assert rows["dsgd"]["bytes vs DSGD %"] == "100.00 ± 0.00"
+    for column in ("events vs DSGD %", "messages vs DSGD %", "bytes vs DSGD %"):
+        assert rows["single"][column] == "-", column
+    header = list(rows["torus"])
+    assert header.index("events vs DSGD %") == header.index("bytes") + 1
+    text = comparison_markdown(groups)
+    assert "events / messages / bytes vs DSGD %: a run's broadcasts" in text
+    (note,) = [line for line in text.splitlines() if line.startswith("events / messages")]
+    assert "The table has no such DSGD run for torus: its figures" in note
+
+
+def test_comparison_without_any_baseline_has_no_vs_dsgd_columns_or_note():
+    runs = [summary_for("event", "detsgrad", seed=s) for s in (0, 1)]
+    text = comparison_markdown([runs])
+    assert "vs DSGD" not in text

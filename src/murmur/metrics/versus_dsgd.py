@@ -8,9 +8,9 @@ compressed message is one message of fewer bytes.
 
 The baseline of a run is, in this order:
 
-1. the first DSGD run (``algorithm`` "dsgd") of the same dataset, topology, number
-   of agents and iterations among the summaries compared (reports and tables compare
-   the runs of one seed with each other: each seed has its own DSGD run);
+1. the first DSGD run (``algorithm`` "dsgd") of the same seed, dataset, topology,
+   number of agents and iterations among the summaries compared: each seed has its
+   own DSGD run;
 2. else the run's own ``full_exchange``: what DSGD would send on the run's graph in
    its iterations, written by every decentralized SGD run on a fixed graph;
 3. else none, and its cells are "-": runs of one learner, of a parameter server,
@@ -66,8 +66,8 @@ def _number(value: object) -> float | None:
 
 
 def _setup(summary: RunSummary) -> tuple[str, ...]:
-    """Runs whose counts compare: the same dataset, graph, agents and iterations."""
-    keys = ("dataset", "topology", "agents", "iterations")
+    """Runs whose counts compare: the same seed, dataset, graph, agents and iterations."""
+    keys = ("seed", "dataset", "topology", "agents", "iterations")
     return tuple(str(summary.get(key)) for key in keys)
 
 
