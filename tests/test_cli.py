@@ -399,8 +399,10 @@ def test_default_comparison_and_report(capsys, tmp_path):
     assert read_summary(out / "centralized")["messages"] == 0
     assert read_summary(out / "dsgd")["events"] == AGENTS * ITERATIONS
 
-    table = (out / "comparison.md").read_text().splitlines()
+    text = (out / "comparison.md").read_text()
+    table = [line for line in text.splitlines() if line.startswith("|")]
     assert len(table) == 2 + len(labels)
+    assert "events / messages / bytes vs DSGD %: a run's broadcasts" in text
     assert [row.split("|")[1].strip() for row in table[2:]] == labels
 
     run_ok(capsys, "report", str(out))
