@@ -8,13 +8,18 @@ mode, so that any x86-64 machine prints the same numbers.
 
 Each table is one ``murmur run PRESET --seeds S --portable`` whose comparison table
 (mean +- sd across seeds) is written, with the command and its wall time, to
-``docs/results/NAME.md``; the README quotes those files. The run folders stay in
-``--out`` (default ``runs/results``) for ``murmur report``.
+``docs/results/NAME.md``. The README and the manual's pages show parts of those files
+where a table follows a marker line ``<!-- results-table: NAME [NAME ...] -->``: the
+table keeps the columns its header names and takes every row of the named files'
+short tables, remade by this script each time it writes a file (``--embed`` alone
+remakes them). The run folders stay in ``--out`` (default ``runs/results``) for
+``murmur report``.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import subprocess
 import sys
@@ -25,6 +30,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
+PAGES = (ROOT / "README.md", ROOT / "docs")
+"""Where marked tables are looked for: the README and every page of the manual."""
+MARKED = re.compile(r"<!-- results-table: ([\w .-]+?) -->\n((?:\|.*\n?)+)")
+"""A marker line and the table under it."""
 DEFAULT_OUT = Path("runs") / "results"
 """Where the run folders go unless ``--out`` says otherwise."""
 
@@ -187,20 +196,74 @@ def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
 
 
 def readme_table(name: str, columns: list[str]) -> str:
-    """The short table of ``docs/results/NAME.md`` with only ``columns`` (its headers),
-    written as the README writes figures (``+-``)."""
+    """The short table of ``docs/results/NAME.md`` with only ``columns`` (its headers;
+    a column it lacks is taken from the file's "Every figure" table), written as the
+    README writes figures (``+-``)."""
     text = (RESULTS / f"{name}.md").read_text()
-    lines = [line for line in text.split("\n\n")[1].splitlines() if line.startswith("|")]
-    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    missing = [column for column in columns if column not in header]
+    header, rows = _table(text.split("\n\n")[1])
+    every = text.partition("Every figure:\n\n")[2].split("\n\n")[0]
+    full_header, full_rows = _table(every) if every else ([], [])
+    missing = [column for column in columns if column not in header + full_header]
     if missing:
-        raise SystemExit(f"{name}: no column {missing}; it has {header}")
-    kept = [header.index(column) for column in columns]
-    rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for line in lines[2:]:
-        cells = [cell.strip().replace("±", "+-") for cell in line.strip("|").split("|")]
-        rows.append("| " + " | ".join(cells[i] for i in kept) + " |")
-    return "\n".join(rows)
+        raise SystemExit(f"{name}: no column {missing}; it has {header + full_header}")
+    full = {row[0]: row for row in full_rows}
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [
+            row[header.index(column)]
+            if column in header
+            else full[row[0]][full_header.index(column)]
+            for column in columns
+        ]
+        lines.append("| " + " | ".join(cell.replace("±", "+-") for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def _table(block: str) -> tuple[list[str], list[list[str]]]:
+    """A markdown table's header and rows, as stripped cells."""
+    lines = [line for line in block.splitlines() if line.startswith("|")]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    return cells[0], cells[2:]
+
+
+def marked_table(names: list[str], columns: list[str]) -> str:
+    """The rows of every named file's short table, in order, with only ``columns``."""
+    parts = [readme_table(name, columns).splitlines() for name in names]
+    return "\n".join(parts[0][:2] + [row for part in parts for row in part[2:]])
+
+
+def embedded(text: str) -> str:
+    """``text`` with every table under a results-table marker remade from
+    ``docs/results``, its header's columns kept."""
+
+    def remake(match: re.Match[str]) -> str:
+        header = match.group(2).splitlines()[0]
+        columns = [cell.strip() for cell in header.strip().strip("|").split("|")]
+        table = marked_table(match.group(1).split(), columns)
+        return f"<!-- results-table: {match.group(1)} -->\n{table}\n"
+
+    return MARKED.sub(remake, text)
+
+
+def marked_pages() -> list[Path]:
+    """The README and every page of the manual."""
+    return [
+        page
+        for where in PAGES
+        for page in ([where] if where.is_file() else sorted(where.rglob("*.md")))
+    ]
+
+
+def embed() -> list[Path]:
+    """Remake every marked table of the README and the manual; the pages changed."""
+    changed = []
+    for page in marked_pages():
+        text = page.read_text(encoding="utf-8")
+        remade = embedded(text)
+        if remade != text:
+            page.write_text(remade, encoding="utf-8")
+            changed.append(page)
+    return changed
 
 
 def _run_minutes(folder: Path) -> str:
@@ -343,6 +406,11 @@ def main(argv: list[str] | None = None) -> int:
         help="print the short table of each --only file with these columns, for the README",
     )
     parser.add_argument(
+        "--embed",
+        action="store_true",
+        help="train nothing: remake the marked tables of the README and the manual",
+    )
+    parser.add_argument(
         "--fill",
         action="store_true",
         help="train only the runs whose folders in --out are missing, then write the files",
@@ -354,18 +422,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     chosen = [table for table in TABLES if not args.only or table.name in args.only]
+    if not (args.embed or args.readme or args.list):
+        _write_tables(chosen, args)
+    if not (args.readme or args.list):
+        for page in embed():
+            print(f"remade the marked tables of {page.relative_to(ROOT)}")
+        return 0
     for table in chosen:
         if args.readme:
             print(readme_table(table.name, args.readme))
-        elif args.list:
+        else:
             print(f"{table.name}: {shlex.join(command(table, args.seeds, args.out))}")
-        elif args.fill:
+    return 0
+
+
+def _write_tables(chosen: list[Table], args: argparse.Namespace) -> None:
+    """Train (all, or with ``--fill`` the missing runs, or none) and write the files."""
+    for table in chosen:
+        if args.fill:
             trained = fill(table, args.seeds, args.out / table.name)
             written = make(table, args.seeds, args.out, run=False)
             print(f"{table.name}: {trained} runs trained; {written}")
         else:
             print(f"{table.name}: {make(table, args.seeds, args.out, run=not args.report_only)}")
-    return 0
 
 
 if __name__ == "__main__":

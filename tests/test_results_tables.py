@@ -4,6 +4,7 @@ in order, and the README form picks columns by name."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -86,9 +87,55 @@ def test_a_table_with_plots_draws_them_from_its_seeds_and_shows_them(
     assert text.index("| choco-sgd |") < text.index("![accuracy") < text.index("Every figure")
 
 
-def test_the_readme_results_table_is_the_default_tables_short_form(results_tables):
-    readme = (results_tables.ROOT / "README.md").read_text()
-    start = readme.index("| name |")
-    shown = readme[start:].split("\n\n")[0].strip()
-    header = [cell.strip() for cell in shown.splitlines()[0].strip("|").split("|")]
-    assert shown == results_tables.readme_table("default", header)
+def _marked(results_tables):
+    """(page, names, the table shown) of every marked table of the README and manual."""
+    found = []
+    for page in results_tables.marked_pages():
+        for match in results_tables.MARKED.finditer(page.read_text(encoding="utf-8")):
+            found.append((page, match.group(1).split(), match.group(2).strip()))
+    return found
+
+
+def test_every_marked_table_of_the_readme_and_manual_is_the_scripts(results_tables):
+    """What --embed writes is what the pages show: no figure typed by hand."""
+    marked = _marked(results_tables)
+    names = {name for _, found, _ in marked for name in found}
+    assert len(marked) >= 15
+    assert names >= {"default", "talk-less", "faults-drop", "asysg-speedup", "ssfn-vowel"}
+    assert "README.md" in {page.name for page, _, _ in marked}
+    for page, found, shown in marked:
+        header = [cell.strip() for cell in shown.splitlines()[0].strip("|").split("|")]
+        assert shown == results_tables.marked_table(found, header), page
+
+
+def test_a_page_that_quotes_the_results_marks_each_table_of_figures(results_tables):
+    """On a page that names the script, a table of mean +- sd cells follows a marker."""
+    for page in results_tables.marked_pages():
+        text = page.read_text(encoding="utf-8")
+        if "results_tables.py" not in text or page.parent == results_tables.RESULTS:
+            continue
+        for block in re.split(r"\n\n", text):
+            table = [line for line in block.splitlines() if line.startswith("|")]
+            if any(re.search(r"\d \+- \d", line) for line in table):
+                assert "<!-- results-table:" in block, f"{page.name}: {table[0]}"
+
+
+def test_embedding_remakes_a_marked_table_with_its_own_columns(
+    results_tables, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(results_tables, "RESULTS", tmp_path)
+    every = FULL.split("\n\nEach seed")[0]
+    for name in ("x", "y"):
+        (tmp_path / f"{name}.md").write_text(
+            f"Title.\n\n{results_tables.short(FULL)}\nEvery figure:\n\n{every}\n"
+        )
+    page = (
+        "Before.\n\n<!-- results-table: x y -->\n| name | 95 % CI |\n|---|---|\n| old |\n\nAfter.\n"
+    )
+    remade = results_tables.embedded(page)
+    assert remade == (
+        "Before.\n\n<!-- results-table: x y -->\n| name | 95 % CI |\n|---|---|\n"
+        "| dsgd | [93.08, 94.87] |\n| beer | [85.17, 86.27] |\n"
+        "| dsgd | [93.08, 94.87] |\n| beer | [85.17, 86.27] |\n\nAfter.\n"
+    )
+    assert results_tables.embedded(remade) == remade
