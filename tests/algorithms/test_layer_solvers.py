@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from murmur.algorithms.arock import AsyncSolver, DssfnAsyncConfig
+from murmur.algorithms.arock import AsyncSolver, DssfnAsyncConfig, relax
 from murmur.algorithms.dssfn import DssfnConfig, SyncSolver
 from murmur.algorithms.protocols import AsyncWork, Ball, Ridge, RoundsWork
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
@@ -141,6 +141,7 @@ def test_arock_reports_an_eigendecomposition_per_node_and_two_products_per_updat
             update_flops=2 * 2.0 * q * n * n,
             values=q * n,
             dtype=F64,
+            relax=relax,
         )
     ]
 

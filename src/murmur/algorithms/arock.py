@@ -92,44 +92,85 @@ def ball_constrained_solve(
     curvature is the same c > 0 on all the rest, where X = V_rest / (c + 2 nu), so
     X = V / (c + 2 nu) + W diag(1 / (a + 2 nu) - 1 / (c + 2 nu)) U^T.
 
-    nu >= 0 is the multiplier of the norm bound, found by Newton's method on
-    phi(nu) = 1/||X(nu)|| - 1/radius, which is concave and increasing: from the
-    left of its root the iteration converges monotonically, and from ``start`` on
-    its right (the last update's multiplier, usually within a hair of the new one)
-    the first step lands on the left. Returns X and nu.
+    nu >= 0 is the multiplier of the norm bound (:func:`ball_multipliers`). Returns X
+    and nu. One node's case of :func:`solve_batch`, which nodes' updates use.
     """
-    weights = rotated.square().sum(dim=0).numpy()
+    whole, rest = outside if outside is not None else (None, 0.0)
+    x, shift = solve_batch(
+        rotated[None],
+        curvature[None],
+        [basis],
+        radius,
+        np.array([start]),
+        None if whole is None else (whole[None], rest),
+    )
+    return x[0], float(shift[0])
+
+
+def solve_batch(
+    rotated: torch.Tensor,
+    curvature: torch.Tensor,
+    bases: list[torch.Tensor],
+    radius: float | None,
+    starts: np.ndarray,
+    outside: tuple[torch.Tensor, float] | None = None,
+) -> tuple[torch.Tensor, np.ndarray]:
+    """:func:`ball_constrained_solve` for B nodes at once: ``rotated`` (B, Q, K),
+    ``curvature`` (B, K), one basis (n, K) per node, the last multipliers ``starts``
+    (B,), ``outside`` ((B, Q, n) V, c) or None. Each node's numbers are those it gets
+    alone: the products are its own, the rest row by row."""
+    turned = rotated.numpy()
+    weights = np.square(turned).sum(axis=1)
     values = curvature.numpy()
     if outside is not None:
         whole, rest = outside
-        remainder = max(float(whole.square().sum()) - float(weights.sum()), 0.0)
-        weights, values = np.append(weights, remainder), np.append(values, rest)
-    shift = 0.0
-    if radius is not None and float(np.sqrt((weights / values**2).sum())) > radius:
-        shift = _ball_multiplier(weights, values, radius, start)
-    scale = curvature + 2.0 * shift
+        total = _row_squares(whole.view(len(whole), -1))
+        remainder = np.maximum(total - weights.sum(axis=1), 0.0)
+        weights = np.column_stack([weights, remainder])
+        values = np.column_stack([values, np.full(len(values), rest)])
+    shifts = np.zeros(len(values))
+    if radius is not None:
+        bound = np.sqrt((weights / values**2).sum(axis=1)) > radius
+        if bound.any():
+            shifts[bound] = ball_multipliers(weights[bound], values[bound], radius, starts[bound])
+    inverse = 1.0 / (curvature.numpy() + 2.0 * shifts[:, None])
+    x = rotated.new_empty(rotated.shape[0], rotated.shape[1], bases[0].shape[0])
     if outside is None:
-        return (rotated / scale) @ basis.T, shift
-    level = rest + 2.0 * shift
-    return torch.addmm(whole / level, rotated * (1.0 / scale - 1.0 / level), basis.T), shift
+        scaled = torch.from_numpy(turned * inverse[:, None, :])
+        for b, basis in enumerate(bases):
+            torch.mm(scaled[b], basis.T, out=x[b])
+        return x, shifts
+    level = 1.0 / (rest + 2.0 * shifts)
+    coefficients = torch.from_numpy(turned * (inverse - level[:, None])[:, None, :])
+    for b, basis in enumerate(bases):
+        torch.addmm(outside[0][b], coefficients[b], basis.T, beta=float(level[b]), out=x[b])
+    return x, shifts
 
 
-def _ball_multiplier(
-    weights: np.ndarray, curvature: np.ndarray, radius: float, start: float
-) -> float:
-    """The root nu > 0 of ||W diag(1 / (a + 2 nu))|| = radius (see ball_constrained_solve)."""
-    shift = max(start, 0.0)
+def ball_multipliers(
+    weights: np.ndarray, curvature: np.ndarray, radius: float, starts: np.ndarray
+) -> np.ndarray:
+    """Per row, the root nu > 0 of ||W diag(1 / (a + 2 nu))|| = radius, by Newton's
+    method on phi(nu) = 1/||X(nu)|| - 1/radius, which is concave and increasing: from
+    the left of its root the iteration converges monotonically, and from a start on
+    its right (the last update's multiplier, usually within a hair of the new one) the
+    first step lands on the left. Rows stop one by one, each after the steps it would
+    take alone."""
+    shifts = np.maximum(starts, 0.0)
+    active = np.arange(len(shifts))
     for _ in range(100):
-        denominators = curvature + 2.0 * shift
-        square = float((weights / denominators**2).sum())
-        norm = square**0.5
-        if abs(norm - radius) <= 1e-13 * radius:
+        denominators = curvature[active] + 2.0 * shifts[active, None]
+        square = (weights[active] / denominators**2).sum(axis=1)
+        norm = np.sqrt(square)
+        moving = np.abs(norm - radius) > 1e-13 * radius
+        active, square, norm = active[moving], square[moving], norm[moving]
+        if not len(active):
             break
-        derivative = -4.0 * float((weights / denominators**3).sum())
+        derivative = -4.0 * (weights[active] / denominators[moving] ** 3).sum(axis=1)
         # d/dnu (1/norm) = -derivative / (2 norm^3)
         step = (1.0 / norm - 1.0 / radius) / (-derivative / (2.0 * square * norm))
-        shift = max(shift - step, 0.0)
-    return shift
+        shifts[active] = np.maximum(shifts[active] - step, 0.0)
+    return shifts
 
 
 class ArockNode:
@@ -182,6 +223,8 @@ class ArockNode:
         self.x = torch.zeros_like(cross)
         self.shift = 0.0
         """The norm bound's multiplier at the latest update."""
+        self.pending: PendingUpdate | None = None
+        """The update begun and not yet made (:meth:`begin_update`)."""
 
     def rest_curvature(self, degree: int) -> float:
         """The update's curvature where G is 0: gamma per edge plus twice the ridge share."""
@@ -202,6 +245,8 @@ class ArockNode:
     @property
     def settled(self) -> bool:
         """The latest update met the tolerance, or the cap is reached."""
+        if self.pending is not None:
+            raise RuntimeError(f"node {self.index}'s update is not made yet: relax() it first")
         return self.updates >= self.cap or (
             self.updates > 0 and tolerance_met(self.residual, self.tolerance)
         )
@@ -223,6 +268,8 @@ class ArockNode:
 
     def drop(self, neighbour: int) -> None:
         """Neighbour ``neighbour`` failed: its edge leaves the problem."""
+        if self.pending is not None:
+            raise RuntimeError(f"node {self.index} lost a neighbour during an update")
         self.own.pop(neighbour, None)
         self.inbox.pop(neighbour, None)
         self.stamps.pop(neighbour, None)
@@ -244,33 +291,141 @@ class ArockNode:
 
     def update(self) -> dict[int, torch.Tensor]:
         """Solve for x_i from the inbox, relax the own blocks; returns them to push."""
-        self.fresh = False
-        incoming = sum(self.inbox.values(), torch.zeros_like(self.cross2))
-        whole = self.cross2 - incoming
-        rest = self.rest_curvature(len(self.own))
-        # With no edge left and no ridge (rest 0) the update is flat off G's range, where
-        # V = 2C has no part: the minimum-norm solution lives on the range alone.
-        outside = (whole, rest) if self.reduced and rest > 0 else None
-        self.x, self.shift = ball_constrained_solve(
-            whole @ self.basis,
-            2.0 * self.values + rest,
-            self.basis,
-            self.radius,
-            self.shift,
-            outside,
-        )
-        # z - eta (z - T(z)) = z - (eta / 2) (z + z_{e,i} + 2 gamma x_i), with T(z) as above
-        moved = size = 0.0
-        pull = (2.0 * self.gamma) * self.x
-        for j, block in self.own.items():
-            step = (block + self.inbox[j] + pull).mul_(-0.5 * self.eta)
-            new = block + step
-            moved += float(torch.vdot(step.view(-1), step.view(-1)))
-            size += float(torch.vdot(new.view(-1), new.view(-1)))
-            self.own[j] = new
-        self.updates += 1
-        self.residual = (moved / max(size, 1e-300)) ** 0.5 / self.eta if self.own else 0.0
+        relax([self.begin_update()])
         return self.own
+
+    def begin_update(self) -> PendingUpdate:
+        """Start an update on what has arrived so far: its inputs are read now, its
+        numbers made by :func:`relax` (with other nodes' updates, in the simulator)
+        before anything reads them."""
+        if self.pending is not None:
+            raise RuntimeError(f"node {self.index} began an update before its last one ended")
+        self.fresh = False
+        self.updates += 1
+        neighbours = tuple(self.own)
+        self.pending = PendingUpdate(
+            self,
+            neighbours,
+            tuple(self.own[j] for j in neighbours),
+            tuple(self.inbox[j] for j in neighbours),
+        )
+        return self.pending
+
+    def pad_rank(self, rank: int) -> None:
+        """Keep ``rank`` basis columns (zeros past G's range, whose weight is 0), so that
+        nodes of different ranks update side by side (:func:`relax`)."""
+        extra = rank - self.basis.shape[1]
+        if self.reduced and extra > 0:
+            self.basis = torch.cat([self.basis, self.basis.new_zeros(len(self.basis), extra)], 1)
+            self.values = torch.cat([self.values, self.values.new_ones(extra)])
+
+
+class PendingUpdate:
+    """One node's update between its start (inputs read) and :func:`relax` (numbers
+    made): what the node pushes to each neighbour, and with which stamp."""
+
+    def __init__(
+        self,
+        node: ArockNode,
+        neighbours: tuple[int, ...],
+        own: tuple[torch.Tensor, ...],
+        inbox: tuple[torch.Tensor, ...],
+    ) -> None:
+        self.node = node
+        self.neighbours = neighbours
+        self.own = own
+        self.inbox = inbox
+        self.done = False
+        self.stamp = -1
+        """The pushes' stamp, set by :func:`relax`."""
+        self.blocks: dict[int, torch.Tensor] = {}
+        """The block pushed to each neighbour, set by :func:`relax`."""
+
+    @property
+    def group(self) -> tuple[bool, int]:
+        """Updates of one group are made together: the same shapes and the same form."""
+        return (
+            self.node.reduced and self.node.rest_curvature(len(self.neighbours)) > 0,
+            len(self.neighbours),
+        )
+
+
+def relax(updates: list[PendingUpdate]) -> None:
+    """Make the numbers of pending updates of distinct nodes, many at a time: each
+    node's x_i, its relaxed blocks and its residual are those it makes alone (its
+    products are its own, everything else row by row), whoever shares the batch."""
+    groups: dict[tuple[bool, int], list[PendingUpdate]] = {}
+    for update in updates:
+        groups.setdefault(update.group, []).append(update)
+    for (outside, degree), group in groups.items():
+        _relax_group(group, outside, degree)
+
+
+def _relax_group(updates: list[PendingUpdate], outside: bool, degree: int) -> None:
+    """:func:`relax` for updates of one shape: ``degree`` neighbours each."""
+    nodes = [update.node for update in updates]
+    first = nodes[0]
+    inbox = [_stacked([update.inbox[d] for update in updates]) for d in range(degree)]
+    whole = _stacked([node.cross2 for node in nodes])
+    for d, blocks in enumerate(inbox):  # V = 2C - sum_j z_{e,i}, in the inbox's order
+        whole = whole - blocks if d == 0 else whole.sub_(blocks)
+    rest = first.rest_curvature(degree)
+    bases = [node.basis for node in nodes]
+    rotated = whole.new_empty(len(nodes), whole.shape[1], bases[0].shape[1])
+    for b, basis in enumerate(bases):
+        torch.mm(whole[b], basis, out=rotated[b])
+    # With no edge left and no ridge (rest 0) the update is flat off G's range, where
+    # V = 2C has no part: the minimum-norm solution lives on the range alone.
+    x, shifts = solve_batch(
+        rotated,
+        torch.from_numpy(2.0 * np.stack([node.values.numpy() for node in nodes]) + rest),
+        bases,
+        first.radius,
+        np.array([node.shift for node in nodes]),
+        (whole, rest) if outside else None,
+    )
+    own = [_stacked([update.own[d] for update in updates]) for d in range(degree)]
+    new, residuals = _relax_blocks(own, inbox, x, first.gamma, first.eta, len(nodes) > 1)
+    for b, (update, node) in enumerate(zip(updates, nodes, strict=True)):
+        node.x, node.shift, node.residual = x[b], float(shifts[b]), float(residuals[b])
+        node.own = {j: new[d][b] for d, j in enumerate(update.neighbours)}
+        node.pending = None
+        update.blocks, update.stamp, update.done = node.own, node.stamp, True
+
+
+def _stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The tensors on a new first axis: a copy, or a view of a single one."""
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
+
+
+def _relax_blocks(
+    own: list[torch.Tensor],
+    inbox: list[torch.Tensor],
+    x: torch.Tensor,
+    gamma: float,
+    eta: float,
+    copied: bool,
+) -> tuple[list[torch.Tensor], np.ndarray]:
+    """Relax each edge's blocks (B, Q, n), z <- z - eta (z - T(z)) = z - (eta / 2)
+    (z + z_{e,i} + 2 gamma x_i), in place where ``own`` holds copies, and return them
+    with each node's residual ||z - T(z)|| / ||z||, its blocks' squares summed in their
+    order."""
+    moved, size = np.zeros(len(x)), np.zeros(len(x))
+    new = []
+    for blocks, heard in zip(own, inbox, strict=True):
+        step = torch.add(blocks, heard).add_(x, alpha=2.0 * gamma).mul_(-0.5 * eta)
+        relaxed = blocks.add_(step) if copied else blocks + step
+        moved = moved + _row_squares(step.view(len(x), -1))
+        size = size + _row_squares(relaxed.view(len(x), -1))
+        new.append(relaxed)
+    residuals = np.sqrt(moved / np.maximum(size, 1e-300)) / eta if own else np.zeros(len(x))
+    return new, residuals
+
+
+def _row_squares(rows: torch.Tensor) -> np.ndarray:
+    """Each row's sum of squares: the same for a row whatever rows come with it."""
+    values = rows.numpy()
+    return np.einsum("ij,ij->i", values, values)
 
 
 _RANK_CUTOFF = 1e-10
@@ -318,6 +473,9 @@ class AsyncSolver:
             )
             for local, index in enumerate(network.local_nodes)
         ]
+        rank = max(node.basis.shape[1] for node in nodes)
+        for node in nodes:
+            node.pad_rank(rank)
         work = AsyncWork(
             setup_flops=[flops + 4.0 * float(width) ** 3 for flops in setup_flops],
             # two dense (Q, n) x (n, n) products, whatever shortcut a node takes: as for
@@ -325,6 +483,7 @@ class AsyncSolver:
             update_flops=2 * matmul_flops(classes, width, width),
             values=classes * width,
             dtype=crosses.dtype,
+            relax=relax,
         )
         driven: list[AsyncNode] = list(nodes)  # the same nodes, as the protocol sees them
         network.run_async(driven, work)

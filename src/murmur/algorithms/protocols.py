@@ -66,7 +66,7 @@ estimate.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -175,6 +175,10 @@ class AsyncWork:
     """Numbers in one pushed block."""
     dtype: torch.dtype
     """Their type."""
+    relax: Callable[[list[Any]], None] | None = None
+    """Where given, the nodes are :class:`BatchedAsyncNode`: a runtime may begin their
+    updates and have this make the numbers of many at once (each node's the same as
+    alone), before anything reads them."""
 
     @property
     def message_bytes(self) -> int:
@@ -222,6 +226,23 @@ class AsyncNode(Protocol):
     @property
     def solution(self) -> torch.Tensor:
         """The node's latest output matrix."""
+
+
+class PendingUpdate(Protocol):
+    """An update begun (its inputs read) whose numbers :attr:`AsyncWork.relax` makes."""
+
+    neighbours: tuple[int, ...]
+    done: bool
+    """Its numbers are made: ``stamp`` and ``blocks`` hold them."""
+    stamp: int
+    blocks: dict[int, torch.Tensor]
+
+
+class BatchedAsyncNode(AsyncNode, Protocol):
+    """An :class:`AsyncNode` whose updates can wait to be made together."""
+
+    def begin_update(self) -> PendingUpdate:
+        """Begin an update on what has arrived so far (``update`` is this, made at once)."""
 
 
 class PushChannel(Protocol):

@@ -33,11 +33,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import torch
 
-from murmur.algorithms.protocols import AsyncNode, AsyncWork, RoundsWork, Transport
+from murmur.algorithms.protocols import (
+    AsyncNode,
+    AsyncWork,
+    BatchedAsyncNode,
+    PendingUpdate,
+    RoundsWork,
+    Transport,
+)
 from murmur.metrics.counters import MessageCounters
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.sim.transport import InMemoryTransport
@@ -66,6 +73,11 @@ class SimulatedNetwork:
     """The nodes that crash and the layer at whose start they do."""
     down: set[int] = field(default_factory=set)
     """Nodes crashed so far."""
+    batched: ClassVar[bool] = True
+    """Make the numbers of asynchronous updates many at a time (:attr:`AsyncWork.relax`);
+    False makes each as it begins. The events and numbers are the same either way."""
+    batches: list[int] = field(default_factory=list)
+    """How many updates each batch of asynchronous updates made (for benchmarks)."""
 
     def __post_init__(self) -> None:
         if not self.ready:
@@ -153,6 +165,16 @@ class SimulatedNetwork:
             self.faults.set_state(state["faults"])
 
 
+@dataclass
+class _Made:
+    """A message whose numbers are already made: an eager node's update, or an answer."""
+
+    neighbours: tuple[int, ...]
+    done: bool
+    stamp: int
+    blocks: dict[int, torch.Tensor]
+
+
 RETRY = 4.0
 """A waiting node that heard nothing for this many times its expected update plus
 message time updates anyway (only when messages get lost)."""
@@ -177,6 +199,11 @@ class _AsyncRun:
         """How many times each node began to wait: a retry timer set for an earlier
         wait does nothing."""
         self.local = {node.index: i for i, node in enumerate(nodes)}
+        self.begun: list[PendingUpdate | None] = [None] * len(nodes)
+        """Each node's latest update begun (batched nodes)."""
+        self.pending: list[PendingUpdate] = []
+        """Updates begun whose numbers are not made yet: made together, as late as can be."""
+        self.batches = network.batches
 
     def run(self) -> None:
         compute, ready = self.network.compute, self.network.ready
@@ -192,21 +219,19 @@ class _AsyncRun:
         at: float,
         receiver: int,
         sender: int,
-        stamp: int,
-        block: torch.Tensor,
+        message: PendingUpdate,
         answer: bool = False,
     ) -> None:
-        """A message from ``sender`` to ``receiver`` arriving at ``at``, unless it is lost."""
+        """``sender``'s block of ``message`` to ``receiver``, arriving at ``at``, unless
+        it is lost."""
         if not self.network.lost():
-            self.clock.at(
-                at, lambda: self._deliver(self.local[receiver], sender, stamp, block, answer)
-            )
+            self.clock.at(at, lambda: self._deliver(self.local[receiver], sender, message, answer))
 
-    def _deliver(
-        self, receiver: int, sender: int, stamp: int, block: torch.Tensor, answer: bool
-    ) -> None:
+    def _deliver(self, receiver: int, sender: int, message: PendingUpdate, answer: bool) -> None:
+        if not message.done:
+            self._make_pending()
         node = self.nodes[receiver]
-        if node.receive(sender, stamp, block):
+        if node.receive(sender, message.stamp, message.blocks[node.index]):
             if self.idle[receiver]:
                 self.idle[receiver] = False
                 self._update(receiver)
@@ -223,25 +248,41 @@ class _AsyncRun:
             self.clock.now + self.message_seconds,
             neighbour,
             node.index,
-            node.stamp,
-            block,
+            _Made((neighbour,), True, node.stamp, {neighbour: block}),
             answer=True,
         )
         self.network.counters.record_event(node.index, 1, self.work.message_bytes)
 
     def _update(self, i: int) -> None:
         node = self.nodes[i]
-        blocks = node.update()
-        stamp = node.stamp
+        if self.work.relax is None or not self.network.batched:
+            blocks = node.update()
+            message: PendingUpdate = _Made(tuple(blocks), True, node.stamp, blocks)
+        else:
+            message = self.begun[i] = cast(BatchedAsyncNode, node).begin_update()
+            self.pending.append(message)
         seconds = self.network.compute.seconds(node.index, self.work.update_flops)
         arrival = self.clock.now + seconds + self.message_seconds
-        for j, block in blocks.items():
-            self._push(arrival, j, node.index, stamp, block)
-        if blocks:
-            self.network.counters.record_event(node.index, len(blocks), self.work.message_bytes)
+        for j in message.neighbours:
+            self._push(arrival, j, node.index, message)
+        if message.neighbours:
+            self.network.counters.record_event(
+                node.index, len(message.neighbours), self.work.message_bytes
+            )
         self.clock.at(self.clock.now + seconds, lambda: self._after_update(i))
 
+    def _make_pending(self) -> None:
+        """Make the numbers of every update begun and not yet made, in one batch: they
+        are of distinct nodes, each read what had arrived when it began."""
+        assert self.work.relax is not None
+        self.work.relax(self.pending)
+        self.batches.append(len(self.pending))
+        self.pending = []
+
     def _after_update(self, i: int) -> None:
+        begun = self.begun[i]
+        if begun is not None and not begun.done:
+            self._make_pending()
         action = self.nodes[i].next_action()
         if action == "done":
             self.network.ready[self.nodes[i].index] = self.clock.now
