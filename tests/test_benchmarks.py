@@ -291,3 +291,11 @@ def test_beer_reference_quick_run_compares_every_split_and_compressor():
     for cells in rows:
         ours, theirs = (float(cells[i].split("/")[0]) for i in (2, 3))
         assert 0 <= ours <= 100 and 0 <= theirs <= 100
+
+
+def test_arock_simulator_quick_run_finds_the_batched_run_equal_and_says_by_how_much():
+    lines = _quick_run("arock_simulator.py")
+    assert lines[0].split()[:3] == ["dataset", "ssfn", "s"]
+    cells = lines[1].split()
+    assert cells[0] == "vowel" and len(cells) == 8
+    assert float(cells[7]) > 1.0  # updates were made together

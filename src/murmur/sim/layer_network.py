@@ -217,15 +217,23 @@ class _AsyncRun:
     def _push(
         self,
         at: float,
-        receiver: int,
+        receivers: tuple[int, ...],
         sender: int,
         message: PendingUpdate,
         answer: bool = False,
     ) -> None:
-        """``sender``'s block of ``message`` to ``receiver``, arriving at ``at``, unless
-        it is lost."""
-        if not self.network.lost():
-            self.clock.at(at, lambda: self._deliver(self.local[receiver], sender, message, answer))
+        """``sender``'s blocks of ``message`` to ``receivers``, arriving at ``at``, but
+        for those lost (one draw each, in order). They arrive in that order, as one
+        event: nothing else can come between messages sent at once."""
+        kept = [self.local[j] for j in receivers if not self.network.lost()]
+        if kept:
+            self.clock.at(at, lambda: self._deliver_all(kept, sender, message, answer))
+
+    def _deliver_all(
+        self, receivers: list[int], sender: int, message: PendingUpdate, answer: bool
+    ) -> None:
+        for receiver in receivers:
+            self._deliver(receiver, sender, message, answer)
 
     def _deliver(self, receiver: int, sender: int, message: PendingUpdate, answer: bool) -> None:
         if not message.done:
@@ -246,7 +254,7 @@ class _AsyncRun:
             return
         self._push(
             self.clock.now + self.message_seconds,
-            neighbour,
+            (neighbour,),
             node.index,
             _Made((neighbour,), True, node.stamp, {neighbour: block}),
             answer=True,
@@ -263,8 +271,7 @@ class _AsyncRun:
             self.pending.append(message)
         seconds = self.network.compute.seconds(node.index, self.work.update_flops)
         arrival = self.clock.now + seconds + self.message_seconds
-        for j in message.neighbours:
-            self._push(arrival, j, node.index, message)
+        self._push(arrival, message.neighbours, node.index, message)
         if message.neighbours:
             self.network.counters.record_event(
                 node.index, len(message.neighbours), self.work.message_bytes
