@@ -99,7 +99,7 @@ def ball_constrained_solve(
     x, shift = solve_batch(
         rotated[None],
         curvature[None],
-        [basis],
+        basis[None],
         radius,
         np.array([start]),
         None if whole is None else (whole[None], rest),
@@ -110,13 +110,13 @@ def ball_constrained_solve(
 def solve_batch(
     rotated: torch.Tensor,
     curvature: torch.Tensor,
-    bases: list[torch.Tensor],
+    bases: torch.Tensor,
     radius: float | None,
     starts: np.ndarray,
     outside: tuple[torch.Tensor, float] | None = None,
 ) -> tuple[torch.Tensor, np.ndarray]:
     """:func:`ball_constrained_solve` for B nodes at once: ``rotated`` (B, Q, K),
-    ``curvature`` (B, K), one basis (n, K) per node, the last multipliers ``starts``
+    ``curvature`` (B, K), the bases (B, n, K), the last multipliers ``starts``
     (B,), ``outside`` ((B, Q, n) V, c) or None. Each node's numbers are those it gets
     alone: the products are its own, the rest row by row."""
     turned = rotated.numpy()
@@ -134,17 +134,12 @@ def solve_batch(
         if bound.any():
             shifts[bound] = ball_multipliers(weights[bound], values[bound], radius, starts[bound])
     inverse = 1.0 / (curvature.numpy() + 2.0 * shifts[:, None])
-    x = rotated.new_empty(rotated.shape[0], rotated.shape[1], bases[0].shape[0])
     if outside is None:
-        scaled = torch.from_numpy(turned * inverse[:, None, :])
-        for b, basis in enumerate(bases):
-            torch.mm(scaled[b], basis.T, out=x[b])
-        return x, shifts
+        return torch.bmm(torch.from_numpy(turned * inverse[:, None, :]), bases.mT), shifts
     level = 1.0 / (rest + 2.0 * shifts)
     coefficients = torch.from_numpy(turned * (inverse - level[:, None])[:, None, :])
-    for b, basis in enumerate(bases):
-        torch.addmm(outside[0][b], coefficients[b], basis.T, beta=float(level[b]), out=x[b])
-    return x, shifts
+    x = torch.bmm(coefficients, bases.mT)
+    return x.addcmul_(outside[0], torch.from_numpy(level)[:, None, None]), shifts
 
 
 def ball_multipliers(
@@ -225,6 +220,10 @@ class ArockNode:
         """The norm bound's multiplier at the latest update."""
         self.pending: PendingUpdate | None = None
         """The update begun and not yet made (:meth:`begin_update`)."""
+        self.banks: dict[str, torch.Tensor] = {}
+        """Every node's ``basis`` and ``cross2`` of the layer, stacked, where they share
+        one shape; this node's are row ``slot``."""
+        self.slot = 0
 
     def rest_curvature(self, degree: int) -> float:
         """The update's curvature where G is 0: gamma per edge plus twice the ridge share."""
@@ -355,10 +354,15 @@ def relax(updates: list[PendingUpdate]) -> None:
     node's x_i, its relaxed blocks and its residual are those it makes alone (its
     products are its own, everything else row by row), whoever shares the batch."""
     groups: dict[tuple[bool, int], list[PendingUpdate]] = {}
-    for update in updates:
+    for update in sorted(updates, key=lambda update: update.node.index):
         groups.setdefault(update.group, []).append(update)
     for (outside, degree), group in groups.items():
-        _relax_group(group, outside, degree)
+        for start in range(0, len(group), CHUNK):
+            _relax_group(group[start : start + CHUNK], outside, degree)
+
+
+CHUNK = 20
+"""Updates made by one pass of tensor operations."""
 
 
 def _relax_group(updates: list[PendingUpdate], outside: bool, degree: int) -> None:
@@ -366,14 +370,12 @@ def _relax_group(updates: list[PendingUpdate], outside: bool, degree: int) -> No
     nodes = [update.node for update in updates]
     first = nodes[0]
     inbox = [_stacked([update.inbox[d] for update in updates]) for d in range(degree)]
-    whole = _stacked([node.cross2 for node in nodes])
+    whole = _rows(nodes, "cross2")
     for d, blocks in enumerate(inbox):  # V = 2C - sum_j z_{e,i}, in the inbox's order
         whole = whole - blocks if d == 0 else whole.sub_(blocks)
     rest = first.rest_curvature(degree)
-    bases = [node.basis for node in nodes]
-    rotated = whole.new_empty(len(nodes), whole.shape[1], bases[0].shape[1])
-    for b, basis in enumerate(bases):
-        torch.mm(whole[b], basis, out=rotated[b])
+    bases = _rows(nodes, "basis")
+    rotated = torch.bmm(whole, bases)
     # With no edge left and no ridge (rest 0) the update is flat off G's range, where
     # V = 2C has no part: the minimum-norm solution lives on the range alone.
     x, shifts = solve_batch(
@@ -391,6 +393,20 @@ def _relax_group(updates: list[PendingUpdate], outside: bool, degree: int) -> No
         node.own = {j: new[d][b] for d, j in enumerate(update.neighbours)}
         node.pending = None
         update.blocks, update.stamp, update.done = node.own, node.stamp, True
+
+
+def _rows(nodes: list[ArockNode], name: str) -> torch.Tensor:
+    """The nodes' tensors ``name`` ("basis" or "cross2") on a new first axis: rows of
+    their layer's bank, a view where the nodes are consecutive rows of it."""
+    bank = nodes[0].banks.get(name)
+    if bank is None or any(node.banks.get(name) is not bank for node in nodes):
+        return _stacked([getattr(node, name) for node in nodes])
+    first, last = nodes[0].slot, nodes[-1].slot
+    if last - first + 1 == len(nodes) and all(
+        node.slot == first + k for k, node in enumerate(nodes)
+    ):
+        return bank[first : last + 1]
+    return bank[torch.tensor([node.slot for node in nodes])]
 
 
 def _stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -436,6 +452,17 @@ def _settled(stamp: int) -> bool:
     return stamp >= 0 and stamp % 2 == 1
 
 
+def _bank(nodes: list[ArockNode]) -> None:
+    """Stack the layer's bases and targets once, so that a batch of consecutive nodes
+    reads them as one view (:func:`_rows`)."""
+    for name in ("basis", "cross2"):
+        if len({getattr(node, name).shape for node in nodes}) == 1:
+            bank = torch.stack([getattr(node, name) for node in nodes])
+            for slot, node in enumerate(nodes):
+                node.banks[name], node.slot = bank, slot
+                setattr(node, name, bank[slot])
+
+
 class AsyncSolver:
     """ARock over the graph: one :class:`ArockNode` per node of this process, driven
     by the network (all nodes on the simulator's event loop, or this process's node
@@ -476,6 +503,7 @@ class AsyncSolver:
         rank = max(node.basis.shape[1] for node in nodes)
         for node in nodes:
             node.pad_rank(rank)
+        _bank(nodes)
         work = AsyncWork(
             setup_flops=[flops + 4.0 * float(width) ** 3 for flops in setup_flops],
             # two dense (Q, n) x (n, n) products, whatever shortcut a node takes: as for
