@@ -118,7 +118,7 @@ def solve_batch(
     """:func:`ball_constrained_solve` for B nodes at once: ``rotated`` (B, Q, K),
     ``curvature`` (B, K), the bases (B, n, K), the last multipliers ``starts``
     (B,), ``outside`` ((B, Q, n) V, c) or None. Each node's numbers are those it gets
-    alone: the products are its own, the rest row by row."""
+    alone: one batched product per node, the rest row by row."""
     turned = rotated.numpy()
     weights = np.square(turned).sum(axis=1)
     values = curvature.numpy()
@@ -351,8 +351,8 @@ class PendingUpdate:
 
 def relax(updates: list[PendingUpdate]) -> None:
     """Make the numbers of pending updates of distinct nodes, many at a time: each
-    node's x_i, its relaxed blocks and its residual are those it makes alone (its
-    products are its own, everything else row by row), whoever shares the batch."""
+    node's x_i, its relaxed blocks and its residual are those it makes alone (batched
+    products, one per node, and everything else row by row), whoever shares the batch."""
     groups: dict[tuple[bool, int], list[PendingUpdate]] = {}
     for update in sorted(updates, key=lambda update: update.node.index):
         groups.setdefault(update.group, []).append(update)
