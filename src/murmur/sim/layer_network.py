@@ -76,8 +76,6 @@ class SimulatedNetwork:
     batched: ClassVar[bool] = True
     """Make the numbers of asynchronous updates many at a time (:attr:`AsyncWork.relax`);
     False makes each as it begins. The events and numbers are the same either way."""
-    batches: list[int] = field(default_factory=list)
-    """How many updates each batch of asynchronous updates made (for benchmarks)."""
 
     def __post_init__(self) -> None:
         if not self.ready:
@@ -203,7 +201,6 @@ class _AsyncRun:
         """Each node's latest update begun (batched nodes)."""
         self.pending: list[PendingUpdate] = []
         """Updates begun whose numbers are not made yet: made together, as late as can be."""
-        self.batches = network.batches
 
     def run(self) -> None:
         compute, ready = self.network.compute, self.network.ready
@@ -283,7 +280,6 @@ class _AsyncRun:
         are of distinct nodes, each read what had arrived when it began."""
         assert self.work.relax is not None
         self.work.relax(self.pending)
-        self.batches.append(len(self.pending))
         self.pending = []
 
     def _after_update(self, i: int) -> None:
