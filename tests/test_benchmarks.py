@@ -299,3 +299,15 @@ def test_arock_simulator_quick_run_finds_the_batched_run_equal_and_says_by_how_m
     cells = lines[1].split()
     assert cells[0] == "vowel" and len(cells) == 8
     assert float(cells[7]) > 1.0  # updates were made together
+
+
+def test_lossy_transport_quick_run_prints_each_run_against_the_ring():
+    lines = _quick_run("lossy_transport.py")
+    rows = [line.split() for line in lines[2:]]
+    assert [row[:2] for row in rows] == [
+        [algorithm, run]
+        for algorithm in ("dsgd", "detsgrad")
+        for run in ("ring", "drop", "matching")
+    ]
+    assert all(float(row[2]) > 0 for row in rows)
+    assert [float(row[3]) for row in rows if row[1] == "ring"] == [1.0, 1.0]

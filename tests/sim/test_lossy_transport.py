@@ -230,3 +230,63 @@ def test_with_resend_dsgd_keeps_the_network_average():
     lossy, _ = _trajectory(Dsgd(DsgdConfig(a=0.1, d2=0.0), GRAPH), lambda v: _lossy(v, 0.3))
     assert float((lossy.sum(0) - expected).abs().max()) > 0.1
     assert transport.dropped > 0
+
+
+def _slot_product(transport: LossyTransport, operator: torch.Tensor, out: torch.Tensor) -> None:
+    """The mix as one row per (receiver, sender) slot holding what the receiver holds
+    (the agents' own slots included), summed in the order of W's rows."""
+    agents = transport.graph.agents
+    pairs = sorted(
+        {(i, i) for i in range(agents)}
+        | {(int(r), int(s)) for s, r in zip(transport.senders, transport.receivers, strict=True)}
+    )
+    held = torch.stack([transport.view(receiver, sender) for receiver, sender in pairs])
+    dense = operator.to_dense()
+    spread = torch.zeros(agents, len(pairs))
+    for slot, (receiver, sender) in enumerate(pairs):
+        spread[receiver, slot] = dense[receiver, sender]
+    out.addmm_(as_sparse(spread), held)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_mix_reads_each_mailbox_where_it_differs_and_sums_in_w_s_order_bit_for_bit(seed):
+    """Senders' own rows for synced edges, mailboxes for the others, read through one
+    sparse product whose columns are sorted and distinct, equal the product of one row
+    per slot: the same numbers in the same order."""
+    stream = torch.Generator().manual_seed(seed)
+    graph = GRAPH if seed == 0 else star(7) if seed == 1 else ring(5)
+    values = torch.randn(graph.agents, P, generator=stream) * 10.0 ** torch.arange(P) / 1e20
+    transport = LossyTransport(graph, values, 0.5, generator(seed, "faults"))
+    operator = as_sparse(torch.rand(graph.agents, graph.agents, generator=stream))
+    for _ in range(4):
+        sending = torch.rand(graph.agents, generator=stream) < 0.7
+        transport.broadcast(sending, torch.randn(graph.agents, P, generator=stream))
+    assert 0 < int(transport.synced.sum()) < transport.synced.numel()
+    mixed, expected = torch.zeros(graph.agents, P), torch.zeros(graph.agents, P)
+    transport.mix(operator, mixed)
+    _slot_product(transport, operator, expected)
+    assert torch.equal(mixed, expected)
+    spread = transport._spread_of(operator, None)
+    torch.sparse_csr_tensor(  # the invariants the product relies on
+        spread.crow,
+        spread.columns(transport.synced),
+        spread.weights,
+        size=(graph.agents, transport.store.shape[0]),
+        check_invariants=True,
+    )
+
+
+def test_a_checkpoint_s_mailboxes_give_a_new_transport_the_same_mix():
+    stream = torch.Generator().manual_seed(5)
+    values = torch.randn(GRAPH.agents, P, generator=stream)
+    transport = _lossy(values, 0.4)
+    for _ in range(3):
+        transport.broadcast(torch.ones(GRAPH.agents, dtype=torch.bool), torch.randn_like(values))
+    restored = _lossy(values, 0.4, seed=9)
+    restored.load_state_dict(transport.state_dict())
+    assert torch.equal(restored.synced, transport.synced)
+    operator = as_sparse(torch.rand(GRAPH.agents, GRAPH.agents, generator=stream))
+    left, right = torch.zeros_like(values), torch.zeros_like(values)
+    transport.mix(operator, left)
+    restored.mix(operator, right)
+    assert torch.equal(left, right)

@@ -4,11 +4,16 @@ With ``faults.drop`` = p each point-to-point message is lost with probability
 p, independently, drawn from the run's ``"faults"`` stream; a receiver that
 loses a message keeps the last value it had of the sender. Neighbours of one
 agent then hold different values of it, so this transport keeps what every
-receiver holds of every sender, one row per directed edge, next to each
-agent's own last broadcast (``last_sent``):
+receiver holds of every sender, one mailbox per directed edge, next to each
+agent's own last broadcast (``last_sent``). A mailbox is a row of memory only
+while it differs from the sender's own row: ``synced`` flags the edges whose
+receiver holds the sender's own row exactly, and those read that row. All rows
+live in one ``store``, a block per agent (its own row, then a mailbox per edge it
+sends over), so that one sparse CSR product over the store, its columns sorted as
+CSR needs, reads every receiver's slots in the order of W's row:
 
-- ``broadcast`` copies a sender's row into the mailboxes of the edges whose
-  message survived;
+- ``broadcast`` makes the edges whose message survived synced again, after copying
+  the sender's old row into the mailbox of each synced edge whose message was lost;
 - ``publish`` adds a compressed difference to the estimate the sender keeps of
   itself, and to the mailboxes of the edges whose message survived: a receiver
   that lost a difference keeps an estimate that differs from the sender's from
@@ -37,7 +42,7 @@ and the trackers of DETSGRAD-GT and BEER keep summing to the gradients' sum.
 Every message is counted as sent, lost or not (its bytes were spent);
 ``dropped_per_agent`` counts each sender's lost ones. With p = 0 the results
 equal :class:`~murmur.sim.transport.InMemoryTransport`'s bit for bit (the
-receivers' rows are summed in the same order), only slower; the simulator uses
+receivers' rows are summed in the same order), a little slower; the simulator uses
 this transport only when some fault is injected or the graph varies.
 
 The simulator's faults and time-varying graphs (:mod:`murmur.sim.faults`) set,
@@ -64,6 +69,7 @@ link up and both ends alive. Then:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -71,7 +77,7 @@ import torch
 from murmur.algorithms.estimates import EstimateUpdate
 from murmur.metrics.counters import MessageCounters
 from murmur.sim.transport import add_rows, copy_rows
-from murmur.topology import Graph, as_sparse
+from murmur.topology import Graph
 
 
 class LossyTransport:
@@ -99,25 +105,25 @@ class LossyTransport:
         """Sender of each directed edge, (2E,)."""
         self.receivers = torch.cat([edges[:, 1], edges[:, 0]])
         """Receiver of each directed edge, (2E,)."""
-        everyone = torch.arange(agents)
-        # One slot per (receiver, sender) pair, the agents themselves included, ordered
-        # by receiver, then sender: mix sums a receiver's slots in the order W's row is.
-        keys = torch.cat([self.receivers, everyone]) * agents + torch.cat([self.senders, everyone])
-        slot = torch.empty_like(keys)
-        slot[keys.argsort()] = torch.arange(keys.numel())
-        self._edge_slots, self._own_slots = slot[: self.senders.numel()], slot[-agents:]
-        self._slot_receivers = torch.cat([self.receivers, everyone])[keys.argsort()]
-        self._slot_senders = torch.cat([self.senders, everyone])[keys.argsort()]
+        self._slots = _Slots(self.senders, self.receivers, agents)
         self.graph = graph
         """The graph the agents talk over in this iteration (see :meth:`enter`)."""
         self.active = torch.ones(self.senders.numel(), dtype=torch.bool)
         """Which directed edges carry messages in this iteration."""
         self.alive = torch.ones(agents, dtype=torch.bool)
         """Which agents send in this iteration."""
-        self.own = initial.clone()
-        """Each agent's own last broadcast (``last_sent``)."""
-        self.held = initial[self._slot_senders].clone()
-        """What each receiver holds of each sender, one row per slot."""
+        block = self._slots.block
+        self.store = torch.empty(agents * block, initial.shape[1], dtype=initial.dtype)
+        """One block of rows per agent: its own row, then one mailbox per directed
+        edge it sends over (``_Slots.box_rows``), what that edge's receiver holds of
+        it where ``synced`` is False. ``mix`` reads it through one sparse product."""
+        self.own = self.store.view(agents, block, -1)[:, 0]
+        """Each agent's own last broadcast (``last_sent``), a view of ``store``."""
+        self.own.copy_(initial)
+        self._boxes = self._slots.box_rows
+        self.synced = torch.ones(self.senders.numel(), dtype=torch.bool)
+        """Which directed edges' receivers hold exactly their sender's own row (their
+        mailbox row is not read)."""
         self.drop = drop
         self.stream = stream
         self.counters = MessageCounters(agents)
@@ -125,7 +131,9 @@ class LossyTransport:
         """Messages each agent sent that were lost."""
         self._degrees = graph.degrees()
         self._message_bytes = initial.shape[1] * initial.element_size()
-        self._spread: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._spreads: dict[int, tuple[torch.Tensor, torch.Tensor | None, _Spread]] = {}
+        self._everything_up = True
+        """Every directed edge active and every agent alive in this iteration."""
         self._acknowledged: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
         """Resend: each operator's weights of the edges' acknowledged gaps."""
         self.agents = list(range(agents))
@@ -148,6 +156,7 @@ class LossyTransport:
         self.active = active
         self.alive = alive
         self._degrees = torch.bincount(self.senders[active], minlength=len(self.agents))
+        self._everything_up = bool(active.all()) and bool(alive.all())
 
     @property
     def dropped(self) -> int:
@@ -156,33 +165,51 @@ class LossyTransport:
 
     def view(self, receiver: int, sender: int) -> torch.Tensor:
         """What ``receiver`` holds of ``sender`` (itself or a neighbour): a read-only copy."""
-        keys = self._slot_receivers * len(self.agents) + self._slot_senders
-        slot = (keys == receiver * len(self.agents) + sender).nonzero()
-        if slot.numel() == 0:
+        edge = self._slots.edge_of(receiver, sender)
+        if edge is None:
             raise ValueError(f"agent {receiver} is not a neighbour of agent {sender}")
-        return self.own[sender].clone() if receiver == sender else self.held[int(slot)].clone()
+        if edge < 0 or bool(self.synced[edge]):
+            return self.own[sender].clone()
+        return self.store[int(self._boxes[edge])].clone()
 
     def _survivors(self, *shape: int) -> torch.Tensor:
         """Which messages arrive: bool of ``(2E, *shape)``, True with probability 1 - drop."""
         draws = torch.rand(self.senders.numel(), *shape, generator=self.stream)
         return draws >= self.drop
 
+    def _keep_apart(self, edges: torch.Tensor) -> None:
+        """The receivers of the synced directed edges flagged in ``edges`` (bool, (2E,))
+        keep what they hold of the sender now, in their mailboxes, before its own row
+        moves on without them."""
+        parting = edges & self.synced
+        if bool(parting.any()):
+            rows = parting.nonzero().squeeze(1)
+            block = self._slots.block
+            # Row by row: index_copy_ would first gather the rows into a temporary.
+            for box, sender in zip(
+                self._boxes[rows].tolist(), self.senders[rows].tolist(), strict=True
+            ):
+                self.store[box].copy_(self.store[sender * block])
+            self.synced &= ~parting
+
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
         """Agents flagged in ``senders`` (bool, (agents,)) send their row of ``values``;
         each edge's message arrives unless it is lost. With resend, the edges whose last
         value was lost get the sender's last broadcast too."""
-        senders = senders & self.alive
-        copy_rows(self.own, values, senders)
-        sent = senders[self.senders] & self.active
-        again = self.stale & ~sent & self.active & self.alive[self.senders]
-        tried = sent | again
+        senders = senders if self._everything_up else senders & self.alive
+        sending = senders[self.senders]
+        tried = sent = sending if self._everything_up else sending & self.active
+        if self.resend:  # only resend leaves edges stale
+            again = self.stale & ~sent & self.active & self.alive[self.senders]
+            tried = sent | again
         arrived = tried & self._survivors()
-        for slot, sender in _pairs(self._edge_slots, self.senders, arrived):
-            self.held[slot].copy_(self.own[sender])
+        self._keep_apart(sending & ~arrived)
+        copy_rows(self.own, values, senders)
+        self.synced |= arrived
         self._count_lost(tried & ~arrived)
         self.counters.record_events(senders.to(torch.int64), self._message_bytes, self._degrees)
         if self.resend:  # lost, or meant for a link that is down: owed until it arrives
-            self.stale = (self.stale | senders[self.senders]) & ~arrived
+            self.stale = (self.stale | sending) & ~arrived
             again_per_agent = self._per_sender(again.to(torch.int64))
             self.counters.record_messages(again_per_agent, again_per_agent * self._message_bytes)
 
@@ -192,14 +219,21 @@ class LossyTransport:
         neighbour whose message of a segment arrived adds that segment. With resend,
         what an edge is owed goes with its first segment's message (or alone)."""
         sending = update.sent & self.alive.unsqueeze(1)
-        add_rows(self.own, update.delta, sending.any(1))
         sent = sending[self.senders] & self.active.unsqueeze(1)
         arrived = sent & self._survivors(len(update.segments))
-        if self.resend:
-            self._pay_owed(sent, arrived)
+        missed = (sending[self.senders] & ~arrived).any(1)
+        delivered = self._owed_delivered(sent, arrived) if self.resend else None
+        self._keep_apart(missed if delivered is None else missed | delivered)
+        add_rows(self.own, update.delta, sending.any(1))
+        if delivered is not None:
+            self._pay_owed(delivered)
         for index, part in enumerate(update.segments.slices):
-            for slot, sender in _pairs(self._edge_slots, self.senders, arrived[:, index]):
-                self.held[slot, part].add_(update.delta[sender, part])
+            edges = (arrived[:, index] & ~self.synced).nonzero().squeeze(1)
+            if edges.numel():
+                width = part.stop - part.start
+                source = update.delta[self.senders[edges], part]
+                boxes = self.store.narrow(1, part.start, width)
+                boxes.index_add_(0, self._boxes[edges], source)
         self._count_lost((sent & ~arrived).sum(1))
         segments = sending.to(torch.int64).sum(1)
         payload = (sending.to(torch.int64) * update.segment_bytes()).sum(1)
@@ -207,27 +241,29 @@ class LossyTransport:
         if self.resend:  # lost, or meant for a link that is down: owed until it arrives
             self._owe(update, sending[self.senders] & ~arrived)
 
-    def _pay_owed(self, sent: torch.Tensor, arrived: torch.Tensor) -> None:
+    def _owed_delivered(self, sent: torch.Tensor, arrived: torch.Tensor) -> torch.Tensor:
         """Resend: each edge owed something sends it with its first segment's message
-        this round, or alone where it sends none; what arrives is added to the
-        receiver's estimate, and its bytes are counted either way."""
+        this round, or alone where it sends none; the edges whose owed sum arrives
+        (bool, (2E,)). Its bytes are counted either way."""
         owing = (self.owed_bytes > 0) & self.active & self.alive[self.senders]
         carried = sent.any(1)
         alone = owing & ~carried
         first = sent.to(torch.int64).argmax(1, keepdim=True)
         delivered = owing & torch.where(carried, arrived.gather(1, first).squeeze(1), False)
         delivered |= alone & self._survivors()
-        for slot, edge in zip(
-            self._edge_slots[delivered].tolist(),
-            delivered.nonzero().squeeze(1).tolist(),
-            strict=True,
-        ):
-            self.held[slot].add_(self.owed[edge])
         self._count_lost(alone & ~delivered)
         spent = torch.where(owing, self.owed_bytes, 0)
         self.counters.record_messages(
             self._per_sender(alone.to(torch.int64)), self._per_sender(spent)
         )
+        return delivered
+
+    def _pay_owed(self, delivered: torch.Tensor) -> None:
+        """Resend: the receivers of the ``delivered`` edges (kept apart already) add what
+        they were owed, and the edges owe nothing more."""
+        edges = delivered.nonzero().squeeze(1)
+        if edges.numel():
+            self.store.index_add_(0, self._boxes[edges], self.owed.index_select(0, edges))
         self.owed[delivered] = 0.0
         self.owed_bytes[delivered] = 0
 
@@ -255,14 +291,18 @@ class LossyTransport:
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
         """``out_i += scale (W_ii x^_i + sum_j W_ij m_ji)`` for the sparse ``operator`` W:
         each agent's own last broadcast and what it received of its neighbours, the
-        weight of each inactive edge moved to the diagonal."""
-        for agent, slot in enumerate(self._own_slots.tolist()):
-            self.held[slot].copy_(self.own[agent])
-        if bool(self.active.all()):
-            spread = self._spread_of(operator)
-        else:
-            spread = as_sparse(self._spread_dense(operator, self.active), operator.dtype)
-        out.addmm_(spread, self.held, alpha=scale)
+        weight of each inactive edge moved to the diagonal. One sparse product over
+        ``store``: a slot reads its sender's own row while its edge is synced, its
+        mailbox otherwise, in the same order either way."""
+        spread = self._spread_of(operator, None if self._everything_up else self.active)
+        matrix = torch.sparse_csr_tensor(
+            spread.crow,
+            spread.columns(self.synced),
+            spread.weights,
+            size=(len(self.agents), self.store.shape[0]),
+            check_invariants=False,  # sorted and distinct by construction (_Slots)
+        )
+        out.addmm_(matrix, self.store, alpha=scale)
         if self.resend:
             self._mix_acknowledged(operator, out, scale)
 
@@ -272,14 +312,17 @@ class LossyTransport:
         difference of what its two ends hold of each other, so sum_i of the mix is
         (row sum) x sum_i x^_i exactly however many messages are still owed: DSGD keeps
         the network average and the trackers of DETSGRAD-GT and BEER keep summing to the
-        gradients' sum. Every sender knows m_rs from the acknowledgments. Without a loss
-        m_rs = x^_s bit for bit and this adds exact zeros."""
+        gradients' sum. Every sender knows m_rs from the acknowledgments. A synced edge's
+        gap is exactly zero and is left out of the product."""
         weights = self._acknowledged_of(operator)
         if weights is None:
             return
-        gaps = self.own[self.senders] - self.held[self._edge_slots]
-        gaps[~self.active] = 0.0  # an edge that is down is not mixed at either end
-        out.addmm_(weights, gaps, alpha=scale)
+        apart = (~self.synced & self.active).nonzero().squeeze(1)
+        if apart.numel() == 0:
+            return
+        held = self.store.index_select(0, self._boxes[apart])
+        gaps = self.own.index_select(0, self.senders[apart]) - held
+        out.addmm_(weights[:, apart], gaps, alpha=scale)
 
     def _acknowledged_of(self, operator: torch.Tensor) -> torch.Tensor | None:
         """(agents, 2E): entry (s, e) = W_sr for the directed edge e from s to r;
@@ -298,31 +341,17 @@ class LossyTransport:
             self._acknowledged[id(operator)] = known
         return known[1]
 
-    def _spread_of(self, operator: torch.Tensor) -> torch.Tensor:
-        """W spread over the slots, sparse, for an operator used with every edge active."""
-        known = self._spread.get(id(operator))
-        if known is None or known[0] is not operator:
-            if len(self._spread) >= _SPREADS_KEPT:  # one operator per graph that varies
-                self._spread.clear()
-            known = (operator, as_sparse(self._spread_dense(operator, None), operator.dtype))
-            self._spread[id(operator)] = known
-        return known[1]
-
-    def _spread_dense(self, operator: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:
-        """W spread over the slots: (agents, slots), entry (i, slot of (i, j)) = W_ij,
-        with the weight of each edge that ``active`` (None: all) leaves out on W_ii."""
-        dense = operator.to_dense()
-        spread = torch.zeros(dense.shape[0], self.held.shape[0], dtype=dense.dtype)
-        slots = torch.arange(self.held.shape[0])
-        spread[self._slot_receivers, slots] = dense[self._slot_receivers, self._slot_senders]
-        if active is not None:
-            inactive = self._edge_slots[~active]
-            receivers = self._slot_receivers[inactive]
-            moved = torch.zeros(dense.shape[0], dtype=dense.dtype)
-            moved.index_add_(0, receivers, spread[receivers, inactive])
-            spread[receivers, inactive] = 0.0
-            spread[torch.arange(dense.shape[0]), self._own_slots] += moved
-        return spread
+    def _spread_of(self, operator: torch.Tensor, active: torch.Tensor | None) -> _Spread:
+        """W over the slots with the directed edges ``active`` flags (None: all), kept
+        per operator with the last edges it was used with."""
+        known = self._spreads.get(id(operator))
+        if known is None or known[0] is not operator or not _same(known[1], active):
+            if len(self._spreads) >= _SPREADS_KEPT:  # one operator per graph that varies
+                self._spreads.clear()
+            spread = self._slots.spread(self._slots.weights(operator, active))
+            known = (operator, None if active is None else active.clone(), spread)
+            self._spreads[id(operator)] = known
+        return known[2]
 
     @property
     def last_sent(self) -> torch.Tensor:
@@ -330,10 +359,12 @@ class LossyTransport:
         return self.own
 
     def state_dict(self) -> dict[str, Any]:
-        """Every mailbox, the counts and the loss stream, for a checkpoint."""
+        """Every mailbox, the counts and the loss stream, for a checkpoint. ``held`` has
+        a row per slot (receiver, then sender, the agents themselves included), what
+        each receiver holds of each sender."""
         return {
             "own": self.own,
-            "held": self.held,
+            "held": self.store.index_select(0, self._slots.columns(self.synced)),
             "dropped": self.dropped_per_agent,
             "stream": self.stream.get_state(),
             "counters": self.counters.state_dict(),
@@ -345,7 +376,14 @@ class LossyTransport:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Take the mailboxes, counts and stream of :meth:`state_dict`, in place."""
         self.own.copy_(state["own"])
-        self.held.copy_(state["held"])
+        held = state["held"]
+        if held.shape[0] != self._slots.senders.numel():
+            raise ValueError(f"{held.shape[0]} mailboxes for {self._slots.senders.numel()} slots")
+        boxes = held.index_select(0, self._slots.of_edges)
+        self.store.index_copy_(0, self._boxes, boxes)
+        # A receiver holding its sender's own row bit for bit reads that row again.
+        own = self.own.index_select(0, self.senders)
+        self.synced = (boxes.view(torch.uint8) == own.view(torch.uint8)).all(1)
         self.dropped_per_agent.copy_(state["dropped"])
         self.stream.set_state(state["stream"])
         self.counters.load_state_dict(state["counters"])
@@ -356,13 +394,123 @@ class LossyTransport:
 
 
 _SPREADS_KEPT = 64
-"""Operators whose spread over the slots is kept (the graphs of a varying topology
+"""Operators whose weights over the slots are kept (the graphs of a varying topology
 bring a new operator every few iterations)."""
 
 
-def _pairs(
-    slots: torch.Tensor, senders: torch.Tensor, arrived: torch.Tensor
-) -> list[tuple[int, int]]:
-    """(mailbox slot, sender) of the directed edges whose message arrived. The caller
-    copies row by row: gathering the rows first (index_copy_) is several times slower."""
-    return list(zip(slots[arrived].tolist(), senders[arrived].tolist(), strict=True))
+def _same(kept: torch.Tensor | None, active: torch.Tensor | None) -> bool:
+    """Whether two sets of active edges (None: all) are the same."""
+    if kept is None or active is None:
+        return kept is None and active is None
+    return torch.equal(kept, active)
+
+
+class _Slots:
+    """The (receiver, sender) pairs each receiver mixes, the agents themselves
+    included, ordered by receiver, then sender: ``mix`` sums a receiver's slots in the
+    order W's row is, so without losses it equals the lossless product bit for bit."""
+
+    def __init__(self, senders: torch.Tensor, receivers: torch.Tensor, agents: int) -> None:
+        """``senders``, ``receivers``: of each directed edge, (2E,)."""
+        everyone = torch.arange(agents)
+        keys = torch.cat([receivers, everyone]) * agents + torch.cat([senders, everyone])
+        order = keys.argsort()
+        self.agents = agents
+        self.keys = keys[order]
+        self.receivers = torch.cat([receivers, everyone])[order]
+        """Each slot's receiver."""
+        self.senders = torch.cat([senders, everyone])[order]
+        """Each slot's sender."""
+        self.edges = torch.cat([torch.arange(senders.numel()), torch.full((agents,), -1)])[order]
+        """Each slot's directed edge, -1 for an agent's own slot."""
+        slot = torch.empty_like(keys)
+        slot[order] = torch.arange(keys.numel())
+        self.of_edges, self.of_own = slot[: senders.numel()], slot[senders.numel() :]
+        """The slot of each directed edge, and of each agent's own value."""
+        out_degrees = torch.bincount(senders, minlength=agents)
+        self.block = 1 + int(out_degrees.max()) if senders.numel() else 1
+        """Rows per agent in the transport's store: its own, then a mailbox per
+        directed edge it sends over, as many as the largest out-degree."""
+        by_sender = senders.argsort(stable=True)
+        starts = torch.cumsum(out_degrees, 0) - out_degrees
+        rank = torch.empty_like(senders)
+        rank[by_sender] = torch.arange(senders.numel()) - starts[senders[by_sender]]
+        self.box_rows = senders * self.block + 1 + rank
+        """Each directed edge's mailbox row: in its sender's block, so that every
+        receiver's slots read rows in increasing order (sender by sender), as a
+        sparse CSR operator needs."""
+
+    def edge_of(self, receiver: int, sender: int) -> int | None:
+        """The directed edge from ``sender`` to ``receiver``: -1 when they are the same
+        agent, None when they are not neighbours."""
+        found = (self.keys == receiver * self.agents + sender).nonzero()
+        return int(self.edges[int(found)]) if found.numel() else None
+
+    def columns(self, synced: torch.Tensor) -> torch.Tensor:
+        """The row of the transport's ``store`` each slot reads: its sender's own row
+        for an own slot or a ``synced`` edge, the edge's mailbox otherwise."""
+        edge = self.edges.clamp(min=0)
+        reads_own = (self.edges < 0) | synced[edge]
+        return torch.where(reads_own, self.senders * self.block, self.box_rows[edge])
+
+    def weights(self, operator: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:
+        """W over the slots, (slots,): slot (i, j) weighs W_ij, with the weight of each
+        directed edge that ``active`` (None: all) leaves out moved to W_ii."""
+        values = self._entries(operator)
+        if active is not None:
+            inactive = self.of_edges[~active]
+            receivers = self.receivers[inactive]
+            moved = torch.zeros(self.agents, dtype=values.dtype)
+            moved.index_add_(0, receivers, values[inactive])
+            values[inactive] = 0.0
+            values[self.of_own] += moved
+        return values
+
+    def _entries(self, operator: torch.Tensor) -> torch.Tensor:
+        """W_ij of every slot (i, j), (slots,): read from a CSR operator's entries (a
+        W entry off the slots, which no graph of the transport's has, is not read)."""
+        if operator.layout != torch.sparse_csr:
+            return operator.to_dense()[self.receivers, self.senders]
+        crow, columns = operator.crow_indices(), operator.col_indices()
+        rows = torch.repeat_interleave(torch.arange(self.agents), crow.diff())
+        keys = rows * self.agents + columns
+        at = torch.searchsorted(self.keys, keys).clamp(max=self.keys.numel() - 1)
+        found = self.keys[at] == keys
+        values = torch.zeros(self.keys.numel(), dtype=operator.dtype)
+        values[at[found]] = operator.values()[found]
+        return values
+
+    def spread(self, values: torch.Tensor) -> _Spread:
+        """The slots of nonzero weight in ``values`` (slots,), as the rows of a sparse
+        CSR operator over the transport's store."""
+        slots = (values != 0).nonzero().squeeze(1)
+        rows = torch.bincount(self.receivers[slots], minlength=self.agents)
+        edges = self.edges[slots]
+        return _Spread(
+            crow=torch.cat([rows.new_zeros(1), rows.cumsum(0)]),
+            weights=values[slots],
+            edges=edges.clamp(min=0),
+            own_slots=edges < 0,
+            own_columns=self.senders[slots] * self.block,
+            box_columns=self.box_rows[edges.clamp(min=0)],
+        )
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """W over the slots it weighs, in order: a sparse CSR operator's rows and values,
+    and for each entry the store row it reads, its sender's own or its edge's mailbox."""
+
+    crow: torch.Tensor
+    weights: torch.Tensor
+    edges: torch.Tensor
+    """Each entry's directed edge (0 for an own slot, which ``own_slots`` flags)."""
+    own_slots: torch.Tensor
+    own_columns: torch.Tensor
+    box_columns: torch.Tensor
+
+    def columns(self, synced: torch.Tensor) -> torch.Tensor:
+        """The store row of each entry: its sender's own row for an own slot or a
+        ``synced`` edge, the edge's mailbox otherwise."""
+        reads_own = self.own_slots | synced[self.edges]
+        return torch.where(reads_own, self.own_columns, self.box_columns)

@@ -367,14 +367,15 @@ def random_matching(graph: Graph, stream: torch.Generator) -> Graph:
     On a complete graph of an even number of agents every agent is matched; each
     agent then talks to one other, as in randomized gossip.
     """
-    matched = torch.zeros(graph.agents, dtype=torch.bool)
+    matched = [False] * graph.agents
+    pairs = graph.edges.tolist()
     kept = []
     for edge in torch.randperm(graph.num_edges, generator=stream).tolist():
-        i, j = graph.edges[edge].tolist()
+        i, j = pairs[edge]
         if not (matched[i] or matched[j]):
             matched[i] = matched[j] = True
             kept.append(edge)
-    return Graph(graph.agents, graph.edges[sorted(kept)], f"matching({graph.name})")
+    return _subgraph(graph, sorted(kept), f"matching({graph.name})")
 
 
 def random_edge(graph: Graph, stream: torch.Generator) -> Graph:
@@ -383,7 +384,18 @@ def random_edge(graph: Graph, stream: torch.Generator) -> Graph:
     if graph.num_edges == 0:
         return graph
     edge = int(torch.randint(graph.num_edges, (1,), generator=stream))
-    return Graph(graph.agents, graph.edges[edge : edge + 1], f"edge({graph.name})")
+    return _subgraph(graph, [edge], f"edge({graph.name})")
+
+
+def _subgraph(graph: Graph, kept: list[int], name: str) -> Graph:
+    """The graph of ``graph``'s edges at the sorted row indices ``kept``: its rows are
+    canonical already, so they are not checked and sorted again (a varying topology
+    draws one such graph per iteration)."""
+    made = object.__new__(Graph)
+    object.__setattr__(made, "agents", graph.agents)
+    object.__setattr__(made, "edges", graph.edges[kept])
+    object.__setattr__(made, "name", name)
+    return made
 
 
 def build_graph(
