@@ -139,10 +139,15 @@ class LossyTransport:
         self.agents = list(range(agents))
         """The agents this transport sends for: all of them."""
         self.resend = resend
+        self._owing(initial)
+
+    def _owing(self, initial: torch.Tensor) -> None:
+        """Resend's records of what each directed edge is owed, empty to start."""
         edges_out = self.senders.numel()
         self.stale = torch.zeros(edges_out, dtype=torch.bool)
         """Resend: the directed edges whose last value was lost."""
-        self.owed = torch.zeros(edges_out if resend else 0, initial.shape[1], dtype=initial.dtype)
+        rows = edges_out if self.resend else 0
+        self.owed = torch.zeros(rows, initial.shape[1], dtype=initial.dtype)
         """Resend: the sum of each directed edge's lost differences."""
         self.owed_bytes = torch.zeros(edges_out, dtype=torch.int64)
         """Resend: the bytes of the codes each directed edge is owed."""
