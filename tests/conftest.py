@@ -6,6 +6,36 @@ import sys
 
 import pytest
 
+_COUNTS = ("CASES", "EXITS", "FINDINGS", "SECONDS")
+"""The input harness's counters that a worker process hands the controller."""
+
+
+def pytest_sessionfinish(session):
+    """In a worker process (pytest-xdist), hand the input harness's counts over."""
+    harness = sys.modules.get("input_harness")
+    output = getattr(session.config, "workeroutput", None)
+    if harness is not None and output is not None:
+        output["input_harness"] = {
+            name: [
+                [list(key) if isinstance(key, tuple) else key, count]
+                for key, count in getattr(harness, name).items()
+            ]
+            for name in _COUNTS
+        } | {"FAILED_RUNS": list(harness.FAILED_RUNS)}
+
+
+def pytest_testnodedown(node, error):
+    """In the controller, add a worker's input harness counts to this process's."""
+    counts = getattr(node, "workeroutput", {}).get("input_harness")
+    if not counts:
+        return
+    import input_harness
+
+    for name in _COUNTS:
+        for key, count in counts[name]:
+            getattr(input_harness, name)[tuple(key) if isinstance(key, list) else key] += count
+    input_harness.FAILED_RUNS.extend(counts["FAILED_RUNS"])
+
 
 def pytest_terminal_summary(terminalreporter):
     """How many generated inputs the property tests ran (tests/input_harness.py)."""
