@@ -311,3 +311,17 @@ def test_lossy_transport_quick_run_prints_each_run_against_the_ring():
     ]
     assert all(float(row[2]) > 0 for row in rows)
     assert [float(row[3]) for row in rows if row[1] == "ring"] == [1.0, 1.0]
+
+
+def test_launch_startup_quick_run_reaches_the_first_iteration_before_the_end():
+    lines = _quick_run("launch_startup.py")
+    seconds = {line.rsplit(None, 2)[0]: float(line.split()[-2]) for line in lines[1:]}
+    assert set(seconds) == {
+        "import torch",
+        "import murmur.cli",
+        "first iteration",
+        "train",
+        "total",
+    }
+    assert 0 < seconds["first iteration"] < seconds["total"]
+    assert seconds["train"] < seconds["total"]

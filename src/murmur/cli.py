@@ -98,7 +98,7 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 def _add_launch(commands: argparse._SubParsersAction[_Parser]) -> None:
     launch = commands.add_parser(
-        "launch", help="run a preset as one process per agent on this machine (torchrun)"
+        "launch", help="run a preset as one process per agent on this machine"
     )
     launch.add_argument(
         "--nproc", type=int, help="processes, one per agent (with --resume: from DIR's config)"
@@ -380,7 +380,7 @@ def _seeds_override(args: argparse.Namespace) -> str:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    """``murmur launch``: torchrun on this machine."""
+    """``murmur launch``: the run's ranks forked on this machine, each running ``main``."""
     from murmur.distributed.launch import launch
 
     if args.resume is not None and (args.preset or args.overrides or args.out):
@@ -398,6 +398,7 @@ def _launch(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         max_restarts=args.max_restarts,
         resume=args.resume,
+        rank_main=main,
         agents_per_rank=args.agents_per_rank,
     )
 

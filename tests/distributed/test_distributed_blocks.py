@@ -189,7 +189,7 @@ def test_launch_passes_the_block_to_every_rank_and_rank_0_writes_the_run_folder(
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds ranks through /proc")
 def test_a_block_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_uninterrupted(tmp_path):
-    """``murmur launch --max-restarts 1`` of 2 ranks of 4 agents: torchrun restarts both
+    """``murmur launch --max-restarts 1`` of 2 ranks of 4 agents: the launcher restarts both
     ranks after rank 1 is killed, and they continue from their blocks' checkpoints."""
     config = digits_config(tmp_path)
     text = config.read_text().replace("agents = 4", "agents = 8").replace("1000", "300")

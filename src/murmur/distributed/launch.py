@@ -1,23 +1,24 @@
-"""``murmur launch``: torchrun on this machine, bound to loopback, every input checked first."""
+"""``murmur launch``: the ranks of one run forked on this machine, on loopback, every input
+checked first (:mod:`murmur.distributed.local_ranks`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
-import logging
 import os
 import socket
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import torch
 
 from murmur import portable
 from murmur.config import Config, Experiment, load_experiment, shadowed_path
 from murmur.distributed.checkpoints import check_agents_per_rank, check_resumable_ranks
-from murmur.distributed.mailbox import (
-    first_line,
-)
+from murmur.distributed.local_ranks import run_ranks
 from murmur.distributed.runtime import check_same_run, loopback_interface
 from murmur.distributed.transport import DEFAULT_TIMEOUT
 from murmur.errors import UsageError
@@ -48,8 +49,10 @@ def launch(
     max_restarts: int = 0,
     resume: str | None = None,
     agents_per_rank: int = 1,
+    rank_main: Callable[[list[str]], int],
 ) -> int:
-    """Start ``nproc`` ranks of ``source`` on this machine with torchrun, bound to loopback.
+    """Start ``nproc`` ranks of ``source`` on this machine, forked from this process
+    (:mod:`murmur.distributed.local_ranks`), bound to loopback.
 
     Everything that can be wrong with the input is checked first; returns 0,
     or the exit status of the first rank that failed. ``max_restarts``: how many
@@ -58,8 +61,11 @@ def launch(
     ``resume``: the folder of a stopped run to continue, with its own config
     (``source``, ``overrides`` and ``out`` are then None or empty).
     ``agents_per_rank``: each rank holds a block of that many agents.
+    ``rank_main``: what each forked rank runs with its ``murmur run`` arguments (the
+    command line's ``main``).
     """
     _check_arguments(nproc, agents_per_rank, timeout, port, max_restarts)
+    torch.set_num_threads(1)  # see _prepare_here
     if resume is not None:
         checked, done = check_resumable_launch(Path(resume), nproc, agents_per_rank)
         if progress:
@@ -74,11 +80,8 @@ def launch(
     with tempfile.TemporaryDirectory(prefix="murmur-launch-") as folder:
         plan_file = Path(folder) / "plan.json"
         write_plan_file(plan_file, checked, name, preset)
-        return _torchrun(
-            _torchrun_argv(
-                checked, port, max_restarts, timeout, progress, [*rank_argv, f"--plan={plan_file}"]
-            )
-        )
+        argv = _rank_argv(checked, timeout, progress, [*rank_argv, f"--plan={plan_file}"])
+        return run_ranks(checked.processes, argv, LOOPBACK, port, max_restarts, rank_main)
 
 
 def rank_environment(checked: Plan) -> None:
@@ -113,10 +116,21 @@ def _planned(
     checked = plan(
         config, "distributed", world=nproc, world_name="--nproc", agents_per_rank=agents_per_rank
     )
-    prepare(checked)  # the data files are read before any rank starts
+    _prepare_here(checked)  # the data files are read before any rank starts
     root = Path(out) if out else default_run_dir(experiment.name)
     check_run_dir(root)
     return checked, [f"--out={root}"], name, experiment.name
+
+
+def _prepare_here(checked: Plan) -> None:
+    """Build the run in this process (its data files read, its graph built), on one
+    torch thread whatever ``run.threads`` says: the ranks are forked from this process,
+    and a child of a process whose OpenMP threads have started hangs at its first
+    parallel operation, while one forked before they start makes its own."""
+    one_thread = dataclasses.replace(checked.config.run, threads=1)
+    prepare(
+        dataclasses.replace(checked, config=dataclasses.replace(checked.config, run=one_thread))
+    )
 
 
 def _check_arguments(
@@ -135,24 +149,9 @@ def _check_arguments(
         raise UsageError(f"--max-restarts must be 0 or more, not {max_restarts}")
 
 
-def _torchrun_argv(
-    checked: Plan,
-    port: int,
-    max_restarts: int,
-    timeout: float,
-    progress: bool,
-    rank_argv: list[str],
-) -> list[str]:
-    """torchrun's arguments: its ranks on loopback, each running ``murmur run`` with
-    ``rank_argv``."""
+def _rank_argv(checked: Plan, timeout: float, progress: bool, rank_argv: list[str]) -> list[str]:
+    """What every rank runs: ``murmur run`` with ``rank_argv`` in the distributed runtime."""
     return [
-        "--nnodes=1",
-        f"--nproc-per-node={checked.processes}",
-        f"--master-addr={LOOPBACK}",
-        f"--master-port={port}",
-        f"--max-restarts={max_restarts}",
-        "-m",
-        "murmur",
         "run",
         *rank_argv,
         "--runtime=distributed",
@@ -182,7 +181,7 @@ def check_resumable_launch(
     checked = plan(
         config, "distributed", world=world, world_name="--nproc", agents_per_rank=agents_per_rank
     )
-    prepare(checked)
+    _prepare_here(checked)
     check_agents_per_rank(run_dir, config, agents_per_rank)
     saving = 1 if checked.kind == "server" else checked.processes  # only the server saves
     return checked, check_resumable_ranks(run_dir, saving, config)
@@ -197,32 +196,6 @@ def check_restarts(checked: Plan, max_restarts: int) -> None:
             f"--max-restarts restarts runs of {distributed_checkpointed_names()} only, "
             f"not {name}; drop it"
         )
-
-
-def _torchrun(argv: list[str]) -> int:
-    """``torchrun ARGV`` in this process; a failed rank's exit status instead of a traceback.
-
-    The ranks print their own one-line errors; torchrun's agent would add its
-    log lines and a traceback of its own, so its loggers are quietened.
-    """
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import get_args_parser
-    from torch.distributed.run import run as torchrun
-
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith("torch.distributed"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-    try:
-        torchrun(get_args_parser().parse_args(argv))
-    except ChildFailedError as failure:
-        _, first = failure.get_first_failure()
-        return first.exitcode if first.exitcode > 0 else 1
-    except SignalException as stopped:
-        return 128 + int(stopped.sigval)
-    except RuntimeError as error:  # its rendezvous store could not start
-        raise UsageError(f"torchrun could not start the ranks: {first_line(error)}") from None
-    return 0
 
 
 def single_run(experiment: Experiment) -> tuple[str, Config]:

@@ -26,7 +26,7 @@ in :mod:`murmur.distributed.server`. ``murmur launch`` is
 :mod:`murmur.distributed.launch`.
 
 Ranks are started by ``torchrun`` (one machine or many) or by ``murmur
-launch`` (torchrun on loopback); they read RANK, WORLD_SIZE, MASTER_ADDR and
+launch`` (forked on loopback, :mod:`murmur.distributed.local_ranks`); they read RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT from the environment. Started without torchrun, rank 0 hosts the rendezvous store
 itself, listening on MASTER_ADDR only (loopback unless the user gives an
 address); with a loopback MASTER_ADDR gloo is bound to the loopback interface
@@ -650,12 +650,11 @@ def _gathered_totals(
 def _init_group(env: RankEnvironment, timeout: float) -> None:
     """Join the process group, or fail with one line within about ``timeout`` seconds."""
     _bind_gloo_to_loopback(env.address)
-    store = None if env.agent_store else _store(env, timeout)
     seconds = timedelta(seconds=timeout)
     try:
         with _cpp_logs_silenced():
-            if store is None:  # started by torchrun: its agent hosts the store
-                store = _attempt_store(env, seconds)
+            # Started by torchrun, its agent hosts the store; otherwise rank 0 does.
+            store = _attempt_store(env, seconds) if env.agent_store else _store(env, timeout)
             dist.init_process_group(
                 "gloo", store=store, rank=env.rank, world_size=env.world, timeout=seconds
             )

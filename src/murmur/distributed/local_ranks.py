@@ -1,0 +1,193 @@
+"""The ranks of ``murmur launch``: forked from the launcher, on this machine.
+
+A rank started afresh spends its first seconds importing Python, torch and murmur
+(about 1.4 s of CPU each, so four ranks on two cores wait about 3 s before they
+compute anything). The launcher has imported them already, so it forks its ranks
+instead: each child starts with the launcher's modules loaded, sets the variables
+torchrun would give it (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, and
+``TORCHELASTIC_RESTART_COUNT`` for a restart), names itself ``murmur rank N`` (as
+``ps`` and ``/proc/PID/comm`` show it) and runs ``murmur run --runtime distributed``
+with the launcher's plan. Rank 0 hosts the rendezvous store, as it does when ranks
+are started by hand. Forking is safe here because the launcher has started no
+threads of its own and the ranks use one torch thread; nothing is initialised for
+gloo before the fork.
+
+As torchrun does, the launcher waits for every rank; at the first one that fails it
+stops the others (SIGTERM, then SIGKILL after :data:`GRACE` seconds) and, with
+``max_restarts`` left, forks all of them again (they continue from their
+checkpoints); it returns 0 or the first failed rank's exit status (128 + N for a
+rank killed by signal N). SIGINT (Ctrl-C reaches every rank too) and SIGTERM to the
+launcher stop every rank and return 128 + the signal.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+
+GRACE = 5.0
+"""Seconds the other ranks get to stop after SIGTERM before they are killed."""
+
+_PR_SET_NAME = 15
+"""prctl's option that names the calling thread (what /proc/PID/comm shows)."""
+
+
+class Stopped(Exception):
+    """The launcher was told to stop (SIGINT or SIGTERM)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+Main = Callable[[list[str]], int]
+"""What a rank runs: the command line's ``main`` with its ``murmur run`` arguments."""
+
+
+def run_ranks(
+    world: int, rank_argv: Sequence[str], address: str, port: int, max_restarts: int, main: Main
+) -> int:
+    """Fork ``world`` ranks, each running ``main(rank_argv)``, and wait for them,
+    restarting all of them up to ``max_restarts`` times after a failure; their exit
+    status."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped(signum)
+
+    for sig in previous:
+        signal.signal(sig, stop)
+    try:
+        attempt = 0
+        while True:
+            status = _attempt(world, (rank_argv, main), address, port, attempt)
+            if status == 0 or attempt >= max_restarts:
+                return status
+            attempt += 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _attempt(
+    world: int, command: tuple[Sequence[str], Main], address: str, port: int, attempt: int
+) -> int:
+    """One start of every rank, waited for; the first failure's exit status, or 0."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    children: dict[int, int] = {}
+    try:
+        for rank in range(world):
+            pid = os.fork()
+            if pid == 0:
+                _rank(rank, world, command, address, port, attempt)
+            children[pid] = rank
+        return _wait(children)
+    except Stopped as stopped:
+        _stop(children, stopped.signum)
+        return 128 + stopped.signum
+
+
+def _rank(
+    rank: int,
+    world: int,
+    command: tuple[Sequence[str], Main],
+    address: str,
+    port: int,
+    attempt: int,
+) -> None:
+    """In the child: become rank ``rank`` and run it; never returns."""
+    code = 1
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.environ.update(
+            {
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": str(world),
+                "LOCAL_WORLD_SIZE": str(world),
+                "MASTER_ADDR": address,
+                "MASTER_PORT": str(port),
+                "TORCHELASTIC_RESTART_COUNT": str(attempt),
+            }
+        )
+        os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+        _name(f"murmur rank {rank}")
+        rank_argv, main = command
+        code = main(list(rank_argv))
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else 1
+    except BaseException:  # a bug: its traceback, as an unforked process would print
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _name(title: str) -> None:
+    """Name this process (``/proc/PID/comm``, ``ps``), where the system can."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(title.encode()[:15]), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _wait(children: dict[int, int]) -> int:
+    """Wait for every child; at the first failure stop the others. Its status, or 0."""
+    failed = 0
+    while children:
+        pid, status = os.wait()
+        if children.pop(pid, None) is None:
+            continue
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0 and not failed:
+            failed = code if code > 0 else 128 - code
+            _stop(children, signal.SIGTERM)
+            children.clear()
+    return failed
+
+
+def _stop(children: dict[int, int], signum: int) -> None:
+    """Stop the children left and reap them: after SIGINT (which Ctrl-C sends every
+    rank too) each first gets :data:`GRACE` seconds to stop by itself; then each is
+    sent ``signum`` and, still running :data:`GRACE` seconds later, SIGKILL. Further
+    signals to the launcher are ignored meanwhile."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    left = set(children)
+    if signum == signal.SIGINT:
+        left = _reaped(left, GRACE)
+    for pid in left:
+        _signal(pid, signum)
+    for pid in _reaped(left, GRACE):
+        _signal(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def _reaped(pids: set[int], seconds: float) -> set[int]:
+    """Reap those of ``pids`` that end within ``seconds``; the ones still running."""
+    left = set(pids)
+    deadline = time.monotonic() + seconds
+    while left and time.monotonic() < deadline:
+        for pid in list(left):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                left.discard(pid)
+        if left:
+            time.sleep(0.02)
+    return left
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
