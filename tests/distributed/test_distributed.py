@@ -179,7 +179,7 @@ def test_a_peer_that_never_arrives_is_one_line_and_exit_2(tmp_path):
 # ---- murmur launch, and bad input -----------------------------------------------------------
 
 
-def test_launch_starts_torchrun_and_rank_0_writes_the_run_folder(tmp_path):
+def test_launch_forks_the_ranks_and_rank_0_writes_the_run_folder(tmp_path):
     path = write_config(tmp_path, DETSGRAD, iterations=20, agents=2)
     out = tmp_path / "run"
     argv = ["launch", "--nproc", "2", str(path), "--out", str(out), "--quiet"]
