@@ -26,11 +26,12 @@ in :mod:`murmur.distributed.server`. ``murmur launch`` is
 :mod:`murmur.distributed.launch`.
 
 Ranks are started by ``torchrun`` (one machine or many) or by ``murmur
-launch`` (forked on loopback, :mod:`murmur.distributed.local_ranks`); they read RANK, WORLD_SIZE, MASTER_ADDR and
-MASTER_PORT from the environment. Started without torchrun, rank 0 hosts the rendezvous store
-itself, listening on MASTER_ADDR only (loopback unless the user gives an
-address); with a loopback MASTER_ADDR gloo is bound to the loopback interface
-too (GLOO_SOCKET_IFNAME, unless set).
+launch`` (forked on loopback, :mod:`murmur.distributed.local_ranks`); they read
+RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the environment. Started
+without torchrun, rank 0 hosts the rendezvous store itself, listening on
+MASTER_ADDR only (loopback unless the user gives an address); with a loopback
+MASTER_ADDR gloo is bound to the loopback interface too (GLOO_SOCKET_IFNAME,
+unless set).
 """
 
 from __future__ import annotations
