@@ -64,12 +64,13 @@ def run_ranks(
     for sig in previous:
         signal.signal(sig, stop)
     try:
-        attempt = 0
-        while True:
+        for attempt in range(max_restarts + 1):
             status = _attempt(world, (rank_argv, main), address, port, attempt)
-            if status == 0 or attempt >= max_restarts:
-                return status
-            attempt += 1
+            if status == 0:
+                break
+        return status
+    except Stopped as stopped:  # told to stop: no restart
+        return 128 + stopped.signum
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -78,7 +79,8 @@ def run_ranks(
 def _attempt(
     world: int, command: tuple[Sequence[str], Main], address: str, port: int, attempt: int
 ) -> int:
-    """One start of every rank, waited for; the first failure's exit status, or 0."""
+    """One start of every rank, waited for; the first failure's exit status, or 0.
+    Told to stop, it stops the ranks and raises :class:`Stopped` again."""
     sys.stdout.flush()
     sys.stderr.flush()
     children: dict[int, int] = {}
@@ -91,7 +93,7 @@ def _attempt(
         return _wait(children)
     except Stopped as stopped:
         _stop(children, stopped.signum)
-        return 128 + stopped.signum
+        raise
 
 
 def _rank(

@@ -369,7 +369,7 @@ class LossyTransport:
         each receiver holds of each sender."""
         return {
             "own": self.own,
-            "held": self.store.index_select(0, self._slots.columns(self.synced)),
+            "held": self.store.index_select(0, self._slots.every_slot.columns(self.synced)),
             "dropped": self.dropped_per_agent,
             "stream": self.stream.get_state(),
             "counters": self.counters.state_dict(),
@@ -444,19 +444,14 @@ class _Slots:
         """Each directed edge's mailbox row: in its sender's block, so that every
         receiver's slots read rows in increasing order (sender by sender), as a
         sparse CSR operator needs."""
+        self.every_slot = self.spread(torch.ones(keys.numel()))
+        """Every slot, weighing 1: the store row each reads (``columns``)."""
 
     def edge_of(self, receiver: int, sender: int) -> int | None:
         """The directed edge from ``sender`` to ``receiver``: -1 when they are the same
         agent, None when they are not neighbours."""
         found = (self.keys == receiver * self.agents + sender).nonzero()
         return int(self.edges[int(found)]) if found.numel() else None
-
-    def columns(self, synced: torch.Tensor) -> torch.Tensor:
-        """The row of the transport's ``store`` each slot reads: its sender's own row
-        for an own slot or a ``synced`` edge, the edge's mailbox otherwise."""
-        edge = self.edges.clamp(min=0)
-        reads_own = (self.edges < 0) | synced[edge]
-        return torch.where(reads_own, self.senders * self.block, self.box_rows[edge])
 
     def weights(self, operator: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:
         """W over the slots, (slots,): slot (i, j) weighs W_ij, with the weight of each
@@ -491,13 +486,14 @@ class _Slots:
         slots = (values != 0).nonzero().squeeze(1)
         rows = torch.bincount(self.receivers[slots], minlength=self.agents)
         edges = self.edges[slots]
+        own = self.senders[slots] * self.block
+        mailboxes = torch.cat([self.box_rows, self.box_rows.new_zeros(1)])  # [-1]: an own slot
         return _Spread(
             crow=torch.cat([rows.new_zeros(1), rows.cumsum(0)]),
             weights=values[slots],
-            edges=edges.clamp(min=0),
-            own_slots=edges < 0,
-            own_columns=self.senders[slots] * self.block,
-            box_columns=self.box_rows[edges.clamp(min=0)],
+            edges=edges,
+            own_columns=own,
+            box_columns=torch.where(edges < 0, own, mailboxes[edges]),
         )
 
 
@@ -509,13 +505,13 @@ class _Spread:
     crow: torch.Tensor
     weights: torch.Tensor
     edges: torch.Tensor
-    """Each entry's directed edge (0 for an own slot, which ``own_slots`` flags)."""
-    own_slots: torch.Tensor
+    """Each entry's directed edge, -1 for an agent's own slot."""
     own_columns: torch.Tensor
     box_columns: torch.Tensor
+    """The mailbox row of each entry's edge (its own row for an own slot)."""
 
     def columns(self, synced: torch.Tensor) -> torch.Tensor:
         """The store row of each entry: its sender's own row for an own slot or a
         ``synced`` edge, the edge's mailbox otherwise."""
-        reads_own = self.own_slots | synced[self.edges]
+        reads_own = torch.cat([synced, synced.new_ones(1)])[self.edges]  # [-1]: own slots
         return torch.where(reads_own, self.own_columns, self.box_columns)
