@@ -63,6 +63,26 @@ def test_max_restarts_forks_every_rank_again(tmp_path):
     ]
 
 
+def test_a_signal_after_a_restart_still_stops_every_rank(tmp_path):
+    def main(argv: list[str]) -> int:
+        if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+            return 4
+        _mark(tmp_path, int(os.environ["RANK"]))
+        time.sleep(60)
+        return 0
+
+    def stop_once_restarted() -> None:
+        while len(os.listdir(tmp_path)) < 2:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_once_restarted, daemon=True).start()
+    started = time.monotonic()
+    assert run_ranks(2, [], "127.0.0.1", 29999, 3, main) == 128 + signal.SIGTERM
+    assert time.monotonic() - started < 30
+    assert sorted(os.listdir(tmp_path)) == ["rank0-attempt1", "rank1-attempt1"]
+
+
 def test_a_signal_to_the_launcher_stops_every_rank_and_restarts_none(tmp_path):
     def main(argv: list[str]) -> int:
         _mark(tmp_path, int(os.environ["RANK"]))

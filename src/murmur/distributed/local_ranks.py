@@ -163,16 +163,19 @@ def _stop(children: dict[int, int], signum: int) -> None:
     rank too) each first gets :data:`GRACE` seconds to stop by itself; then each is
     sent ``signum`` and, still running :data:`GRACE` seconds later, SIGKILL. Further
     signals to the launcher are ignored meanwhile."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    left = set(children)
-    if signum == signal.SIGINT:
-        left = _reaped(left, GRACE)
-    for pid in left:
-        _signal(pid, signum)
-    for pid in _reaped(left, GRACE):
-        _signal(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+    handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        left = set(children)
+        if signum == signal.SIGINT:
+            left = _reaped(left, GRACE)
+        for pid in left:
+            _signal(pid, signum)
+        for pid in _reaped(left, GRACE):
+            _signal(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def _reaped(pids: set[int], seconds: float) -> set[int]:
