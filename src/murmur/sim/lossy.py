@@ -189,12 +189,8 @@ class LossyTransport:
         parting = edges & self.synced
         if bool(parting.any()):
             rows = parting.nonzero().squeeze(1)
-            block = self._slots.block
-            # Row by row: index_copy_ would first gather the rows into a temporary.
-            for box, sender in zip(
-                self._boxes[rows].tolist(), self.senders[rows].tolist(), strict=True
-            ):
-                self.store[box].copy_(self.store[sender * block])
+            own = self.store.index_select(0, self.senders[rows] * self._slots.block)
+            self.store.index_copy_(0, self._boxes[rows], own)
             self.synced &= ~parting
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
