@@ -325,3 +325,11 @@ def test_launch_startup_quick_run_reaches_the_first_iteration_before_the_end():
     }
     assert 0 < seconds["first iteration"] < seconds["total"]
     assert seconds["train"] < seconds["total"]
+
+
+def test_host_syncs_quick_run_finds_the_step_s_loss_read_back():
+    lines = _quick_run("host_syncs.py")
+    heads = [line for line in lines if not line.startswith(" ")]
+    assert [head.split(":")[0] for head in heads] == ["dsgd", "detsgrad"]
+    assert all(float(head.split()[1]) >= 1.0 for head in heads)  # the loss, at least
+    assert any("murmur/training/sgd_loop.py:" in line for line in lines)

@@ -1,0 +1,151 @@
+"""What the simulator's training steps read back from their tensors, per step: the
+calls that are a device-to-host transfer (and a wait for the device) when the
+tensors live on a GPU.
+
+Runs each algorithm (``--algorithms``, default DSGD and DETSGRAD on the default
+experiment's model and data with ``--agents`` agents on a ring) in the simulator on
+the CPU for ``--iterations`` steps, with every ``Tensor.item``, ``tolist``,
+``numpy``, ``__bool__``, ``__int__``, ``__float__``, ``__index__`` and ``nonzero``
+call, and every indexing by a boolean mask, counted while a training step runs
+(evaluations left out), and prints the reads per step with the place in murmur that
+makes each (the innermost frame under ``src/murmur``).
+On the CPU these reads are free; on a GPU each one stops the host until the device
+has caught up, which is why a step that is to stay on the device must make none.
+Runs on any machine: it needs no GPU. It does not see the reads torch makes inside
+its own functions (``torch.nonzero`` called as a function, ``masked_select``).
+
+    python benchmarks/host_syncs.py                          # seconds
+    python benchmarks/host_syncs.py --algorithms choco-sgd --agents 16
+    python benchmarks/host_syncs.py --faults                 # with faults.drop = 0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import murmur
+from murmur import load_experiment, run
+from murmur.training import sgd_loop
+
+READS = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero")
+"""The Tensor methods that hand a tensor's numbers to Python, or (``nonzero``) make a
+tensor whose size depends on them, which the host must wait to know."""
+
+SOURCE = Path(murmur.__file__).parent
+
+
+class Reads:
+    """Counts of the reads made while ``active``, by the murmur line that made them."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.places: Counter[str] = Counter()
+        self.steps = 0
+
+    def note(self) -> None:
+        if not self.active:
+            return
+        for frame in reversed(traceback.extract_stack()[:-2]):
+            path = Path(frame.filename)
+            if SOURCE in path.parents:
+                self.places[f"{path.relative_to(SOURCE.parent)}:{frame.lineno}"] += 1
+                return
+        self.places["(outside murmur)"] += 1
+
+
+@contextmanager
+def counted(reads: Reads) -> Iterator[None]:
+    """Every read counted while a training step runs."""
+    originals: dict[str, Any] = {name: getattr(torch.Tensor, name) for name in READS}
+
+    def wrapped(original: Callable[..., Any]) -> Callable[..., Any]:
+        def read(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            reads.note()
+            return original(self, *args, **kwargs)
+
+        return read
+
+    def masked(original: Callable[..., Any]) -> Callable[..., Any]:
+        def index(self: torch.Tensor, key: Any, *args: Any) -> Any:
+            keys = key if isinstance(key, tuple) else (key,)
+            if any(isinstance(k, torch.Tensor) and k.dtype == torch.bool for k in keys):
+                reads.note()  # a boolean mask: the result's size depends on its numbers
+            return original(self, key, *args)
+
+        return index
+
+    for name in ("__getitem__", "__setitem__"):
+        originals[name] = getattr(torch.Tensor, name)
+
+    step = sgd_loop._step
+
+    def timed_step(*args: Any, **kwargs: Any) -> None:
+        reads.active, reads.steps = True, reads.steps + 1
+        try:
+            step(*args, **kwargs)
+        finally:
+            reads.active = False
+
+    for name, original in originals.items():
+        setattr(
+            torch.Tensor,
+            name,
+            (masked if name in ("__getitem__", "__setitem__") else wrapped)(original),
+        )
+    sgd_loop._step = timed_step  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+        sgd_loop._step = step  # type: ignore[assignment]
+
+
+def count(algorithm: str, args: argparse.Namespace) -> Reads:
+    settings = [
+        f"topology.agents={args.agents}",
+        "topology.graph=ring",
+        f"run.iterations={args.iterations}",
+        f"run.eval_every={args.iterations}",
+        f"data.dataset={args.dataset}",
+        *(["faults.drop=0.1"] if args.faults else []),
+    ]
+    ((_, config),) = load_experiment(algorithm, settings).runs
+    reads = Reads()
+    with counted(reads):
+        run(config)
+    return reads
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algorithms", nargs="+", default=["dsgd", "detsgrad"])
+    parser.add_argument("--agents", type=int, default=10)
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--dataset", default="mnist5k")
+    parser.add_argument("--faults", action="store_true", help="faults.drop = 0.1")
+    parser.add_argument("--quick", action="store_true", help="digits, 4 iterations")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.dataset, args.iterations = "digits", 4
+    torch.set_num_threads(1)
+    for algorithm in args.algorithms:
+        reads = count(algorithm, args)
+        total = sum(reads.places.values())
+        print(
+            f"{algorithm}: {total / max(reads.steps, 1):.1f} reads per step ({reads.steps} steps)"
+        )
+        for place, calls in reads.places.most_common():
+            print(f"  {calls / max(reads.steps, 1):6.1f}  {place}")
+
+
+if __name__ == "__main__":
+    main()
