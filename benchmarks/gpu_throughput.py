@@ -10,7 +10,7 @@ per step. One untimed warm-up run per model and device comes first (CUDA's and
 torch.func's start-up). Needs a CUDA GPU: without one it says so and exits with
 status 2.
 
-    python benchmarks/gpu_throughput.py                        # N = 10, 100, 300
+    python benchmarks/gpu_throughput.py                        # N = 64, 256, 1024
     python benchmarks/gpu_throughput.py --agents 500 --models cnn --no-cpu
     python benchmarks/gpu_throughput.py --quick                # smoke run, seconds
 """
@@ -44,7 +44,7 @@ def measure(model: str, agents: int, device: str, steps: int, threads: int) -> t
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agents", type=int, nargs="+", default=[10, 100, 300])
+    parser.add_argument("--agents", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn"], choices=["mlp", "cnn"])
     parser.add_argument("--steps", type=int, default=50, help="timed iterations per run")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
