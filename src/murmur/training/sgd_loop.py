@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
 import torch
@@ -75,9 +75,30 @@ class SgdProgress:
     loss_steps: int
     train_seconds: float = 0.0
     """Real seconds of the training steps so far (evaluations left out)."""
+    unread_losses: list[torch.Tensor] = field(default_factory=list)
+    """The mean training loss of each step since ``loss_sum`` was last brought up to
+    date, not yet read back from the model's device (:meth:`settle`)."""
+    unread_messages: list[torch.Tensor] = field(default_factory=list)
+    """The largest message of each step since ``virtual_seconds`` was last brought up
+    to date, in bytes, not yet read back (:meth:`settle`)."""
+
+    def settle(self, round_seconds: Callable[[int], float] | None) -> None:
+        """Read back what the steps since the last call left on their tensors and add
+        it, in step order, to ``loss_sum`` and (with ``round_seconds``, the clock's
+        duration of a round) ``virtual_seconds``: once per evaluation or checkpoint
+        instead of once per step, which on a GPU is a wait for the device each time."""
+        if self.unread_losses:
+            for loss in torch.stack(self.unread_losses).tolist():
+                self.loss_sum += loss
+            self.unread_losses.clear()
+        if self.unread_messages:
+            if round_seconds is not None:
+                for size in torch.stack(self.unread_messages).tolist():
+                    self.virtual_seconds += round_seconds(size)
+            self.unread_messages.clear()
 
     def counts(self) -> LoopCounts:
-        """Everything but the state, as plain numbers."""
+        """Everything but the state, as plain numbers (after :meth:`settle`)."""
         return {
             "samples": self.samples,
             "virtual_seconds": self.virtual_seconds,
@@ -121,23 +142,27 @@ def train_sgd(
     if start is None:
         start = SgdProgress(0, algorithm.init(initial), 0, 0.0, 0.0, 0)
         evaluate(Evaluation(0, algorithm.params(start.state), 0, None, 0.0, 0.0))
-    at = replace(start)
+    at = replace(start, unread_losses=[], unread_messages=[])
     batch = BatchRows(problem.x_train, problem.y_train)
     bar = progress_bar(progress, iterations, initial=start.done)
     for iteration in range(start.done, iterations):
         _step(at, problem, algorithm, transport, batch, draw, iteration, round_seconds)
-        if at.done % eval_every == 0 or at.done == iterations:
+        evaluating = at.done % eval_every == 0 or at.done == iterations
+        saving = _checkpoint_due(checkpoints, snapshot, at.done, iterations)
+        if evaluating or saving:
+            at.settle(round_seconds)
+        if evaluating:
             record = evaluate(_evaluation(at, algorithm, time.perf_counter() - started))
             at.loss_sum, at.loss_steps = 0.0, 0
             if record is not None and record["accuracy_mean"] is not None:
                 bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}", msgs=record["messages"])
-        if checkpoints is not None and snapshot is not None:
-            if checkpoints.due(at.done, iterations):
-                checkpoints.save(at.done, snapshot(replace(at)))
+        if saving and checkpoints is not None and snapshot is not None:
+            checkpoints.save(at.done, snapshot(replace(at)))
         if after_step is not None:
             after_step()
         bar.update(1)
     bar.close()
+    at.settle(round_seconds)
     return SgdTrained(algorithm.params(at.state), at.train_seconds, at.samples, at.virtual_seconds)
 
 
@@ -160,9 +185,9 @@ def _step(
     at.state = algorithm.step(at.state, grads, iteration, transport)
     at.train_seconds += time.perf_counter() - step_started
     if round_seconds is not None and before is not None:
-        at.virtual_seconds += round_seconds(_largest_message(before, _sent_so_far(transport)))
+        at.unread_messages.append(_largest_message(before, _sent_so_far(transport)))
     at.samples += indices.numel()
-    at.loss_sum += float(losses.mean())
+    at.unread_losses.append(losses.mean())
     at.loss_steps += 1
     at.done = iteration + 1
 
@@ -198,6 +223,16 @@ class BatchRows:
         )
 
 
+def _checkpoint_due(
+    checkpoints: Checkpoints | None,
+    snapshot: Callable[[SgdProgress], Mapping[str, Any]] | None,
+    done: int,
+    iterations: int,
+) -> bool:
+    """Whether a checkpoint is saved after iteration ``done``."""
+    return checkpoints is not None and snapshot is not None and checkpoints.due(done, iterations)
+
+
 def _sent_so_far(transport: Transport) -> tuple[torch.Tensor, torch.Tensor]:
     counters = transport.counters
     return counters.messages_per_agent.clone(), counters.bytes_per_agent.clone()
@@ -205,9 +240,9 @@ def _sent_so_far(transport: Transport) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _largest_message(
     before: tuple[torch.Tensor, torch.Tensor], after: tuple[torch.Tensor, torch.Tensor]
-) -> int:
-    """The largest per-agent message size of one round, from counters before and after."""
+) -> torch.Tensor:
+    """The largest per-agent message size of one round, from counters before and after
+    (0 when nothing was sent), as a 0-d tensor left unread."""
     messages, sizes = after[0] - before[0], after[1] - before[1]
-    if not bool(messages.any()):
-        return 0
-    return int((sizes // messages.clamp(min=1)).max())
+    largest = (sizes // messages.clamp(min=1)).max()
+    return torch.where(messages.any(), largest, torch.zeros_like(largest))
