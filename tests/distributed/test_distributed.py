@@ -261,12 +261,17 @@ def test_launch_ends_with_the_failed_ranks_status_and_their_lines_not_a_tracebac
         [*command, "--timeout", "0.0001"], capture_output=True, text=True, timeout=90
     )
     assert done.returncode == 2
-    # One line per rank that got to say it (torchrun stops the other at the first failure).
+    # One line per rank that got to say it (the launcher stops the other at the first failure).
+    # Rank 0 hosts the store and waits for the others; rank 1 may time out before rank 0's
+    # store is up, or after it connected.
     lines = done.stderr.splitlines()
     assert 1 <= len(lines) <= 2, done.stderr
     for line in lines:
         assert line.startswith("murmur: error: rank "), done.stderr
-        assert "did not all join" in line, done.stderr
+        if line.startswith("murmur: error: rank 0:"):
+            assert "did not all join" in line, done.stderr
+        else:
+            assert "did not all join" in line or "rank 0 did not answer" in line, done.stderr
 
 
 def one_line_error(capsys, code: int) -> str:
