@@ -47,7 +47,7 @@ from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig
 from murmur.errors import UsageError
 from murmur.sections import Step
-from murmur.topology import Graph, PerGraph, as_sparse, consensus_step
+from murmur.topology import Graph, PerGraph, consensus_step
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class Detsgrad:
 
         def consensus(graph: Graph) -> tuple[torch.Tensor, Decaying]:
             b = consensus_step(graph, config.b, key="algorithm.b")
-            return as_sparse(graph.laplacian()), Decaying(b * shrink, config.d1, config.eps)
+            return graph.sparse_laplacian(), Decaying(b * shrink, config.d1, config.eps)
 
         self.consensus = PerGraph(consensus, graph)
         """L, sparse, and the consensus step beta_k for each graph the agents talk over."""

@@ -45,7 +45,7 @@ from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig
 from murmur.errors import UsageError
 from murmur.sections import Step
-from murmur.topology import Graph, as_sparse, consensus_step
+from murmur.topology import Graph, consensus_step
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class DetsgradGt:
         self, config: DetsgradGtConfig, graph: Graph, context: BuildContext | None = None
     ) -> None:
         """``context``: the run's seed and model size, which compression needs."""
-        self.laplacian = as_sparse(graph.laplacian())
+        self.laplacian = graph.sparse_laplacian()
         self.gradient_step = config.gradient_step()
         segments = context.segments if context is not None else None
         self.compressor = (

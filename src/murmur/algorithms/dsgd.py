@@ -28,7 +28,7 @@ from murmur.algorithms.protocols import Transport
 from murmur.algorithms.schedules import SgdConfig
 from murmur.errors import UsageError
 from murmur.sections import Step
-from murmur.topology import Graph, PerGraph, as_sparse, consensus_step, mixing_matrix
+from murmur.topology import Graph, PerGraph, consensus_step, mixing_operator
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Dsgd:
             beta = consensus_step(graph, config.b) if config.weights == "laplacian" else None
             if beta is not None and not self.steps:  # the run's graph comes first
                 self.steps["b"] = beta
-            return as_sparse(mixing_matrix(graph, config.weights, beta))
+            return mixing_operator(graph, config.weights, beta)
 
         self.mixing = PerGraph(mixing, graph)
         """W, sparse, for each graph the agents talk over."""

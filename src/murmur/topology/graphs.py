@@ -13,7 +13,8 @@ Mixing weights derived from a graph live in :mod:`murmur.topology.weights`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
@@ -21,8 +22,18 @@ import torch
 
 from murmur.errors import UsageError
 from murmur.textfiles import read_utf8
+from murmur.topology.spectra import Structure, circulant
 
-GRAPHS: tuple[str, ...] = ("ring", "circular", "complete", "star", "torus", "erdos_renyi", "edges")
+GRAPHS: tuple[str, ...] = (
+    "ring",
+    "circular",
+    "complete",
+    "star",
+    "torus",
+    "exponential",
+    "erdos_renyi",
+    "edges",
+)
 """Graph names accepted by :func:`build_graph` (config key ``topology.graph``)."""
 
 ERDOS_RENYI_MAX_DRAWS = 1000
@@ -50,6 +61,9 @@ class Graph:
     """(E, 2) int64, each undirected edge once as (i, j) with i < j, rows sorted."""
     name: str
     """Human-readable description, e.g. ``"ring"`` or ``"circular(4)"``."""
+    structure: Structure | None = field(default=None, compare=False)
+    """What the builder knows of the graph's shape, from which its spectrum has a closed
+    form (:mod:`murmur.topology.spectra`); None for a graph of any shape."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.agents, int) or self.agents < 1:
@@ -90,6 +104,17 @@ class Graph:
         adjacency = self.adjacency()
         return torch.diag(adjacency.sum(dim=1)) - adjacency
 
+    def sparse_laplacian(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """L = D - A as a sparse CSR tensor of ``dtype``, built from the edges in O(E)."""
+        i, j = self.edges[:, 0], self.edges[:, 1]
+        nodes = torch.arange(self.agents)
+        rows = torch.cat([i, j, nodes])
+        cols = torch.cat([j, i, nodes])
+        values = torch.cat(
+            [-torch.ones(2 * self.num_edges, dtype=torch.float64), self.degrees().double()]
+        )
+        return sparse_csr(rows, cols, values.to(dtype), self.agents)
+
     def neighbors(self, i: int) -> list[int]:
         """Sorted neighbours N_i of agent ``i``."""
         if not 0 <= i < self.agents:
@@ -105,6 +130,21 @@ class Graph:
     def components(self) -> int:
         """Number of connected components (an agent without edges is one)."""
         return int(torch.unique(_component_roots(self)).numel())
+
+
+def sparse_csr(
+    rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, size: int
+) -> torch.Tensor:
+    """The (size, size) sparse CSR tensor with ``values`` at (``rows``, ``cols``): entries
+    at one place are summed, zeros dropped, columns sorted within each row."""
+    keep = values != 0
+    matrix = torch.sparse_coo_tensor(
+        torch.stack([rows[keep], cols[keep]]), values[keep], (size, size), check_invariants=False
+    ).coalesce()
+    with warnings.catch_warnings():
+        # torch labels all sparse CSR support "beta"; the matmul used here is stable.
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return matrix.to_sparse_csr()
 
 
 def _canonical_edges(edges: torch.Tensor, agents: int) -> torch.Tensor:
@@ -170,7 +210,8 @@ def ring(agents: int) -> Graph:
     nodes = torch.arange(agents)
     if agents == 1:
         return Graph(1, torch.zeros(0, 2, dtype=torch.int64), "ring")
-    return Graph(agents, _pairs(nodes, (nodes + 1) % agents), "ring")
+    structure = circulant(agents, {1}) if agents >= 3 else Structure("matching", pairs=1)
+    return Graph(agents, _pairs(nodes, (nodes + 1) % agents), "ring", structure)
 
 
 def circular(agents: int, degree: int) -> Graph:
@@ -195,21 +236,23 @@ def circular(agents: int, degree: int) -> Graph:
             f"use an even degree with 2 <= degree <= {agents - 1}"
         )
     nodes = torch.arange(agents)
-    edges = torch.cat([_pairs(nodes, (nodes + k) % agents) for k in range(1, degree // 2 + 1)])
-    return Graph(agents, edges, f"circular({degree})")
+    offsets = range(1, degree // 2 + 1)
+    edges = torch.cat([_pairs(nodes, (nodes + k) % agents) for k in offsets])
+    return Graph(agents, edges, f"circular({degree})", circulant(agents, set(offsets)))
 
 
 def complete(agents: int) -> Graph:
     """Every pair of agents linked: N(N-1)/2 edges."""
     _check_agents(agents)
-    return Graph(agents, torch.triu_indices(agents, agents, offset=1).T, "complete")
+    structure = circulant(agents, set(range(1, agents)))
+    return Graph(agents, torch.triu_indices(agents, agents, offset=1).T, "complete", structure)
 
 
 def star(agents: int) -> Graph:
     """Agent 0 is the hub, linked to every other agent: N-1 edges."""
     _check_agents(agents)
     leaves = torch.arange(1, agents)
-    return Graph(agents, _pairs(torch.zeros_like(leaves), leaves), "star")
+    return Graph(agents, _pairs(torch.zeros_like(leaves), leaves), "star", Structure("star"))
 
 
 def torus(agents: int, rows: int | None = None) -> Graph:
@@ -237,7 +280,50 @@ def torus(agents: int, rows: int | None = None) -> Graph:
     nodes = torch.arange(agents)
     edges = torch.cat([_pairs(nodes, right), _pairs(nodes, down)])
     edges = edges[edges[:, 0] != edges[:, 1]]
-    return Graph(agents, edges, f"torus({rows}x{cols})")
+    structure = Structure("torus", sides=(rows, cols))
+    return Graph(agents, edges, f"torus({rows}x{cols})", structure)
+
+
+def exponential_offsets(agents: int) -> list[int]:
+    """The distances 1, 2, 4, ... below ``agents`` that the exponential graph links."""
+    return [1 << k for k in range(max(agents - 1, 1).bit_length()) if (1 << k) < agents]
+
+
+def exponential(agents: int) -> Graph:
+    """The static exponential graph in its symmetric form: agent i linked to the agents
+    1, 2, 4, ..., 2^k places ahead and behind it (mod N), for every 2^k < N.
+
+    Every agent has the same degree (about 2 log2 N, less where i + 2^k and i - 2^m
+    coincide), so uniform weights 1 / (degree + 1) apply; its Laplacian's spectrum
+    has a closed form (a circulant graph).
+    """
+    _check_agents(agents)
+    nodes = torch.arange(agents)
+    offsets = exponential_offsets(agents)
+    if not offsets:
+        return Graph(1, torch.zeros(0, 2, dtype=torch.int64), "exponential")
+    edges = torch.cat([_pairs(nodes, (nodes + s) % agents) for s in offsets])
+    edges = edges[edges[:, 0] != edges[:, 1]]
+    return Graph(agents, edges, "exponential", circulant(agents, set(offsets)))
+
+
+def one_peer_exponential(graph: Graph, step: int) -> Graph:
+    """Step ``step`` of the one-peer exponential topology on ``graph`` (an exponential
+    graph of N agents): agent i exchanges with agent i XOR 2^k, k = step mod
+    ceil(log2 N), when that agent exists; a matching, so every agent talks to one peer.
+
+    For N a power of two, averaging each pair (weights 1/2) for k = 0, 1, ..., log2 N - 1
+    gives every agent the exact network average, from any start (the hypercube's
+    dimensions one after the other).
+    """
+    rounds = max((graph.agents - 1).bit_length(), 1)
+    distance = 1 << (step % rounds)
+    nodes = torch.arange(graph.agents)
+    peers = nodes ^ distance
+    keep = (peers > nodes) & (peers < graph.agents)
+    edges = _pairs(nodes[keep], peers[keep])
+    name = f"one_peer({distance})"
+    return Graph(graph.agents, edges, name, Structure("matching", pairs=int(edges.shape[0])))
 
 
 def erdos_renyi(agents: int, probability: float, seed: int) -> Graph:
@@ -395,6 +481,7 @@ def _subgraph(graph: Graph, kept: list[int], name: str) -> Graph:
     object.__setattr__(made, "agents", graph.agents)
     object.__setattr__(made, "edges", graph.edges[kept])
     object.__setattr__(made, "name", name)
+    object.__setattr__(made, "structure", Structure("matching", pairs=len(kept)))
     return made
 
 
@@ -447,6 +534,8 @@ def _family(
         return star(agents)
     if kind == "torus":
         return torus(agents, rows)
+    if kind == "exponential":
+        return exponential(agents)
     if kind == "erdos_renyi":
         probability = _required(probability, "probability", kind, "a number in (0, 1]")
         return erdos_renyi(agents, probability, seed)

@@ -20,12 +20,19 @@ import math
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Generic, TypeVar
 
 import torch
 
 from murmur.errors import UsageError
-from murmur.topology.graphs import Graph
+from murmur.topology.graphs import Graph, sparse_csr
+from murmur.topology.spectra import (
+    DENSE_LIMIT,
+    closed_form_eigenvalues,
+    sparse_extremes,
+    sparse_laplacian,
+)
 
 _T = TypeVar("_T")
 
@@ -36,11 +43,31 @@ _STEP_TOLERANCE = 1e-9
 """Relative slack so that beta = 2 / lambda_max is refused despite rounding in eigvalsh."""
 
 
+def laplacian_extremes(graph: Graph) -> tuple[float, float]:
+    """(lambda_2, lambda_max) of the Laplacian L, where lambda_2 is the smallest eigenvalue
+    that is not one of the components' zeros; a closed form where the graph has one,
+    else a dense or sparse eigensolver (:mod:`murmur.topology.spectra`)."""
+    if graph.num_edges == 0:
+        return 0.0, 0.0
+    return _extremes(graph)
+
+
+@lru_cache(maxsize=128)
+def _extremes(graph: Graph) -> tuple[float, float]:
+    components = graph.components()
+    if graph.structure is not None:
+        values = closed_form_eigenvalues(graph.agents, graph.structure)
+    elif graph.agents <= DENSE_LIMIT:
+        values = torch.linalg.eigvalsh(graph.laplacian())
+    else:
+        laplacian = sparse_laplacian(graph.agents, graph.edges)
+        return sparse_extremes(laplacian, components)
+    return float(values[components]), float(values[-1])
+
+
 def lambda_max(graph: Graph) -> float:
     """Largest eigenvalue of the Laplacian L (0 for a graph without edges)."""
-    if graph.num_edges == 0:
-        return 0.0
-    return float(torch.linalg.eigvalsh(graph.laplacian())[-1])
+    return laplacian_extremes(graph)[1]
 
 
 def fastest_consensus_step(graph: Graph) -> float:
@@ -54,8 +81,8 @@ def fastest_consensus_step(graph: Graph) -> float:
     """
     if graph.num_edges == 0:
         return 1.0
-    eigenvalues = torch.linalg.eigvalsh(graph.laplacian())
-    return 2.0 / float(eigenvalues[graph.components()] + eigenvalues[-1])
+    second, largest = laplacian_extremes(graph)
+    return 2.0 / (second + largest)
 
 
 def consensus_step(graph: Graph, b: float | str, key: str = "algorithm.b") -> float:
@@ -96,8 +123,7 @@ def check_consensus_step(
 
 def laplacian_weights(graph: Graph, beta: float) -> torch.Tensor:
     """W = I - beta L (dense float64), after :func:`check_consensus_step`."""
-    check_consensus_step(graph, beta)
-    return torch.eye(graph.agents, dtype=torch.float64) - beta * graph.laplacian()
+    return mixing_matrix(graph, "laplacian", beta)
 
 
 def metropolis_weights(graph: Graph) -> torch.Tensor:
@@ -105,19 +131,75 @@ def metropolis_weights(graph: Graph) -> torch.Tensor:
 
     W_ij = 1 / (1 + max(d_i, d_j)) for each edge (i, j), W_ii = 1 - sum_j W_ij.
     """
-    degrees = graph.degrees()
-    i, j = graph.edges[:, 0], graph.edges[:, 1]
-    edge_weight = 1.0 / (1.0 + torch.maximum(degrees[i], degrees[j]).to(torch.float64))
-    weights = torch.zeros(graph.agents, graph.agents, dtype=torch.float64)
-    weights[i, j] = edge_weight
-    weights[j, i] = edge_weight
-    weights.diagonal().copy_(1.0 - weights.sum(dim=1))
-    return weights
+    return mixing_matrix(graph, "metropolis")
 
 
 def uniform_weights(graph: Graph) -> torch.Tensor:
     """W_ij = 1 / (d + 1) on edges and the diagonal (dense float64); regular graphs only."""
-    degrees = graph.degrees()
+    return mixing_matrix(graph, "uniform")
+
+
+def mixing_matrix(graph: Graph, kind: str, beta: float | None = None) -> torch.Tensor:
+    """Dense float64 mixing matrix of the given kind (one of :data:`WEIGHTS`), for the
+    small graphs where an agents x agents matrix is wanted (see :func:`mixing_operator`).
+
+    ``beta`` (config ``algorithm.b``) is the consensus step, required for
+    ``laplacian`` and ignored by the others.
+    """
+    return mixing_operator(graph, kind, beta, dtype=torch.float64).to_dense()
+
+
+def mixing_operator(
+    graph: Graph, kind: str, beta: float | None = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """The mixing matrix of the given kind as a sparse CSR tensor of ``dtype``, built from
+    the edge list in time and memory proportional to the edges (weights in float64, then
+    rounded once to ``dtype``)."""
+    rows, cols, edge_weight, diagonal = _weights(graph, kind, beta)
+    nodes = torch.arange(graph.agents)
+    values = torch.cat([edge_weight, edge_weight, diagonal]).to(dtype)
+    return sparse_csr(
+        torch.cat([rows, cols, nodes]), torch.cat([cols, rows, nodes]), values, graph.agents
+    )
+
+
+def _weights(
+    graph: Graph, kind: str, beta: float | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each edge (i, j), its weight W_ij (float64), and the diagonal W_ii."""
+    i, j = graph.edges[:, 0], graph.edges[:, 1]
+    degrees = graph.degrees().to(torch.float64)
+    if kind == "laplacian":
+        if beta is None:
+            raise UsageError(
+                "laplacian weights need the consensus step algorithm.b; set it, e.g. "
+                f"algorithm.b = {_suggested_step(graph):.4g}"
+            )
+        check_consensus_step(graph, beta)
+        return (
+            i,
+            j,
+            torch.full((graph.num_edges,), 0.0 + beta, dtype=torch.float64),
+            1.0 - beta * degrees,
+        )
+    if kind == "metropolis":
+        edge_weight = 1.0 / (1.0 + torch.maximum(degrees[i], degrees[j]))
+        given = torch.zeros(graph.agents, dtype=torch.float64)
+        given.index_add_(0, i, edge_weight).index_add_(0, j, edge_weight)
+        return i, j, edge_weight, 1.0 - given
+    if kind == "uniform":
+        _check_regular(graph, degrees)
+        share = 1.0 / (float(degrees[0]) + 1.0) if graph.agents > 0 else 1.0
+        return (
+            i,
+            j,
+            torch.full((graph.num_edges,), share, dtype=torch.float64),
+            torch.full((graph.agents,), share, dtype=torch.float64),
+        )
+    raise UsageError(f"mixing weights {kind!r} are unknown; choose one of {', '.join(WEIGHTS)}")
+
+
+def _check_regular(graph: Graph, degrees: torch.Tensor) -> None:
     if not bool((degrees == degrees[0]).all()):
         raise UsageError(
             f"uniform weights need a regular graph (every agent with the same degree), but "
@@ -125,29 +207,6 @@ def uniform_weights(graph: Graph) -> torch.Tensor:
             f"{int(degrees.min())}..{int(degrees.max())}; "
             "use metropolis weights (algorithm.weights=metropolis)"
         )
-    adjacency = graph.adjacency()
-    identity = torch.eye(graph.agents, dtype=torch.float64)
-    return (adjacency + identity) / (int(degrees[0]) + 1)
-
-
-def mixing_matrix(graph: Graph, kind: str, beta: float | None = None) -> torch.Tensor:
-    """Dense float64 mixing matrix of the given kind (one of :data:`WEIGHTS`).
-
-    ``beta`` (config ``algorithm.b``) is the consensus step, required for
-    ``laplacian`` and ignored by the others.
-    """
-    if kind == "laplacian":
-        if beta is None:
-            raise UsageError(
-                "laplacian weights need the consensus step algorithm.b; set it, e.g. "
-                f"algorithm.b = {_suggested_step(graph):.4g}"
-            )
-        return laplacian_weights(graph, beta)
-    if kind == "metropolis":
-        return metropolis_weights(graph)
-    if kind == "uniform":
-        return uniform_weights(graph)
-    raise UsageError(f"mixing weights {kind!r} are unknown; choose one of {', '.join(WEIGHTS)}")
 
 
 def _suggested_step(graph: Graph) -> float:
