@@ -154,7 +154,8 @@ class TopologyConfig:
     """The communication graph between agents."""
 
     graph: str = "ring"
-    """ring, circular, complete, star, torus, erdos_renyi or edges."""
+    """ring, circular, complete, star, torus, exponential (agent i linked to those 1, 2,
+    4, ... places ahead and behind), erdos_renyi or edges."""
     agents: int = 10
     """Number of agents (nodes)."""
     degree: int = 2
@@ -165,11 +166,13 @@ class TopologyConfig:
     """Rows of a ``torus``; 0 chooses the most square shape."""
     edges_file: str = ""
     """Edge list file (one ``i j`` pair per line) for ``graph = "edges"``."""
-    varying: Literal["none", "resample", "matching", "edge"] = "none"
+    varying: Literal["none", "resample", "matching", "edge", "one_peer"] = "none"
     """A time-varying graph: every ``every`` iterations the agents talk over a new graph,
     ``resample``: ``graph`` built again from a new seed (a new Erdos-Renyi graph; a fixed
     family gives itself again), ``matching``: a random maximal matching of ``graph``'s
-    edges, ``edge``: one random edge of ``graph``. Simulator, dsgd and detsgrad only."""
+    edges, ``edge``: one random edge of ``graph``, ``one_peer``: the one-peer exponential
+    topology on ``graph = "exponential"`` (at graph t, agent i pairs with agent
+    i XOR 2^(t mod ceil(log2 N))). Simulator, dsgd and detsgrad only."""
     every: int = 1
     """Iterations each graph of a time-varying topology lasts."""
 
@@ -177,6 +180,11 @@ class TopologyConfig:
         require(self.agents >= 1, f"topology.agents must be at least 1, not {self.agents}")
         require(self.rows >= 0, "topology.rows must be >= 0 (0 = automatic)")
         require(self.every >= 1, f"topology.every must be at least 1, not {self.every}")
+        require(
+            self.varying != "one_peer" or self.graph == "exponential",
+            'topology.varying = "one_peer" pairs agents along the exponential graph; '
+            f'set topology.graph = "exponential" (not {self.graph!r})',
+        )
 
 
 @dataclass(frozen=True)

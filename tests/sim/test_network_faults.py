@@ -21,7 +21,14 @@ from murmur.sections import FaultsConfig, TopologyConfig
 from murmur.seeding import generator
 from murmur.sim.faults import FaultyAlgorithm, NetworkSchedule
 from murmur.sim.lossy import LossyTransport
-from murmur.topology import Graph, as_sparse, complete, metropolis_weights, ring
+from murmur.topology import (
+    Graph,
+    as_sparse,
+    complete,
+    exponential,
+    metropolis_weights,
+    ring,
+)
 from murmur.training.runs import check_run
 
 SMALL = SMALL_SGD
@@ -274,6 +281,36 @@ def test_on_a_random_matching_dsgd_pairs_average_with_weight_one_half():
         torch.testing.assert_close(history[1][i], mean)
         torch.testing.assert_close(history[1][j], mean)
     assert transport.counters.messages == 6  # one message each way per pair
+
+
+@pytest.mark.parametrize("agents", [2, 8, 64])
+def test_one_peer_exponential_gossip_reaches_the_exact_average_in_log2_n_steps(agents):
+    topology = TopologyConfig(graph="exponential", agents=agents, varying="one_peer")
+    graph = exponential(agents)
+    dsgd = Dsgd(DsgdConfig(a=0.1), graph)  # b = "auto": 1/2 on each pairing
+    rounds = agents.bit_length() - 1
+    history, transport = _stepped(dsgd, FaultsConfig(), topology, graph, rounds + 1, still=True)
+    average = history[0].to(torch.float64).mean(dim=0)
+    for step in range(rounds):
+        assert not torch.allclose(history[step].to(torch.float64), average.expand(agents, -1))
+    torch.testing.assert_close(
+        history[rounds].to(torch.float64), average.expand(agents, -1), rtol=0, atol=1e-5
+    )
+    assert transport.counters.messages == agents * (rounds + 1)  # one peer each, each step
+
+
+def test_one_peer_pairs_each_agent_with_the_one_at_distance_two_to_the_step():
+    _, rounds = _rounds(
+        FaultsConfig(),
+        TopologyConfig(graph="exponential", agents=12, varying="one_peer"),
+        exponential(12),
+        0,
+        5,
+    )
+    names = [r.graph.name for r in rounds]
+    assert names == ["one_peer(1)", "one_peer(2)", "one_peer(4)", "one_peer(8)", "one_peer(1)"]
+    pairs = rounds[3].graph.edges.tolist()
+    assert pairs == [[0, 8], [1, 9], [2, 10], [3, 11]]  # agents 4 to 7 have no peer at 8
 
 
 # ---- whole runs ---------------------------------------------------------------------------

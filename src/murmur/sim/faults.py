@@ -53,7 +53,13 @@ from murmur.metrics.record_types import FaultCounts
 from murmur.sections import FaultsConfig, TopologyConfig
 from murmur.seeding import derive_seed, generator
 from murmur.sim.lossy import LossyTransport
-from murmur.topology import Graph, complete, random_edge, random_matching
+from murmur.topology import (
+    Graph,
+    complete,
+    one_peer_exponential,
+    random_edge,
+    random_matching,
+)
 from murmur.training.setup import topology_graph
 
 
@@ -139,6 +145,9 @@ class NetworkSchedule:
             return random_matching(self.graph, self._topology_stream)
         if varying == "edge":
             return random_edge(self.graph, self._topology_stream)
+        if varying == "one_peer":
+            self._draws += 1
+            return one_peer_exponential(self.graph, self._draws - 1)
         # "resample": the first graph is the run's own, then one per new seed.
         self._draws += 1
         if self._draws == 1:

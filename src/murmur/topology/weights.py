@@ -29,6 +29,7 @@ from murmur.errors import UsageError
 from murmur.topology.graphs import Graph, sparse_csr
 from murmur.topology.spectra import (
     DENSE_LIMIT,
+    Structure,
     closed_form_eigenvalues,
     sparse_extremes,
     sparse_laplacian,
@@ -55,8 +56,11 @@ def laplacian_extremes(graph: Graph) -> tuple[float, float]:
 @lru_cache(maxsize=128)
 def _extremes(graph: Graph) -> tuple[float, float]:
     components = graph.components()
-    if graph.structure is not None:
-        values = closed_form_eigenvalues(graph.agents, graph.structure)
+    structure = graph.structure
+    if structure is None and int(graph.degrees().max()) <= 1:  # a matching, however made
+        structure = Structure("matching", pairs=graph.num_edges)
+    if structure is not None:
+        values = closed_form_eigenvalues(graph.agents, structure)
     elif graph.agents <= DENSE_LIMIT:
         values = torch.linalg.eigvalsh(graph.laplacian())
     else:
