@@ -13,6 +13,9 @@ On the CPU these reads are free; on a GPU each one stops the host until the devi
 has caught up, which is why a step that is to stay on the device must make none.
 Runs on any machine: it needs no GPU. It does not see the reads torch makes inside
 its own functions (``torch.nonzero`` called as a function, ``masked_select``).
+The batch sampler's reads (``murmur/data/batches.py``) are listed apart and left out
+of the total: the sampler computes on CPU tensors whatever ``run.device`` is, and its
+indices cross to the device once per step, so its reads never wait for a device.
 
     python benchmarks/host_syncs.py                          # seconds
     python benchmarks/host_syncs.py --algorithms choco-sgd --agents 16
@@ -40,6 +43,8 @@ READS = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index
 tensor whose size depends on them, which the host must wait to know."""
 
 SOURCE = Path(murmur.__file__).parent
+HOST_SIDE = ("murmur/data/batches.py",)
+"""Code that computes on CPU tensors whatever ``run.device`` is."""
 
 
 class Reads:
@@ -139,12 +144,15 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     for algorithm in args.algorithms:
         reads = count(algorithm, args)
-        total = sum(reads.places.values())
-        print(
-            f"{algorithm}: {total / max(reads.steps, 1):.1f} reads per step ({reads.steps} steps)"
-        )
-        for place, calls in reads.places.most_common():
-            print(f"  {calls / max(reads.steps, 1):6.1f}  {place}")
+        steps = max(reads.steps, 1)
+        host = {p: c for p, c in reads.places.items() if p.startswith(HOST_SIDE)}
+        device = {p: c for p, c in reads.places.items() if p not in host}
+        total = sum(device.values())
+        print(f"{algorithm}: {total / steps:.1f} reads per step ({reads.steps} steps)")
+        for place, calls in sorted(device.items(), key=lambda item: -item[1]):
+            print(f"  {calls / steps:6.1f}  {place}")
+        if host:
+            print(f"  host-side, not counted: {sum(host.values()) / steps:.1f} (batch sampler)")
 
 
 if __name__ == "__main__":

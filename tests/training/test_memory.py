@@ -10,6 +10,7 @@ from murmur.errors import UsageError
 from murmur.metrics.report import human_bytes
 from murmur.models import build_model
 from murmur.training.memory import (
+    EDGE_BYTES,
     check_memory,
     estimate_memory,
     machine_memory,
@@ -72,8 +73,32 @@ def test_a_complete_graph_counts_its_edges():
     info = DATASETS["mnist5k"]
     ring = estimate_memory(config(topology={"agents": 1000}), info)
     complete = estimate_memory(config(topology={"agents": 1000, "graph": "complete"}), info)
-    ratio = complete.parts["the graph's edge lists"] / ring.parts["the graph's edge lists"]
-    assert ratio == pytest.approx(999 / 4)
+    per_agent = 6 * 1000 * 8
+    assert ring.parts["the graph's edge lists"] == EDGE_BYTES * 2 * 1000 + per_agent
+    edges = 1000 * 999 // 2
+    assert complete.parts["the graph's edge lists"] == EDGE_BYTES * edges + per_agent
+
+
+@pytest.mark.parametrize("graph", ["ring", "exponential", "torus"])
+def test_a_large_graph_with_a_closed_form_spectrum_counts_no_agents_by_agents_matrix(graph):
+    info = DATASETS["letter"]
+    sizes = [
+        sum(estimate_memory(config(topology={"agents": n, "graph": graph}), info).parts.values())
+        for n in (10_000, 100_000)
+    ]
+    assert (
+        "the graph's dense matrices"
+        not in estimate_memory(config(topology={"agents": 100_000, "graph": graph}), info).parts
+    )
+    assert sizes[1] < 11 * sizes[0]  # linear in the agents, not quadratic
+
+
+def test_compressed_gossip_and_a_small_random_graph_count_their_dense_matrices():
+    info = DATASETS["mnist5k"]
+    random = {"agents": 500, "graph": "erdos_renyi", "probability": 0.1}
+    assert "the graph's dense matrices" in estimate_memory(config(topology=random), info).parts
+    choco = build_config({"algorithm": {"name": "choco-sgd"}, "topology": {"agents": 500}})
+    assert estimate_memory(choco, info).parts["the graph's dense matrices"] == 3 * 500 * 500 * 8
 
 
 def test_a_run_that_fits_is_accepted_and_one_that_cannot_is_refused():

@@ -152,8 +152,12 @@ class StackedModel:
         if chunk is None:
             chunk = max(1, min(EVAL_AGENTS, pairs // max(samples, 1)))
         step = samples if chunk * samples <= pairs else max(1, pairs // chunk)
-        accuracies, losses = [], []
-        for start in range(0, flat.shape[0], chunk):
+        # Written in place: small results kept between the chunks' large temporaries
+        # would pin those in the heap, and the heap would grow with every chunk.
+        rows = flat.shape[0]
+        accuracies: torch.Tensor | None = None
+        losses: torch.Tensor | None = None
+        for start in range(0, rows, chunk):
             params = self.layout.unflatten(self._to_device(flat[start : start + chunk]))
             if step >= samples:
                 accuracy, loss = self._measure(params, x, y)
@@ -167,11 +171,15 @@ class StackedModel:
                 accuracy = None
                 if self.task == "classification":
                     accuracy = torch.stack(correct).sum(dim=0) / samples
-            if accuracy is not None:
-                accuracies.append(accuracy)
-            losses.append(loss)
-        accuracy = torch.cat(accuracies).to(home) if accuracies else None
-        return accuracy, torch.cat(losses).to(home)
+            if losses is None:
+                losses = loss.new_empty(rows)
+                accuracies = accuracy.new_empty(rows) if accuracy is not None else None
+            if accuracies is not None and accuracy is not None:
+                accuracies[start : start + chunk] = accuracy
+            losses[start : start + chunk] = loss
+            del accuracy, loss
+        assert losses is not None  # flat has at least one row
+        return (accuracies.to(home) if accuracies is not None else None), losses.to(home)
 
     def _measure(
         self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, total: bool = False

@@ -22,6 +22,8 @@ from pathlib import Path
 from torch import nn
 
 from murmur.algorithms.asysg import WorkersConfig
+from murmur.algorithms.choco import GossipConfig
+from murmur.algorithms.detsgrad_gt import DetsgradGtConfig
 from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.optimizers import LocalOptimizer
 from murmur.algorithms.schedules import SgdConfig
@@ -32,6 +34,8 @@ from murmur.errors import UsageError
 from murmur.metrics.report import human_bytes
 from murmur.models.networks import build_model, layer_outputs
 from murmur.registry import ALGORITHMS
+from murmur.topology.graphs import exponential_offsets
+from murmur.topology.spectra import DENSE_LIMIT
 
 FLOAT32 = 4
 FLOAT64 = 8
@@ -44,8 +48,16 @@ ACTIVATION_COPIES = 4
 PROCESS_BYTES = 300 * 2**20
 """One Python process with torch imported (Hogwild's workers are processes)."""
 DENSE_GRAPH_MATRICES = 3
-"""The dense (agents, agents) float64 matrices of a run: Laplacian, adjacency,
-mixing weights (and the spectrum's workspace)."""
+"""The dense (agents, agents) float64 matrices of the runs that build them: the
+Laplacian, its eigendecomposition's workspace and a mixing matrix. Only compressed
+gossip (CHOCO-SGD, SPARQ-SGD, BEER; DETSGRAD-GT compressed with b = "auto") tunes
+its step on a dense W, and only a graph without a closed-form spectrum and at most
+``DENSE_LIMIT`` agents has a dense eigendecomposition; every other run keeps its
+graph as edge lists and sparse matrices."""
+EDGE_BYTES = 120
+"""Bytes per undirected edge of the graph's edge lists and sparse matrices: the
+(E, 2) edges, the Laplacian and mixing operator in CSR (two directions each, values
+and indices) and the edges' keys and masks."""
 
 
 @dataclass(frozen=True)
@@ -77,8 +89,10 @@ def estimate_memory(
     }
     agents = config.topology.agents if spec.decentralized else 1
     if spec.decentralized:
-        parts["the graph's dense matrices"] = DENSE_GRAPH_MATRICES * agents * agents * FLOAT64
-        parts["the graph's edge lists"] = 4 * _edges(config, agents) * 2 * FLOAT64
+        edges = _edges(config, agents)
+        parts["the graph's edge lists"] = EDGE_BYTES * edges + 6 * agents * FLOAT64
+        if _dense_graph(config, agents):
+            parts["the graph's dense matrices"] = DENSE_GRAPH_MATRICES * agents * agents * FLOAT64
     if isinstance(config.algorithm, LayerwiseConfig):
         parts.update(_layerwise_parts(config.algorithm, info, agents))
         return MemoryEstimate(parts)
@@ -136,6 +150,19 @@ def _layerwise_parts(algorithm: LayerwiseConfig, info: DatasetInfo, agents: int)
     }
 
 
+def _dense_graph(config: Config, agents: int) -> bool:
+    """Whether the run builds (agents, agents) matrices (see DENSE_GRAPH_MATRICES)."""
+    algorithm = config.algorithm
+    if isinstance(algorithm, GossipConfig):
+        return True
+    if isinstance(algorithm, DetsgradGtConfig) and algorithm.compress != "none":
+        return algorithm.b == "auto"
+    if isinstance(algorithm, LayerwiseConfig):
+        return True
+    closed_form = config.topology.graph not in ("erdos_renyi", "edges")
+    return not closed_form and agents <= DENSE_LIMIT
+
+
 def _edges(config: Config, agents: int) -> int:
     """Edges of the configured graph, from its kind and size (not built)."""
     topology = config.topology
@@ -146,6 +173,8 @@ def _edges(config: Config, agents: int) -> int:
         return int(topology.probability * agents * (agents - 1) / 2) + agents
     if topology.graph == "circular":
         return agents * max(topology.degree, 2) // 2
+    if topology.graph == "exponential":
+        return agents * len(exponential_offsets(agents))
     if topology.graph == "edges":
         path = Path(topology.edges_file)
         return path.stat().st_size // 4 if path.is_file() else 0  # a line "i j\n" is 4 bytes
