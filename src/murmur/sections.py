@@ -27,6 +27,12 @@ class RunConfig:
     """Number of training iterations (one mini-batch per agent each)."""
     eval_every: int = 100
     """Evaluate every agent on the test set every this many iterations."""
+    eval_agents: int = 0
+    """How many agents of a decentralized mini-batch run in the simulator each evaluation
+    measures on the test set, besides the average model: a fixed sample drawn from
+    ``run.seed`` (the same agents at every evaluation), or every agent when this is at
+    least ``topology.agents``. 0: every agent up to 1,000 agents, a sample of 1,000
+    above. Records and ``summary.json`` list the sampled agents (``measured_agents``)."""
     threads: int = 1
     """torch intra-op threads; 1 is fastest for small per-agent models."""
     checkpoint_every: int = 0
@@ -60,6 +66,7 @@ class RunConfig:
         require(self.seed >= 0, f"run.seed must be >= 0, not {self.seed}")
         require(self.iterations >= 1, "run.iterations must be at least 1")
         require(self.eval_every >= 1, "run.eval_every must be at least 1")
+        require(self.eval_agents >= 0, f"run.eval_agents must be >= 0, not {self.eval_agents}")
         require(
             1 <= self.threads <= MAX_THREADS,
             f"run.threads must be from 1 to {MAX_THREADS}, not {self.threads}",

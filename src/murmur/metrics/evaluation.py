@@ -17,9 +17,25 @@ from murmur.metrics.record_types import (
     SummaryExtra,
     TestColumns,
 )
+from murmur.seeding import generator
 
 if TYPE_CHECKING:
     from murmur.models.stacked import StackedModel
+
+
+EVAL_AGENTS_AUTO = 1000
+"""``run.eval_agents = 0``: every agent up to this many agents, a sample of this many above."""
+
+
+def measured_agents(eval_agents: int, agents: int, seed: int) -> torch.Tensor | None:
+    """The agents an evaluation measures, sorted (None: every agent): ``eval_agents`` of
+    them (``0``: :data:`EVAL_AGENTS_AUTO`) drawn from the ``"eval_agents"`` stream of
+    run seed ``seed``, the same at every evaluation."""
+    wanted = eval_agents or EVAL_AGENTS_AUTO
+    if wanted >= agents:
+        return None
+    order = torch.randperm(agents, generator=generator(seed, "eval_agents"))
+    return order[:wanted].sort().values
 
 
 def consensus_distance(params: torch.Tensor) -> float:

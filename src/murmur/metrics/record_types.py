@@ -150,6 +150,9 @@ class _RecordFields(TypedDict, total=False):
     bytes: Annotated[int, COUNT]
     events_per_agent: Annotated[list[int], list_of(COUNT)]
     test_loss: list[float]
+    measured_agents: Annotated[list[int], list_of(COUNT)]
+    """The agents ``test_accuracy`` and ``test_loss`` are of, in that order, where the run
+    measures a sample of its agents (``run.eval_agents``); absent: every agent."""
     wall_seconds: float
     virtual_seconds: float
     """The simulator's clock; distributed runs and Hogwild have none."""
@@ -275,6 +278,9 @@ class BestAccuracy(TypedDict):
 
 class _ExtraFields(TypedDict, total=False):
     virtual_seconds: Annotated[float, SECONDS]
+    measured_agents: Annotated[list[int], list_of(COUNT)]
+    """The agents the accuracy is of, where the run measures a sample of its agents
+    (``run.eval_agents``); absent: every agent."""
     layers: Annotated[list[int], list_of(POSITIVE)]
     train_accuracy: Annotated[AccuracySummary, ACCURACY]
     mean_degree: Annotated[float, SECONDS]

@@ -9,7 +9,8 @@ from typing import Any
 from murmur.algorithms.protocols import Algorithm, LayerSolver
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
-from murmur.metrics.record_types import EvaluationRecord, FaultCounts, LayerRecord
+from murmur.metrics.evaluation import measured_agents
+from murmur.metrics.record_types import EvaluationRecord, FaultCounts, LayerRecord, SummaryExtra
 from murmur.metrics.records import Outcome
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
@@ -53,10 +54,17 @@ def run_sgd(
     # A run resumed from its last iteration's checkpoint makes no record of its own.
     records: list[EvaluationRecord] = list(setup.checkpoints.kept if setup.checkpoints else [])
 
+    measured = (
+        measured_agents(config.run.eval_agents, setup.graph.agents, config.run.seed)
+        if setup.plan.decentralized
+        else None
+    )
+
     def keep(record: EvaluationRecord) -> None:
         record.update(_fault_counts(transport, schedule))
         if schedule is not None and schedule.crashed:
-            record.update(_live_accuracy(record, schedule.alive.tolist()))
+            alive = schedule.alive if measured is None else schedule.alive[measured]
+            record.update(_live_accuracy(record, alive.tolist()))
         records.append(record)
         on_record(record)
 
@@ -84,6 +92,7 @@ def run_sgd(
         start=start,
         checkpoints=checkpoints,
         snapshot=snapshot,
+        measured=measured,
     )
     return _sgd_outcome(setup, trained, records, _fault_counts(transport, schedule), transport)
 
@@ -109,9 +118,17 @@ def _sgd_outcome(
             "virtual_seconds": trained.virtual_seconds,
             **faults,
             **_live(records[-1]),
+            **_measured(records[-1]),
         },
         rounds=iterations,
     )
+
+
+def _measured(record: EvaluationRecord) -> SummaryExtra:
+    """The sampled agents a record measured, for the summary (nothing: all of them)."""
+    if "measured_agents" in record:
+        return {"measured_agents": record["measured_agents"]}
+    return {}
 
 
 def _resume(

@@ -59,14 +59,18 @@ def simulate(
     start: SgdProgress | None = None,
     checkpoints: Checkpoints | None = None,
     snapshot: Callable[[SgdProgress], Mapping[str, Any]] | None = None,
+    measured: torch.Tensor | None = None,
 ) -> SgdTrained:
     """Run ``iterations`` steps of ``algorithm`` from stacked ``initial`` parameters
     (every agent), handing each evaluation's record to ``on_record``; ``start``,
-    ``checkpoints`` and ``snapshot`` as in :func:`~murmur.training.sgd_loop.train_sgd`."""
+    ``checkpoints`` and ``snapshot`` as in :func:`~murmur.training.sgd_loop.train_sgd`;
+    ``measured``: the agents each evaluation measures (None: all), besides the average
+    model of all of them."""
 
     def evaluate(at: Evaluation) -> SgdRecord:
         test = (problem.x_test, problem.y_test)
-        accuracy, loss = problem.model.evaluate(at.params, *test)
+        rows = at.params if measured is None else at.params.index_select(0, measured)
+        accuracy, loss = problem.model.evaluate(rows, *test)
         record = sgd_record(
             at.iteration,
             AgentRows.measure(accuracy, loss, transport.counters),
@@ -77,6 +81,8 @@ def simulate(
             model=average_model_columns(problem.model, at.params, *test, own=(accuracy, loss)),
             virtual_seconds=at.virtual_seconds,
         )
+        if measured is not None:
+            record["measured_agents"] = measured.tolist()
         on_record(record)
         return record
 

@@ -144,6 +144,7 @@ def plan(
     _check_units(member, config, learners, workers)
     processes = 1
     if runtime == "distributed":
+        _check_eval_agents(config)
         processes = _ranks(member, config, agents_per_rank)
         if world is not None:
             check_world(config, world, world_name, agents_per_rank)
@@ -162,6 +163,17 @@ def plan(
         device=device,
         memory=memory,
     )
+
+
+def _check_eval_agents(config: Config) -> None:
+    """A distributed run measures every agent, each on its own rank: a sample asked for
+    by ``run.eval_agents`` is refused rather than ignored."""
+    wanted = config.run.eval_agents
+    if 0 < wanted < config.topology.agents:
+        raise UsageError(
+            f"run.eval_agents = {wanted} samples agents in the simulator; a distributed run "
+            "measures every agent on its own rank: leave run.eval_agents at 0"
+        )
 
 
 def check_capabilities(member: Member[object], config: Config, runtime: Runtime) -> None:
