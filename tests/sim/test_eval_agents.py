@@ -65,3 +65,14 @@ def test_a_distributed_run_refuses_a_sample():
 def test_a_negative_count_is_refused_in_one_line():
     with pytest.raises(UsageError, match="run.eval_agents must be >= 0"):
         _config("run.eval_agents=-1")
+
+
+def test_the_report_says_which_agents_were_measured(tmp_path):
+    from murmur.cli import main
+
+    run(_config("run.eval_agents=4"), tmp_path / "runs" / "sampled")
+    assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "report")]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    chosen = json.loads((tmp_path / "runs" / "sampled" / "summary.json").read_text())
+    agents = ", ".join(str(agent) for agent in chosen["measured_agents"])
+    assert "accuracy over 4 of its 12 agents" in text and f"agents {agents};" in text

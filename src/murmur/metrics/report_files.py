@@ -167,6 +167,9 @@ def _report_markdown(
         parts += [note, ""]
     if any(has_target(summary) for summary in summaries):
         parts += [_target_note(summaries), ""]
+    sampled = _sampled_note(summaries)
+    if sampled:
+        parts += [sampled, ""]
     for title, file in plot_files:
         parts += _plot_section(title, file)
     parts += ["## Configurations", ""]
@@ -215,6 +218,26 @@ def _seeds_note(groups: Sequence[Sequence[RunSummary]]) -> str:
         "mean final accuracy, mean ± t(0.975, n - 1) · sd / √n (within 0 to 100 %); the "
         "rows of each seed follow the table."
     )
+
+
+def _sampled_note(summaries: list[RunSummary]) -> str:
+    """Which runs measured a sample of their agents, and which agents (up to 20 shown)."""
+    lines = []
+    for summary in summaries:
+        chosen = summary.get("measured_agents")
+        if not isinstance(chosen, list):
+            continue
+        shown = ", ".join(str(agent) for agent in chosen[:20])
+        more = f", ... ({len(chosen) - 20} more)" if len(chosen) > 20 else ""
+        label = run_label(summary).replace("|", "\\|")
+        lines.append(
+            f"- {label}: accuracy over {len(chosen)} of its {summary.get('agents')} agents, "
+            f"a fixed sample drawn from its seed (run.eval_agents): agents {shown}{more}; "
+            "summary.json lists them all"
+        )
+    if not lines:
+        return ""
+    return "\n".join(["Runs that measured a sample of their agents:", "", *lines])
 
 
 def _target_note(summaries: list[RunSummary]) -> str:
