@@ -67,6 +67,10 @@ class Capabilities:
     mixing weights from each iteration's graph, or, being one learner, has none."""
     no_varying: str = ""
     """Why it refuses a time-varying graph."""
+    full_exchange: bool = False
+    """Whether every agent sends its whole model to every neighbour at every step, so
+    that on a time-varying graph without faults the simulator delivers through the
+    lossless transport, with no mailbox per edge."""
     checkpoints: tuple[Runtime, ...] = BOTH
     """The runtimes that save its checkpoints and resume it (``run.checkpoint_every``)."""
     compiles: bool = False
@@ -203,6 +207,7 @@ SGD.add(
     "decentralized SGD, every agent sends every step",
     decentralized=True,
     varying=True,
+    full_exchange=True,
 )
 SGD.add(
     DetsgradGtConfig,

@@ -4,6 +4,7 @@ nothing, and refused where they cannot run."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,6 +17,7 @@ from murmur.cli import main
 from murmur.config import load_experiment
 from murmur.errors import UsageError
 from murmur.experiment import run
+from murmur.registry import ALGORITHMS
 from murmur.metrics.run_schema import check_record, check_summary
 from murmur.sections import FaultsConfig, TopologyConfig
 from murmur.seeding import generator
@@ -29,6 +31,7 @@ from murmur.topology import (
     metropolis_weights,
     ring,
 )
+from murmur.training.plan import plan
 from murmur.training.runs import check_run
 
 SMALL = SMALL_SGD
@@ -409,3 +412,29 @@ def test_uniform_weights_on_a_varying_graph_are_refused_before_any_step():
     ).runs[0][1]
     with pytest.raises(UsageError, match="uniform weights 1/\\(d\\+1\\) need a regular graph"):
         check_run(config)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        ["topology.graph=complete", "topology.varying=matching"],
+        ["topology.agents=8", "topology.graph=exponential", "topology.varying=one_peer"],
+    ],
+)
+def test_dsgd_on_a_varying_graph_gives_through_the_lossless_transport_the_per_edge_numbers(
+    settings, monkeypatch
+):
+    config = _config("dsgd", *settings)
+    lossless = run(config)
+    member = ALGORITHMS["dsgd"]
+    per_edge = dataclasses.replace(
+        member, capabilities=dataclasses.replace(member.capabilities, full_exchange=False)
+    )
+    monkeypatch.setitem(ALGORITHMS, "dsgd", per_edge)
+    assert plan(config).transport == "per-edge"
+    mailboxes = run(config)
+    assert torch.equal(lossless.parameters, mailboxes.parameters)
+    for plain, boxed in zip(lossless.records, mailboxes.records, strict=True):
+        assert boxed.pop("dropped_messages") == 0  # what only the per-edge transport counts
+        assert {**plain, "wall_seconds": 0} == {**boxed, "wall_seconds": 0}
+    assert lossless.messages == mailboxes.messages > 0

@@ -58,7 +58,8 @@ def test_a_family_builds_what_its_runners_train():
     [
         ("detsgrad", SMALL, "sgd", "in-memory", RoundsSetup),
         ("dsgd", [*SMALL, "faults.drop=0.1"], "sgd", "per-edge", RoundsSetup),
-        ("dsgd", [*SMALL, "topology.varying=matching"], "sgd", "per-edge", RoundsSetup),
+        ("dsgd", [*SMALL, "topology.varying=matching"], "sgd", "in-memory", RoundsSetup),
+        ("detsgrad", [*SMALL, "topology.varying=matching"], "sgd", "per-edge", RoundsSetup),
         ("asysg-con", SMALL, "server", "server", ServerSetup),
         ("hogwild", SMALL, "hogwild", "shared memory", HogwildSetup),
         ("dssfn-vowel", [], "layerwise", "gossip", LayerSetup),

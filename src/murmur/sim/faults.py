@@ -53,6 +53,7 @@ from murmur.metrics.record_types import FaultCounts
 from murmur.sections import FaultsConfig, TopologyConfig
 from murmur.seeding import derive_seed, generator
 from murmur.sim.lossy import LossyTransport
+from murmur.sim.transport import InMemoryTransport
 from murmur.topology import (
     Graph,
     complete,
@@ -207,6 +208,37 @@ def crashed_agents(faults: FaultsConfig, agents: int, seed: int) -> list[int]:
         return sorted(faults.crashes)
     order = torch.randperm(agents, generator=generator(seed, "crashes"))
     return sorted(order[: faults.crashes].tolist())
+
+
+class VaryingGraph:
+    """An algorithm whose agents talk over each iteration's graph of a schedule through
+    lossless delivery (an :class:`~murmur.sim.transport.InMemoryTransport`): where every
+    agent sends its whole model to every neighbour at every step (DSGD), a neighbour
+    holds the sender's latest value whatever graph came before, so no mailbox per edge
+    is needed, and the numbers are those of the per-edge transport without losses."""
+
+    def __init__(
+        self, algorithm: Algorithm, schedule: NetworkSchedule, transport: InMemoryTransport
+    ) -> None:
+        self.algorithm = algorithm
+        self.schedule = schedule
+        self.transport = transport
+
+    def chosen_steps(self) -> dict[str, float]:
+        return self.algorithm.chosen_steps()
+
+    def init(self, params: torch.Tensor) -> Any:
+        return self.algorithm.init(params)
+
+    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
+        return self.algorithm.initial_sent(params)
+
+    def params(self, state: Any) -> torch.Tensor:
+        return self.algorithm.params(state)
+
+    def step(self, state: Any, grads: torch.Tensor, iteration: int, transport: Transport) -> Any:
+        self.transport.use_graph(self.schedule.round(iteration).graph)
+        return self.algorithm.step(state, grads, iteration, transport)
 
 
 class FaultyAlgorithm:

@@ -14,7 +14,7 @@ from murmur.metrics.record_types import EvaluationRecord, FaultCounts, LayerReco
 from murmur.metrics.records import Outcome
 from murmur.seeding import derive_seed, generator
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
-from murmur.sim.faults import FaultyAlgorithm, NetworkSchedule, crashed_agents
+from murmur.sim.faults import FaultyAlgorithm, NetworkSchedule, VaryingGraph, crashed_agents
 from murmur.sim.layer_network import SimulatedNetwork
 from murmur.sim.lossy import LossyTransport
 from murmur.sim.simulator import RoundClock, simulate
@@ -44,6 +44,8 @@ def run_sgd(
     transport = _transport(setup, algorithm, schedule)
     if schedule is not None and isinstance(transport, LossyTransport):
         algorithm = FaultyAlgorithm(algorithm, schedule, transport, config.faults.rejoin_from)
+    elif schedule is not None and isinstance(transport, InMemoryTransport):
+        algorithm = VaryingGraph(algorithm, schedule, transport)
     clock = RoundClock(
         compute=ComputeTimes(
             config.timing, setup.graph.agents, derive_seed(config.run.seed, "timing")

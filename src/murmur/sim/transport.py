@@ -44,7 +44,8 @@ class InMemoryTransport:
         self.sent = initial.clone()
         """Row j: the value agent j last sent, as every agent holds it (delivery is instant)."""
         self.graph = graph
-        """The graph the agents talk over: always the one given."""
+        """The graph the agents talk over: the one given, or the graph of the iteration
+        (:meth:`use_graph`)."""
         self.counters = counters if counters is not None else MessageCounters(graph.agents)
         self._degrees = graph.degrees()
         self._message_bytes = initial.shape[1] * initial.element_size()
@@ -53,6 +54,17 @@ class InMemoryTransport:
         self.fused_mix = FusedMixing(lambda: self.sent) if compiled else None
         """The compiled mixing step :func:`~murmur.algorithms.mixing.mix_and_step` takes,
         or None."""
+
+    def use_graph(self, graph: Graph) -> None:
+        """Talk over ``graph`` (of the same agents) from now on: one graph of a
+        time-varying topology, for algorithms that send every agent's whole model to
+        every neighbour at every step (:class:`~murmur.sim.faults.VaryingGraph`)."""
+        if graph is self.graph:
+            return
+        if graph.agents != self.graph.agents:
+            raise ValueError(f"a graph of {graph.agents} agents for {self.graph.agents}")
+        self.graph = graph
+        self._degrees = graph.degrees()
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
         """Agents flagged in ``senders`` (bool, (agents,)) send their row of ``values``."""
@@ -115,8 +127,8 @@ def add_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) -> 
     if bool(rows.all()):
         target.add_(source)
         return
-    for row in rows.nonzero().squeeze(1).tolist():
-        target[row].add_(source[row])
+    chosen = rows.nonzero().squeeze(1)
+    target.index_add_(0, chosen, source.index_select(0, chosen))
 
 
 def copy_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) -> None:
@@ -124,6 +136,5 @@ def copy_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) ->
     if bool(rows.all()):
         target.copy_(source)
         return
-    # Row by row: index_copy_ would first gather the rows into a temporary.
-    for row in rows.nonzero().squeeze(1).tolist():
-        target[row].copy_(source[row])
+    chosen = rows.nonzero().squeeze(1)
+    target.index_copy_(0, chosen, source.index_select(0, chosen))

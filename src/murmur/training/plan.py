@@ -474,6 +474,8 @@ def _transport(member: Member[object], config: Config, runtime: Runtime) -> Tran
     if member.kind == "hogwild":
         return "shared memory"
     faults, topology = config.faults, config.topology
+    if topology.varying != "none" and not faults.active and member.capabilities.full_exchange:
+        return "in-memory"  # each graph's neighbours hold the senders' latest models
     scheduled = member.decentralized and (
         faults.link_down > 0 or faults.crash_count > 0 or topology.varying != "none"
     )
