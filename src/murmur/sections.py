@@ -169,6 +169,9 @@ class TopologyConfig:
     """Degree of a ``circular`` graph (even)."""
     probability: float = 0.3
     """Edge probability of an ``erdos_renyi`` graph."""
+    expected_degree: float = 0.0
+    """An ``erdos_renyi`` graph's mean degree d instead: when set (> 0), each pair is linked
+    with probability d / (agents - 1), and ``probability`` is not read."""
     rows: int = 0
     """Rows of a ``torus``; 0 chooses the most square shape."""
     edges_file: str = ""
@@ -183,10 +186,22 @@ class TopologyConfig:
     every: int = 1
     """Iterations each graph of a time-varying topology lasts."""
 
+    @property
+    def edge_probability(self) -> float:
+        """An ``erdos_renyi`` graph's edge probability: from ``expected_degree`` where set."""
+        if self.expected_degree > 0:
+            return self.expected_degree / (self.agents - 1)
+        return self.probability
+
     def __post_init__(self) -> None:
         require(self.agents >= 1, f"topology.agents must be at least 1, not {self.agents}")
         require(self.rows >= 0, "topology.rows must be >= 0 (0 = automatic)")
         require(self.every >= 1, f"topology.every must be at least 1, not {self.every}")
+        require(
+            0 <= self.expected_degree <= max(self.agents - 1, 0),
+            f"topology.expected_degree must be from 0 to agents - 1 = {self.agents - 1}, "
+            f"not {self.expected_degree}",
+        )
         require(
             self.varying != "one_peer" or self.graph == "exponential",
             'topology.varying = "one_peer" pairs agents along the exponential graph; '

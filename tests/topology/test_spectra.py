@@ -102,3 +102,30 @@ def test_one_peer_needs_the_exponential_graph():
     raw = {"algorithm": {"name": "dsgd"}, "topology": {"graph": "ring", "varying": "one_peer"}}
     with pytest.raises(UsageError, match='topology.graph = "exponential"'):
         build_config(raw)
+
+
+def test_a_large_erdos_renyi_graph_is_drawn_by_its_edges_with_the_expected_degree():
+    from murmur.topology.graphs import ERDOS_RENYI_FLIPS_UP_TO
+
+    agents = 3 * ERDOS_RENYI_FLIPS_UP_TO
+    degrees = []
+    for seed in range(3):
+        graph = erdos_renyi(agents, 12 / (agents - 1), seed=seed)
+        assert graph.is_connected()
+        degrees.append(float(graph.degrees().double().mean()))
+        again = erdos_renyi(agents, 12 / (agents - 1), seed=seed)
+        assert torch.equal(graph.edges, again.edges)  # a pure function of the seed
+    # The mean degree of G(N, p) has sd sqrt(2 p (1 - p) / N) * (N - 1) ~ 0.06 here.
+    assert all(abs(degree - 12) < 0.3 for degree in degrees)
+    assert len(set(degrees)) == 3
+
+
+def test_expected_degree_sets_the_erdos_renyi_probability():
+    raw = {
+        "algorithm": {"name": "dsgd"},
+        "topology": {"graph": "erdos_renyi", "agents": 101, "expected_degree": 5},
+    }
+    assert build_config(raw).topology.edge_probability == 0.05
+    raw["topology"]["expected_degree"] = 101
+    with pytest.raises(UsageError, match="topology.expected_degree must be from 0 to"):
+        build_config(raw)

@@ -62,11 +62,18 @@ def test_lost_messages_count_a_mailbox_per_directed_edge_and_agent():
 def test_a_varying_graph_counts_a_mailbox_per_link_it_may_use():
     info = DATASETS["mnist5k"]
     size = 2 * parameter_count(config(), info) * 4
-    matching = estimate_memory(config(topology={"agents": 10, "varying": "matching"}), info)
+
+    def detsgrad(**sections):
+        return build_config({"algorithm": {"name": "detsgrad"}, **sections})
+
+    matching = estimate_memory(detsgrad(topology={"agents": 10, "varying": "matching"}), info)
     assert matching.parts["the mailboxes of faulty or varying links"] == (10 + 2 * 20) * size
     resampled = {"agents": 10, "graph": "erdos_renyi", "varying": "resample"}
-    every_pair = estimate_memory(config(topology=resampled), info)
+    every_pair = estimate_memory(detsgrad(topology=resampled), info)
     assert every_pair.parts["the mailboxes of faulty or varying links"] == (10 + 90) * size
+    # DSGD sends every model every step: a varying graph without faults needs no mailbox.
+    dsgd = estimate_memory(config(topology={"agents": 10, "varying": "matching"}), info)
+    assert "the mailboxes of faulty or varying links" not in dsgd.parts
 
 
 def test_a_complete_graph_counts_its_edges():
@@ -118,6 +125,6 @@ def test_the_cnn_is_counted_by_its_parameters_and_layer_outputs():
     module = build_model(run.model, info.features, 10, seed=0)
     estimate = estimate_memory(run, info, module)
     mlp = estimate_memory(config(), info)
-    assert estimate.parts["the models"] == 10 * 12 * 61706 * 4
+    assert estimate.parts["the models"] == 10 * 4 * 61706 * 4  # DSGD's four copies
     # Over 15,000 layer outputs a sample against the MLP's 894 units.
     assert estimate.parts["the batches"] > 15 * mlp.parts["the batches"]

@@ -340,11 +340,9 @@ def erdos_renyi(agents: int, probability: float, seed: int) -> Graph:
             f"topology.probability={probability!r} must be a number with 0 < p <= 1 for erdos_renyi"
         )
     name = f"erdos_renyi({probability:g})"
-    pairs = torch.triu_indices(agents, agents, offset=1).T
     generator = torch.Generator().manual_seed(seed)
     for _ in range(ERDOS_RENYI_MAX_DRAWS):
-        linked = torch.rand(pairs.shape[0], generator=generator, dtype=torch.float64)
-        graph = Graph(agents, pairs[linked < probability], name)
+        graph = Graph(agents, _erdos_renyi_edges(agents, probability, generator), name)
         if graph.is_connected():
             return graph
     threshold = math.log(agents) / agents
@@ -353,6 +351,37 @@ def erdos_renyi(agents: int, probability: float, seed: int) -> Graph:
         f"connected graph in {ERDOS_RENYI_MAX_DRAWS} draws; raise topology.probability "
         f"(graphs are usually connected above ln(N)/N = {threshold:.3g})"
     )
+
+
+ERDOS_RENYI_FLIPS_UP_TO = 2048
+"""Agents up to which :func:`erdos_renyi` flips a coin per pair; above, it draws the
+number of edges and then the pairs, in memory proportional to the edges."""
+
+
+def _erdos_renyi_edges(agents: int, probability: float, stream: torch.Generator) -> torch.Tensor:
+    """The edges of one draw of G(N, p). Up to :data:`ERDOS_RENYI_FLIPS_UP_TO` agents a
+    coin per pair; above, the same distribution without N^2 work: the number of edges
+    M ~ Binomial(N(N-1)/2, p), then M distinct pairs uniformly at random (pairs drawn
+    with repetition until M distinct ones are found, and M of those taken at random)."""
+    if agents <= ERDOS_RENYI_FLIPS_UP_TO:
+        pairs = torch.triu_indices(agents, agents, offset=1).T
+        linked = torch.rand(pairs.shape[0], generator=stream, dtype=torch.float64)
+        return pairs[linked < probability]
+    total = agents * (agents - 1) // 2
+    count = torch.tensor([float(total)], dtype=torch.float64)
+    chance = torch.tensor([probability], dtype=torch.float64)
+    wanted = int(torch.binomial(count, chance, generator=stream))
+    keys = torch.zeros(0, dtype=torch.int64)
+    while keys.numel() < wanted:
+        draws = int(1.1 * (wanted - keys.numel())) + 16
+        left = torch.randint(agents, (draws,), generator=stream)
+        right = torch.randint(agents, (draws,), generator=stream)
+        apart = left != right
+        low = torch.minimum(left, right)[apart]
+        high = torch.maximum(left, right)[apart]
+        keys = torch.unique(torch.cat([keys, low * agents + high]))
+    keys = keys[torch.randperm(keys.numel(), generator=stream)[:wanted]]
+    return torch.stack([keys // agents, keys % agents], dim=1)
 
 
 def from_edge_file(path: str | Path, agents: int | None = None) -> Graph:

@@ -43,6 +43,11 @@ STATE_COPIES = 12
 """Model-sized arrays an algorithm keeps per agent: parameters, what its
 neighbours last received, gradient, mixing result, trackers, momentum, scratch
 (DETSGRAD-GT, the largest, peaks near 11 on a ring of 256)."""
+LEAN_STATE_COPIES = {"dsgd": 4}
+"""Algorithms that keep fewer model-sized arrays per agent than :data:`STATE_COPIES`:
+DSGD holds its parameters, what was sent, the gradient and the mixing result (its
+peak at 10,000 and 100,000 agents, ``benchmarks/many_agents.py``, is within 30 % of
+this estimate)."""
 ACTIVATION_COPIES = 4
 """Per sample and unit: activation, its gradient, and the masks of backward."""
 PROCESS_BYTES = 300 * 2**20
@@ -113,13 +118,14 @@ def estimate_memory(
         parts["the batches"] = algorithm.workers * batch * units * ACTIVATION_COPIES * FLOAT32
     else:
         learners_batch = batch if spec.decentralized else batch * config.topology.agents
-        parts["the models"] = agents * STATE_COPIES * parameters * FLOAT32
+        copies = LEAN_STATE_COPIES.get(config.algorithm.name, STATE_COPIES)
+        parts["the models"] = agents * copies * parameters * FLOAT32
         parts["the batches"] = agents * learners_batch * units * ACTIVATION_COPIES * FLOAT32
     if isinstance(algorithm, SgdConfig) and algorithm.optimizes:
         models = 1 if isinstance(algorithm, WorkersConfig) else agents  # a server's one model
         buffers = LocalOptimizer(algorithm).state_buffers()
         parts["the optimizer's state"] = models * buffers * parameters * FLOAT32
-    if spec.decentralized and (config.faults.active or config.topology.varying != "none"):
+    if spec.decentralized and _mailboxes(config):
         # One message per directed edge and one of each agent: a message holds at most
         # two model-sized vectors (DETSGRAD-GT's model and tracker).
         slots = agents + 2 * _edges(config, agents)
@@ -150,6 +156,15 @@ def _layerwise_parts(algorithm: LayerwiseConfig, info: DatasetInfo, agents: int)
     }
 
 
+def _mailboxes(config: Config) -> bool:
+    """Whether the run keeps a mailbox per link: faults, or a varying graph for an
+    algorithm that does not send every model to every neighbour at every step."""
+    if config.faults.active:
+        return True
+    varying = config.topology.varying != "none"
+    return varying and not ALGORITHMS[config.algorithm.name].capabilities.full_exchange
+
+
 def _dense_graph(config: Config, agents: int) -> bool:
     """Whether the run builds (agents, agents) matrices (see DENSE_GRAPH_MATRICES)."""
     algorithm = config.algorithm
@@ -170,7 +185,7 @@ def _edges(config: Config, agents: int) -> int:
     if topology.graph == "complete" or resampled:  # a resampled graph may use any pair
         return agents * (agents - 1) // 2
     if topology.graph == "erdos_renyi":
-        return int(topology.probability * agents * (agents - 1) / 2) + agents
+        return int(topology.edge_probability * agents * (agents - 1) / 2) + agents
     if topology.graph == "circular":
         return agents * max(topology.degree, 2) // 2
     if topology.graph == "exponential":

@@ -220,7 +220,7 @@ def topology_graph(topology: TopologyConfig, seed: int) -> Graph:
         topology.graph,
         topology.agents,
         degree=topology.degree,
-        probability=topology.probability,
+        probability=topology.edge_probability,
         rows=topology.rows or None,
         edges_file=topology.edges_file or None,
         seed=seed,
