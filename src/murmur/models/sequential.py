@@ -80,17 +80,22 @@ class SequentialGradient:
         return cls(layers, layout.total, classification)
 
     def __call__(
-        self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+        self,
+        flat: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Losses (agents,) and gradients (agents, P), or None when the inputs don't fit.
 
-        The gradient tensor is reused by the next call: copy it to keep it.
+        The gradient tensor is ``out`` where given (rows of a larger buffer), else reused
+        by the next call: copy it to keep it.
         """
         agents, batch = x.shape[0], x.shape[1]
         hidden = x.reshape(agents, batch, -1).to(flat.dtype)
         if hidden.shape[2] != self.layers[0].inputs:
             return None
-        grads = self._grads(flat)
+        grads = out if out is not None else self._grads(flat)
         inputs: list[torch.Tensor] = []
         for layer in self.layers:
             inputs.append(hidden)
@@ -134,6 +139,10 @@ class SequentialGradient:
     def _weight(self, flat: torch.Tensor, layer: _Linear) -> torch.Tensor:
         size = layer.inputs * layer.outputs
         return flat[:, layer.weight : layer.weight + size].view(-1, layer.outputs, layer.inputs)
+
+    def grads_buffer(self, flat: torch.Tensor) -> torch.Tensor:
+        """The reused (agents, P) gradient buffer for parameters like ``flat``."""
+        return self._grads(flat)
 
     def _grads(self, flat: torch.Tensor) -> torch.Tensor:
         buffer = self._buffer

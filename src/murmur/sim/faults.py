@@ -122,6 +122,16 @@ class NetworkSchedule:
         active = self._in_current() & ~self.down & self.alive[left] & self.alive[right]
         return Round(self.current, torch.cat([active, active]), self.alive.clone(), rejoined)
 
+    def graph_round(self, iteration: int) -> Graph:
+        """The next iteration's graph alone, for a schedule whose only change is the graph
+        (no link fails, no agent crashes): :meth:`round` without the masks it would
+        compute, drawing the same graphs."""
+        if self.faults.link_down > 0 or self.crashed:
+            raise ValueError("graph_round is for schedules without failing links or crashes")
+        if self.topology.varying != "none" and iteration % self.topology.every == 0:
+            self.current = self._draw_graph()
+        return self.current
+
     @property
     def crashed_now(self) -> int:
         """Agents crashed now."""
@@ -237,7 +247,7 @@ class VaryingGraph:
         return self.algorithm.params(state)
 
     def step(self, state: Any, grads: torch.Tensor, iteration: int, transport: Transport) -> Any:
-        self.transport.use_graph(self.schedule.round(iteration).graph)
+        self.transport.use_graph(self.schedule.graph_round(iteration))
         return self.algorithm.step(state, grads, iteration, transport)
 
 
