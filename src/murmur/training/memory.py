@@ -33,6 +33,7 @@ from murmur.data import DatasetInfo
 from murmur.errors import UsageError
 from murmur.metrics.report import human_bytes
 from murmur.models.networks import build_model, layer_outputs
+from murmur.models.stacked import TRAIN_BLOCK
 from murmur.registry import ALGORITHMS
 from murmur.topology.graphs import exponential_offsets
 from murmur.topology.spectra import DENSE_LIMIT
@@ -120,7 +121,13 @@ def estimate_memory(
         learners_batch = batch if spec.decentralized else batch * config.topology.agents
         copies = LEAN_STATE_COPIES.get(config.algorithm.name, STATE_COPIES)
         parts["the models"] = agents * copies * parameters * FLOAT32
-        parts["the batches"] = agents * learners_batch * units * ACTIVATION_COPIES * FLOAT32
+        # An MLP's or linear model's gradients come in blocks of TRAIN_BLOCK agents
+        # (models.stacked): only a block's activations at once, every agent's inputs.
+        blocked = module is None and config.model.name in ("mlp", "linear")
+        active = min(agents, TRAIN_BLOCK) if blocked else agents
+        parts["the batches"] = active * learners_batch * units * ACTIVATION_COPIES * FLOAT32
+        inputs = (info.features + 2) * FLOAT32
+        parts["the batches' inputs"] = agents * learners_batch * inputs
     if isinstance(algorithm, SgdConfig) and algorithm.optimizes:
         models = 1 if isinstance(algorithm, WorkersConfig) else agents  # a server's one model
         buffers = LocalOptimizer(algorithm).state_buffers()
