@@ -120,6 +120,33 @@ def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_p
     torch.testing.assert_close(torch.load(params), simulated.parameters, atol=1e-5, rtol=1e-5)
 
 
+def test_eight_ranks_on_the_exponential_graph_give_the_simulators_numbers(tmp_path):
+    settings = [
+        "topology.agents=8",
+        "topology.graph=exponential",
+        "run.iterations=20",
+        "run.eval_every=10",
+        "data.dataset=digits",
+        "data.partition=iid",
+    ]
+    flags = [item for setting in settings for item in ("--set", setting)]
+    out = tmp_path / "launched"
+    command = [sys.executable, "-m", "murmur", "launch", "--nproc", "8", "dsgd", *flags]
+    done = subprocess.run(
+        [*command, "--out", str(out), "--quiet", "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr
+    ((_, config),) = load_experiment("dsgd", settings).runs
+    simulated = run(config, tmp_path / "simulated")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["topology"] == "exponential" and summary["messages"] == 20 * 8 * 5
+    assert summary["accuracy"]["per_agent"] == simulated.accuracy["per_agent"]
+    assert summary["messages"] == simulated.messages
+
+
 # ---- failures -------------------------------------------------------------------------------
 
 
