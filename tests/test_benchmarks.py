@@ -333,3 +333,12 @@ def test_host_syncs_quick_run_finds_dsgd_s_step_reads_nothing_and_detsgrad_s_mas
     assert heads["dsgd"] == 0.0  # the loss and the clock are read at evaluations only
     assert heads["detsgrad"] > 0.0  # which agents send: copy_rows' masks
     assert any("murmur/sim/transport.py:" in line for line in lines)
+
+
+def test_many_agents_quick_run_measures_each_size_with_its_memory_estimate():
+    lines = _quick_run("many_agents.py")
+    rows = [line.split() for line in lines[2:]]
+    assert [row[0] for row in rows] == ["100", "1000"]
+    assert rows[0][2] == "1.00"
+    for row in rows:
+        assert float(row[1]) > 0 and row[5].endswith("GB") and float(row[7]) > 0
