@@ -220,19 +220,11 @@ def crashed_agents(faults: FaultsConfig, agents: int, seed: int) -> list[int]:
     return sorted(order[: faults.crashes].tolist())
 
 
-class VaryingGraph:
-    """An algorithm whose agents talk over each iteration's graph of a schedule through
-    lossless delivery (an :class:`~murmur.sim.transport.InMemoryTransport`): where every
-    agent sends its whole model to every neighbour at every step (DSGD), a neighbour
-    holds the sender's latest value whatever graph came before, so no mailbox per edge
-    is needed, and the numbers are those of the per-edge transport without losses."""
+class _Stepped:
+    """An algorithm stepped under a schedule: everything but its step is the algorithm's."""
 
-    def __init__(
-        self, algorithm: Algorithm, schedule: NetworkSchedule, transport: InMemoryTransport
-    ) -> None:
+    def __init__(self, algorithm: Algorithm) -> None:
         self.algorithm = algorithm
-        self.schedule = schedule
-        self.transport = transport
 
     def chosen_steps(self) -> dict[str, float]:
         return self.algorithm.chosen_steps()
@@ -246,12 +238,27 @@ class VaryingGraph:
     def params(self, state: Any) -> torch.Tensor:
         return self.algorithm.params(state)
 
+
+class VaryingGraph(_Stepped):
+    """An algorithm whose agents talk over each iteration's graph of a schedule through
+    lossless delivery (an :class:`~murmur.sim.transport.InMemoryTransport`): where every
+    agent sends its whole model to every neighbour at every step (DSGD), a neighbour
+    holds the sender's latest value whatever graph came before, so no mailbox per edge
+    is needed, and the numbers are those of the per-edge transport without losses."""
+
+    def __init__(
+        self, algorithm: Algorithm, schedule: NetworkSchedule, transport: InMemoryTransport
+    ) -> None:
+        super().__init__(algorithm)
+        self.schedule = schedule
+        self.transport = transport
+
     def step(self, state: Any, grads: torch.Tensor, iteration: int, transport: Transport) -> Any:
         self.transport.use_graph(self.schedule.graph_round(iteration))
         return self.algorithm.step(state, grads, iteration, transport)
 
 
-class FaultyAlgorithm:
+class FaultyAlgorithm(_Stepped):
     """An algorithm stepped under a schedule's rounds: it tells the transport each
     round, and keeps crashed agents where they were; see the module docstring."""
 
@@ -262,22 +269,10 @@ class FaultyAlgorithm:
         transport: LossyTransport,
         rejoin_from: str,
     ) -> None:
-        self.algorithm = algorithm
+        super().__init__(algorithm)
         self.schedule = schedule
         self.transport = transport
         self.rejoin_from = rejoin_from
-
-    def chosen_steps(self) -> dict[str, float]:
-        return self.algorithm.chosen_steps()
-
-    def init(self, params: torch.Tensor) -> Any:
-        return self.algorithm.init(params)
-
-    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
-        return self.algorithm.initial_sent(params)
-
-    def params(self, state: Any) -> torch.Tensor:
-        return self.algorithm.params(state)
 
     def step(self, state: Any, grads: torch.Tensor, iteration: int, transport: Transport) -> Any:
         now = self.schedule.round(iteration)
