@@ -42,10 +42,7 @@ def run_sgd(
     config = setup.config
     schedule = _schedule(setup)
     transport = _transport(setup, algorithm, schedule)
-    if schedule is not None and isinstance(transport, LossyTransport):
-        algorithm = FaultyAlgorithm(algorithm, schedule, transport, config.faults.rejoin_from)
-    elif schedule is not None and isinstance(transport, InMemoryTransport):
-        algorithm = VaryingGraph(algorithm, schedule, transport)
+    algorithm = _under_schedule(algorithm, schedule, transport, config.faults.rejoin_from)
     clock = RoundClock(
         compute=ComputeTimes(
             config.timing, setup.graph.agents, derive_seed(config.run.seed, "timing")
@@ -56,12 +53,7 @@ def run_sgd(
     # A run resumed from its last iteration's checkpoint makes no record of its own.
     records: list[EvaluationRecord] = list(setup.checkpoints.kept if setup.checkpoints else [])
 
-    measured = (
-        measured_agents(config.run.eval_agents, setup.graph.agents, config.run.seed)
-        if setup.plan.decentralized
-        else None
-    )
-
+    measured = _measured_agents(setup)
     def keep(record: EvaluationRecord) -> None:
         record.update(_fault_counts(transport, schedule))
         if schedule is not None and schedule.crashed:
@@ -97,6 +89,29 @@ def run_sgd(
         measured=measured,
     )
     return _sgd_outcome(setup, trained, records, _fault_counts(transport, schedule), transport)
+
+
+def _measured_agents(setup: SgdSetup) -> torch.Tensor | None:
+    """The agents each evaluation measures (None: all of them; ``run.eval_agents``)."""
+    if not setup.plan.decentralized:
+        return None
+    run = setup.config.run
+    return measured_agents(run.eval_agents, setup.graph.agents, run.seed)
+
+
+def _under_schedule(
+    algorithm: Algorithm,
+    schedule: NetworkSchedule | None,
+    transport: InMemoryTransport | LossyTransport,
+    rejoin_from: str,
+) -> Algorithm:
+    """``algorithm`` stepped under the schedule's rounds, where the run has one: its
+    faults through the per-edge transport, or only its graphs through the lossless one."""
+    if schedule is None:
+        return algorithm
+    if isinstance(transport, LossyTransport):
+        return FaultyAlgorithm(algorithm, schedule, transport, rejoin_from)
+    return VaryingGraph(algorithm, schedule, transport)
 
 
 def _sgd_outcome(
