@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from murmur.algorithms.protocols import Algorithm, LayerSolver
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
