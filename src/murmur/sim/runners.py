@@ -56,6 +56,7 @@ def run_sgd(
     records: list[EvaluationRecord] = list(setup.checkpoints.kept if setup.checkpoints else [])
 
     measured = _measured_agents(setup)
+
     def keep(record: EvaluationRecord) -> None:
         record.update(_fault_counts(transport, schedule))
         if schedule is not None and schedule.crashed:
