@@ -20,7 +20,11 @@ evaluation where it did.
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import statistics
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -50,16 +54,18 @@ def config(agents: int, topology: dict[str, object], seed: int, iterations: int)
 def curve(agents: int, topology: dict[str, object], seed: int, iterations: int) -> list[tuple]:
     """(iteration, accuracy mean, average model accuracy, consensus distance) per
     evaluation; None from a divergence on."""
-    records: list[dict] = []
-    try:
-        records = [dict(r) for r in run(config(agents, topology, seed, iterations)).records]
-    except RunFailed:
-        pass
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            run(config(agents, topology, seed, iterations), Path(folder) / "run")
+        except RunFailed:
+            pass  # the records up to the divergence are in the folder
+        lines = (Path(folder) / "run" / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
     every = iterations // 6
     points = []
     for index in range(7):
         record = records[index] if index < len(records) else None
-        if record is None:
+        if record is None or not math.isfinite(record["consensus_distance"]):
             points.append((index * every, None, None, None))
             continue
         points.append(
@@ -85,12 +91,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--iterations", type=int, default=600)
+    parser.add_argument("--only", type=int, nargs="+", help="the runs (1, 2, 3) to make")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     print(f"DSGD on letter, a = 0.2, {args.iterations} iterations, seeds {args.seeds}")
     print("| run | iteration | mean acc % | average model % | consensus distance |")
     print("|---|---:|---:|---:|---:|")
-    for label, agents, topology in RUNS:
+    for number, (label, agents, topology) in enumerate(RUNS, start=1):
+        if args.only and number not in args.only:
+            continue
         curves = [curve(agents, topology, seed, args.iterations) for seed in args.seeds]
         for index in range(1, 7):
             column = [points[index] for points in curves]
