@@ -111,7 +111,7 @@ def read_records(folder: Path) -> list[dict]:
         ("detsgrad-gt", ["algorithm.vy=-1"], "algorithm.v0 and algorithm.vy must be >= 0"),
         ("detsgrad", ["algorithm.trigger=tensor"], "algorithm.trigger must be one of 'model'"),
         ("detsgrad", ["algorithm.b=1.5"], "algorithm.b=1.5 is too large for ring with 4 agents"),
-        ("dsgd", ["model.hidden=[100000000000]"], "for the models) but this machine has"),
+        ("dsgd", ["model.hidden=[100000000000]"], "for the batches) but this machine has"),
         ("asysg-con", ["algorithm.workers=1000000000"], "TB for the batches) but this machine has"),
         ("dsgd", ["data.batch_size=1000000000"], "for the batches) but this machine has"),
         ("dssfn-vowel", ["algorithm.nodes=100000000"], "for the nodes' Gram matrices"),

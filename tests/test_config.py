@@ -50,6 +50,7 @@ def test_section_defaults():
         "seed": 0,
         "iterations": 3000,
         "eval_every": 100,
+        "eval_agents": 0,
         "threads": 1,
         "checkpoint_every": 0,
         "compile": "auto",
@@ -81,6 +82,7 @@ def test_section_defaults():
         "agents": 10,
         "degree": 2,
         "probability": 0.3,
+        "expected_degree": 0.0,
         "rows": 0,
         "edges_file": "",
         "varying": "none",
@@ -396,7 +398,7 @@ def test_unknown_key_is_refused_with_the_valid_keys():
         single("detsgrad", ["run.sed=3"])
     message = str(error.value)
     assert "unknown key run.sed" in message
-    assert "valid keys: seed, iterations, eval_every, threads" in message
+    assert "valid keys: seed, iterations, eval_every, eval_agents, threads" in message
 
 
 def test_unknown_section_is_refused_with_the_valid_sections():
