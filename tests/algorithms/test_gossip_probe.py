@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from murmur.algorithms import gossip_probe
-from murmur.algorithms.choco import auto_gamma
-from murmur.algorithms.compressors import LowRank, NoCompression, RandK, TopK
-from murmur.topology import erdos_renyi, metropolis_weights, ring, torus
+from murmur.algorithms.choco import ChocoConfig, auto_gamma
+from murmur.algorithms.compressors import LowRank, NoCompression, RandK, TopK, kept_share
+from murmur.algorithms.estimates import Segments
+from murmur.algorithms.protocols import BuildContext
+from murmur.topology import (
+    erdos_renyi,
+    metropolis_weights,
+    mixing_matrix,
+    mixing_operator,
+    ring,
+    torus,
+)
 
 
 def _choco_gossip_distance(mixing: torch.Tensor, fraction: float, gamma: float) -> float:
@@ -78,3 +88,27 @@ def test_a_small_step_still_settling_is_not_taken_for_divergence():
     assert gossip_probe.bounded(mixing, compressor, 1000, 0.002)
     # the rule's step, 0.75 x sqrt((1 / 20)^2 / 4), is kept rather than shrunk 16 times
     assert abs(auto_gamma(mixing, compressor, 1000) - 0.75 * (1 / 20) / 2) < 1e-9
+
+
+def test_above_the_dense_limit_gamma_comes_from_the_sparse_spectrum_without_the_probe():
+    graph = ring(12)
+    dense = mixing_matrix(graph, "metropolis")
+    sparse = mixing_operator(graph, "metropolis", dtype=torch.float64)
+    assert auto_gamma(sparse, NoCompression(), 1000) == pytest.approx(
+        auto_gamma(dense, NoCompression(), 1000), rel=1e-9
+    )
+    largest = float(torch.linalg.eigvalsh(torch.eye(12, dtype=torch.float64) - dense)[-1])
+    rule = min(1.0, 1.0 / largest) * kept_share(TopK(0.01), 1000) ** 0.5
+    assert auto_gamma(sparse, TopK(0.01), 1000) == pytest.approx(rule, rel=1e-9)
+
+
+def test_choco_on_many_agents_builds_no_dense_matrix(monkeypatch):
+    import murmur.algorithms.choco as choco
+
+    monkeypatch.setattr(choco, "DENSE_LIMIT", 8)
+    monkeypatch.setattr(choco, "mixing_matrix", lambda *args: pytest.fail("a dense W"))
+    context = BuildContext(seed=0, segments=Segments((40,)))
+    setup = choco.gossip_setup(ChocoConfig(a=0.1), ring(12), context)
+    assert setup.operator.layout == torch.sparse_csr and 0 < setup.gamma <= 1
+    expected = mixing_operator(ring(12), "metropolis", minus_identity=True).to_dense()
+    assert torch.equal(setup.operator.to_dense(), expected)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+import scipy.sparse
 import torch
 
 from murmur.algorithms import gossip_probe
@@ -41,7 +42,8 @@ from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import SgdConfig
 from murmur.errors import UsageError
 from murmur.sections import Step
-from murmur.topology import Graph, as_sparse, consensus_step, mixing_matrix
+from murmur.topology import Graph, consensus_step, mixing_matrix, mixing_operator
+from murmur.topology.spectra import DENSE_LIMIT, largest_eigenvalue
 
 
 @dataclass(frozen=True)
@@ -86,13 +88,29 @@ def auto_gamma(mixing: torch.Tensor, compressor: Compressor, parameters: int) ->
     grows at that step on this W, the step shrinks by 2^(1/4), at most 16 times
     (:func:`~murmur.algorithms.gossip_probe.supported_step`).
     """
-    laplacian = torch.eye(mixing.shape[0], dtype=mixing.dtype) - mixing
-    largest = float(torch.linalg.eigvalsh(laplacian)[-1])
+    largest = _largest_of_identity_minus(mixing)
     step = min(1.0, 1.0 / largest) if largest > 0 else 1.0
     gamma = step * kept_share(compressor, parameters) ** 0.5
-    if isinstance(compressor, NoCompression):
-        return gamma
+    if isinstance(compressor, NoCompression) or mixing.layout == torch.sparse_csr:
+        return gamma  # no probe above DENSE_LIMIT agents: it simulates every agent densely
     return gossip_probe.supported_step(mixing, compressor, parameters, gamma)
+
+
+def _largest_of_identity_minus(mixing: torch.Tensor) -> float:
+    """lambda_max(I - W) of a dense W (eigvalsh) or a sparse CSR one (Lanczos)."""
+    if mixing.layout != torch.sparse_csr:
+        laplacian = torch.eye(mixing.shape[0], dtype=mixing.dtype) - mixing
+        return float(torch.linalg.eigvalsh(laplacian)[-1])
+    agents = mixing.shape[0]
+    matrix = scipy.sparse.csr_array(
+        (
+            mixing.values().to(torch.float64).numpy(),
+            mixing.col_indices().numpy(),
+            mixing.crow_indices().numpy(),
+        ),
+        shape=(agents, agents),
+    )
+    return largest_eigenvalue(scipy.sparse.identity(agents, format="csr") - matrix)
 
 
 class GossipSetup(NamedTuple):
@@ -115,19 +133,20 @@ class GossipSetup(NamedTuple):
 
 def gossip_setup(config: GossipConfig, graph: Graph, context: BuildContext) -> GossipSetup:
     beta = consensus_step(graph, config.b) if config.weights == "laplacian" else None
-    mixing = mixing_matrix(graph, config.weights, beta)
     if context.segments is None:
         raise ValueError(f"{config.name} needs the model's parameter tensors")
     compressor = config.compressor(context.segments.sizes, context.segments.shapes)
-    gamma = (
-        auto_gamma(mixing, compressor, context.segments.total)
-        if config.gamma == "auto"
-        else float(config.gamma)
-    )
-    difference = mixing - torch.eye(graph.agents, dtype=mixing.dtype)
-    return GossipSetup(
-        as_sparse(difference), gamma, compressor, Segments.whole(context.segments.total), beta
-    )
+    gamma = float(config.gamma) if config.gamma != "auto" else 0.0
+    if config.gamma == "auto":
+        # Dense W (and the probe) up to DENSE_LIMIT agents, sparse above.
+        mixing = (
+            mixing_matrix(graph, config.weights, beta)
+            if graph.agents <= DENSE_LIMIT
+            else mixing_operator(graph, config.weights, beta, dtype=torch.float64)
+        )
+        gamma = auto_gamma(mixing, compressor, context.segments.total)
+    difference = mixing_operator(graph, config.weights, beta, minus_identity=True)
+    return GossipSetup(difference, gamma, compressor, Segments.whole(context.segments.total), beta)
 
 
 class ChocoState(NamedTuple):

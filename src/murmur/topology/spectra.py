@@ -127,6 +127,17 @@ def sparse_extremes(laplacian: scipy.sparse.csr_array, components: int) -> tuple
     return largest - float(np.sort(top)[0]), largest
 
 
+def largest_eigenvalue(matrix: scipy.sparse.csr_array) -> float:
+    """The largest eigenvalue of a large symmetric sparse matrix, by Lanczos."""
+    try:
+        return float(_eigsh(matrix, 1)[-1])
+    except scipy.sparse.linalg.ArpackNoConvergence as error:
+        raise UsageError(
+            f"the largest eigenvalue of this {matrix.shape[0]}-agent graph's matrix did not "
+            f"converge ({error}); give the step as a number instead of 'auto'"
+        ) from None
+
+
 def _eigsh(matrix: scipy.sparse.csr_array, count: int) -> np.ndarray:
     """The ``count`` largest eigenvalues of a symmetric sparse matrix, from a fixed start."""
     start = np.random.default_rng(0).standard_normal(matrix.shape[0])

@@ -154,12 +154,19 @@ def mixing_matrix(graph: Graph, kind: str, beta: float | None = None) -> torch.T
 
 
 def mixing_operator(
-    graph: Graph, kind: str, beta: float | None = None, dtype: torch.dtype = torch.float32
+    graph: Graph,
+    kind: str,
+    beta: float | None = None,
+    dtype: torch.dtype = torch.float32,
+    minus_identity: bool = False,
 ) -> torch.Tensor:
     """The mixing matrix of the given kind as a sparse CSR tensor of ``dtype``, built from
     the edge list in time and memory proportional to the edges (weights in float64, then
-    rounded once to ``dtype``)."""
+    rounded once to ``dtype``); ``minus_identity``: W - I instead (its diagonal
+    W_ii - 1 taken in float64 too)."""
     rows, cols, edge_weight, diagonal = _weights(graph, kind, beta)
+    if minus_identity:
+        diagonal = diagonal - 1.0
     nodes = torch.arange(graph.agents)
     values = torch.cat([edge_weight, edge_weight, diagonal]).to(dtype)
     return sparse_csr(
