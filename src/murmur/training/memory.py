@@ -57,8 +57,9 @@ DENSE_GRAPH_MATRICES = 3
 """The dense (agents, agents) float64 matrices of the runs that build them: the
 Laplacian, its eigendecomposition's workspace and a mixing matrix. Only compressed
 gossip (CHOCO-SGD, SPARQ-SGD, BEER; DETSGRAD-GT compressed with b = "auto") tunes
-its step on a dense W, and only a graph without a closed-form spectrum and at most
-``DENSE_LIMIT`` agents has a dense eigendecomposition; every other run keeps its
+its step on a dense W (up to ``DENSE_LIMIT`` agents, for CHOCO-SGD, SPARQ-SGD and
+BEER), and only a graph without a closed-form spectrum and at most ``DENSE_LIMIT``
+agents has a dense eigendecomposition; every other run keeps its
 graph as edge lists and sparse matrices."""
 EDGE_BYTES = 120
 """Bytes per undirected edge of the graph's edge lists and sparse matrices: the
@@ -176,7 +177,7 @@ def _dense_graph(config: Config, agents: int) -> bool:
     """Whether the run builds (agents, agents) matrices (see DENSE_GRAPH_MATRICES)."""
     algorithm = config.algorithm
     if isinstance(algorithm, GossipConfig):
-        return True
+        return agents <= DENSE_LIMIT and algorithm.gamma == "auto"
     if isinstance(algorithm, DetsgradGtConfig) and algorithm.compress != "none":
         return algorithm.b == "auto"
     if isinstance(algorithm, LayerwiseConfig):
