@@ -160,6 +160,18 @@ def _label_holders(
     return class_order, holders
 
 
+def _shards_of(shuffled: list[np.ndarray], per_agent: np.ndarray) -> list[torch.Tensor]:
+    """Each agent's sorted indices: class c gives agent i the next ``per_agent[c, i]`` of
+    ``shuffled[c]``, in agent order (what splitting each class at its cuts gives)."""
+    agents = per_agent.shape[1]
+    owners = np.concatenate([np.repeat(np.arange(agents), row) for row in per_agent])
+    indices = np.concatenate(shuffled)
+    order = np.lexsort((indices, owners))  # by agent, then by index
+    totals = per_agent.sum(axis=0)
+    parts = np.split(indices[order], np.cumsum(totals)[:-1])
+    return [torch.from_numpy(part.copy()).long() for part in parts]
+
+
 def _by_dirichlet(
     labels: torch.Tensor,
     agents: int,
@@ -173,16 +185,16 @@ def _by_dirichlet(
     members = [np.flatnonzero(labels.cpu().numpy() == cls) for cls in range(classes)]
     concentration = np.full(agents, float(alpha))
     for _ in range(DIRICHLET_DRAWS):
-        shards: list[list[np.ndarray]] = [[] for _ in range(agents)]
+        shuffled, counts = [], []
         for indices in members:
-            shuffled = rng.permutation(indices)
+            order = rng.permutation(indices)
             proportions = rng.dirichlet(concentration)
-            cuts = np.round(np.cumsum(proportions)[:-1] * len(shuffled)).astype(np.int64)
-            for agent, part in enumerate(np.split(shuffled, cuts)):
-                shards[agent].append(part)
-        sizes = [sum(len(part) for part in parts) for parts in shards]
-        if min(sizes) > 0:
-            return [torch.from_numpy(np.sort(np.concatenate(parts))).long() for parts in shards]
+            cuts = np.round(np.cumsum(proportions)[:-1] * len(order)).astype(np.int64)
+            shuffled.append(order)
+            counts.append(np.diff(cuts, prepend=0, append=len(order)))
+        per_agent = np.stack(counts)  # (classes, agents): what each class gives each agent
+        if per_agent.sum(axis=0).min() > 0:
+            return _shards_of(shuffled, per_agent)
     raise UsageError(
         f"data.partition=dirichlet left some agent without samples in {DIRICHLET_DRAWS} "
         f"draws with data.dirichlet_alpha={alpha}; raise data.dirichlet_alpha or lower "
