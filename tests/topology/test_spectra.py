@@ -129,3 +129,19 @@ def test_expected_degree_sets_the_erdos_renyi_probability():
     raw["topology"]["expected_degree"] = 101
     with pytest.raises(UsageError, match="topology.expected_degree must be from 0 to"):
         build_config(raw)
+
+
+def test_the_random_matching_keeps_the_edges_of_the_one_by_one_greedy_pass():
+    def greedy(graph, stream):
+        matched, kept = set(), []
+        for edge in torch.randperm(graph.num_edges, generator=stream).tolist():
+            i, j = graph.edges[edge].tolist()
+            if i not in matched and j not in matched:
+                matched |= {i, j}
+                kept.append(edge)
+        return graph.edges[sorted(kept)]
+
+    for graph in (complete(9), exponential(64), torus(12), erdos_renyi(80, 0.1, seed=3)):
+        for seed in range(5):
+            drawn = random_matching(graph, torch.Generator().manual_seed(seed))
+            assert torch.equal(drawn.edges, greedy(graph, torch.Generator().manual_seed(seed)))

@@ -480,17 +480,32 @@ def random_matching(graph: Graph, stream: torch.Generator) -> Graph:
     drawn from ``stream``, each kept unless one of its agents is already matched.
 
     On a complete graph of an even number of agents every agent is matched; each
-    agent then talks to one other, as in randomized gossip.
+    agent then talks to one other, as in randomized gossip. Worked out in rounds
+    over every edge at once, not edge by edge: each round keeps the edges that come
+    first in the order among the remaining edges at both their agents, then drops
+    the edges those touch; this keeps exactly the edges of the one-by-one pass
+    (Blelloch, Fineman and Shun, SPAA 2012), in a few rounds for a random order.
     """
-    matched = [False] * graph.agents
-    pairs = graph.edges.tolist()
+    edges = graph.num_edges
+    order = torch.randperm(edges, generator=stream)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(edges)
+    remaining = torch.arange(edges)  # the edges still undecided, shrinking each round
     kept = []
-    for edge in torch.randperm(graph.num_edges, generator=stream).tolist():
-        i, j = pairs[edge]
-        if not (matched[i] or matched[j]):
-            matched[i] = matched[j] = True
-            kept.append(edge)
-    return _subgraph(graph, sorted(kept), f"matching({graph.name})")
+    none = torch.full((graph.agents,), edges, dtype=torch.int64)
+    matched = torch.zeros(graph.agents, dtype=torch.bool)
+    while remaining.numel() > 0:
+        left, right = graph.edges[remaining, 0], graph.edges[remaining, 1]
+        ranks = rank[remaining]
+        first = none.scatter_reduce(0, left, ranks, reduce="amin")
+        first = first.scatter_reduce(0, right, ranks, reduce="amin")
+        chosen = (first[left] == ranks) & (first[right] == ranks)
+        kept.append(remaining[chosen])
+        matched[left[chosen]] = True
+        matched[right[chosen]] = True
+        remaining = remaining[~(matched[left] | matched[right])]
+    chosen_edges = torch.cat(kept).sort().values if kept else torch.zeros(0, dtype=torch.int64)
+    return _subgraph(graph, chosen_edges.tolist(), f"matching({graph.name})")
 
 
 def random_edge(graph: Graph, stream: torch.Generator) -> Graph:
