@@ -109,8 +109,7 @@ class NetworkSchedule:
 
     def round(self, iteration: int) -> Round:
         """The next iteration's round; call once per iteration, in order."""
-        if self.topology.varying != "none" and iteration % self.topology.every == 0:
-            self.current = self._draw_graph()
+        self._advance_graph(iteration)
         if self.faults.link_down > 0:
             chance = torch.rand(self.links.num_edges, generator=self._link_stream)
             self.down = torch.where(
@@ -128,9 +127,13 @@ class NetworkSchedule:
         compute, drawing the same graphs."""
         if self.faults.link_down > 0 or self.crashed:
             raise ValueError("graph_round is for schedules without failing links or crashes")
+        self._advance_graph(iteration)
+        return self.current
+
+    def _advance_graph(self, iteration: int) -> None:
+        """Draw the time-varying topology's next graph when one is due at ``iteration``."""
         if self.topology.varying != "none" and iteration % self.topology.every == 0:
             self.current = self._draw_graph()
-        return self.current
 
     @property
     def crashed_now(self) -> int:
