@@ -212,8 +212,9 @@ def assert_others_stop_naming(
     report: dict, stderr: dict[int, str], failed: int, timeout: float, frozen: bool
 ) -> None:
     """Every other rank ended with status 1 and one line ``rank R stopped: ...`` naming
-    rank ``failed``, within two timeouts of the kill (of one, at the earliest, when
-    ``frozen``: a silent rank is named at the deadline, not before)."""
+    rank ``failed``, within two timeouts of the kill and 2 s of scheduling on a loaded
+    2-core machine (of one, at the earliest, when ``frozen``: a silent rank is named at
+    the deadline, not before)."""
     others = [rank for rank in report["codes"] if rank != str(failed)]
     for rank in others:
         assert report["codes"][rank] == 1, (report, stderr)
@@ -221,7 +222,7 @@ def assert_others_stop_naming(
         assert len(lines) == 1, stderr[int(rank)]
         assert lines[0].startswith(f"murmur: error: rank {rank} stopped:"), lines[0]
         assert f"rank {failed}" in lines[0].split("stopped:", 1)[1], lines[0]
-        assert report["after_kill"][rank] < 2 * timeout + 1.0, report
+        assert report["after_kill"][rank] < 2 * timeout + 2.0, report
     if frozen:
         assert min(report["after_kill"].values()) >= timeout - 0.5, "named before the timeout?"
 
