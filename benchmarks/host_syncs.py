@@ -15,7 +15,13 @@ Runs on any machine: it needs no GPU. It does not see the reads torch makes insi
 its own functions (``torch.nonzero`` called as a function, ``masked_select``).
 The batch sampler's reads (``murmur/data/batches.py``) are listed apart and left out
 of the total: the sampler computes on CPU tensors whatever ``run.device`` is, and its
-indices cross to the device once per step, so its reads never wait for a device.
+indices cross to the device once per step without waiting for it, so its reads never
+wait for a device.
+The steps take the path a GPU takes (row writes through a mask,
+``murmur.sim.transport.INDEXED_DEVICES`` emptied); ``--cpu-path`` counts the CPU's
+own path, which reads its masks to touch fewer rows. With ``--faults`` the run keeps
+its state and per-edge mailboxes in CPU memory whatever ``run.device`` is, so those
+reads are of CPU tensors, and the parameters cross to the device for each gradient.
 
     python benchmarks/host_syncs.py                          # seconds
     python benchmarks/host_syncs.py --algorithms choco-sgd --agents 16
@@ -36,6 +42,7 @@ import torch
 
 import murmur
 from murmur import load_experiment, run
+from murmur.sim import transport as sim_transport
 from murmur.training import sgd_loop
 
 READS = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero")
@@ -125,8 +132,14 @@ def count(algorithm: str, args: argparse.Namespace) -> Reads:
     ]
     ((_, config),) = load_experiment(algorithm, settings).runs
     reads = Reads()
-    with counted(reads):
-        run(config)
+    indexed = sim_transport.INDEXED_DEVICES
+    if not args.cpu_path:
+        sim_transport.INDEXED_DEVICES = set()
+    try:
+        with counted(reads):
+            run(config)
+    finally:
+        sim_transport.INDEXED_DEVICES = indexed
     return reads
 
 
@@ -138,6 +151,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dataset", default="mnist5k")
     parser.add_argument("--faults", action="store_true", help="faults.drop = 0.1")
     parser.add_argument("--quick", action="store_true", help="digits, 4 iterations")
+    parser.add_argument(
+        "--cpu-path", action="store_true", help="the CPU's indexed row writes, not a GPU's"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.dataset, args.iterations = "digits", 4

@@ -327,11 +327,15 @@ def test_launch_startup_quick_run_reaches_the_first_iteration_before_the_end():
     assert seconds["train"] < seconds["total"]
 
 
-def test_host_syncs_quick_run_finds_dsgd_s_step_reads_nothing_and_detsgrad_s_masks():
-    lines = _quick_run("host_syncs.py")
-    heads = {line.split(":")[0]: float(line.split()[1]) for line in lines if line[0] != " "}
-    assert heads["dsgd"] == 0.0  # the loss and the clock are read at evaluations only
-    assert heads["detsgrad"] > 0.0  # which agents send: copy_rows' masks
+def test_host_syncs_quick_run_finds_no_read_on_a_gpu_s_path_and_the_cpu_s_masks():
+    def heads(lines: list[str]) -> dict[str, float]:
+        return {line.split(":")[0]: float(line.split()[1]) for line in lines if line[0] != " "}
+
+    gpu = heads(_quick_run("host_syncs.py"))
+    # the loss and the clock are read at evaluations only; which agents send, never
+    assert gpu == {"dsgd": 0.0, "detsgrad": 0.0}
+    lines = _quick_run("host_syncs.py", "--quick", "--cpu-path")
+    assert heads(lines)["detsgrad"] > 0.0  # the CPU reads copy_rows' masks
     assert any("murmur/sim/transport.py:" in line for line in lines)
 
 

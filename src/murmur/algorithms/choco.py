@@ -184,7 +184,7 @@ class Choco:
         state = with_streams(state, self.seed, transport.agents)
         x = state.x
         x.add_(grads, alpha=-self.gradient_step(iteration))
-        everyone = torch.ones(x.shape[0], 1, dtype=torch.bool)
+        everyone = torch.ones(x.shape[0], 1, dtype=torch.bool, device=x.device)
         difference = torch.sub(x, transport.last_sent, out=grads)
         publish_and_mix(self.gossip, x, difference, everyone, state, transport)
         return state

@@ -187,7 +187,7 @@ class TopK:
 
     def decode(self, code: Code, n: int) -> torch.Tensor:
         indices, kept = code
-        return torch.zeros(kept.shape[0], n, dtype=kept.dtype).scatter_(1, indices, kept)
+        return kept.new_zeros(kept.shape[0], n).scatter_(1, indices, kept)
 
     def nbytes(self, n: int, element_size: int) -> int:
         return _sample_count(self.fraction, n) * (element_size + _INDEX_BYTES)
@@ -218,7 +218,8 @@ class RandK:
 
     def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
         seeds = torch.cat([torch.randint(2**31 - 1, (1,), generator=g) for g in generators])
-        indices = self._indices(seeds, values.shape[1])
+        # drawn on the CPU, where the generators are; one upload to the values' device
+        indices = self._indices(seeds, values.shape[1]).to(values.device, non_blocking=True)
         return seeds, indices, values.gather(1, indices)
 
     def _indices(self, seeds: torch.Tensor, n: int) -> torch.Tensor:
@@ -231,7 +232,7 @@ class RandK:
 
     def decode(self, code: Code, n: int) -> torch.Tensor:
         _, indices, kept = code
-        return torch.zeros(kept.shape[0], n, dtype=kept.dtype).scatter_(1, indices, kept)
+        return kept.new_zeros(kept.shape[0], n).scatter_(1, indices, kept)
 
     def nbytes(self, n: int, element_size: int) -> int:
         return _SEED_BYTES + _sample_count(self.fraction, n) * element_size
@@ -275,6 +276,7 @@ class Qsgd:
         uniform = torch.stack(
             [torch.rand(n, generator=g, dtype=values.dtype) for g in generators]
         ).reshape(values.shape)
+        uniform = uniform.to(values.device, non_blocking=True)  # drawn on the CPU
         levels = (lower + (uniform < scaled - lower).to(values.dtype)).clamp_(max=self.levels)
         return norms / self.tau(n), values < 0, levels.to(torch.int64)
 
@@ -329,8 +331,10 @@ class ScaledSign:
 
     def decode(self, code: Code, n: int) -> torch.Tensor:
         scales, negative = code
-        sizes = torch.tensor(self._blocks(n))
-        spread = scales.repeat_interleave(sizes, dim=1)
+        blocks = self._blocks(n)
+        spread = torch.cat(
+            [scales[:, b : b + 1].expand(-1, size) for b, size in enumerate(blocks)], dim=1
+        )
         return spread * torch.where(negative, -1.0, 1.0).to(scales.dtype)
 
     def nbytes(self, n: int, element_size: int) -> int:
@@ -401,8 +405,8 @@ class LowRank:
             matrix = values[:, offset : offset + m * cols].reshape(agents, m, cols)
             slot = f"{key}/{index}"
             start = keep.get(slot) if keep is not None else None
-            if start is None:
-                start = self._draw(generators, cols, values.dtype)
+            if start is None:  # drawn on the CPU, where the generators are
+                start = self._draw(generators, cols, values.dtype).to(values.device)
             p, q = self._factors(matrix, start)
             if keep is not None:
                 # an orthonormal basis: a zero difference leaves a usable start, not zeros

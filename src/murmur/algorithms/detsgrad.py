@@ -170,6 +170,8 @@ class Detsgrad:
         drift = grads
         state = with_streams(state, self.seed, transport.agents)
         segments = self.segments(x.shape[1])
+        if self.shares.device != drift.device:  # once: the state's device (a GPU)
+            self.shares = self.shares.to(drift.device)
         sent = segments.norms(drift) >= self.v0 * alpha * self.shares
         streams = drawn_streams(state)
         transport.publish(compressed_update(self.compressor, drift, sent, segments, *streams))

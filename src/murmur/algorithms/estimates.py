@@ -17,6 +17,8 @@ and their count (int32), padded to whole float32 words.
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -45,7 +47,7 @@ class Segments:
 
     @cached_property
     def slices(self) -> tuple[slice, ...]:
-        ends = torch.tensor(self.sizes).cumsum(0).tolist()
+        ends = list(itertools.accumulate(self.sizes))
         return tuple(slice(end - size, end) for size, end in zip(self.sizes, ends, strict=True))
 
     @property
@@ -77,8 +79,10 @@ class EstimateUpdate:
 
     def segment_bytes(self) -> torch.Tensor:
         """(S,) int64: the encoded size of each segment's message."""
-        size = self.delta.element_size()
-        return torch.tensor([self.compressor.nbytes(n, size) for n in self.segments.sizes])
+        compressor = cast(Any, self.compressor)  # a frozen dataclass: hashable
+        return _segment_bytes(
+            compressor, self.segments.sizes, self.delta.element_size(), self.delta.device
+        )
 
     def pack(self, row: int, out: torch.Tensor | None = None) -> torch.Tensor:
         """Row ``row``'s sent segments as float32 words (see the module docstring);
@@ -96,6 +100,15 @@ class EstimateUpdate:
             raise ValueError(f"a packed difference of {size} bytes, room for {out.numel() * _WORD}")
         torch.cat(pieces, out=out.view(torch.uint8)[:size])
         return out[: size // _WORD]
+
+
+@functools.lru_cache(maxsize=64)
+def _segment_bytes(
+    compressor: Compressor, sizes: tuple[int, ...], element_size: int, device: torch.device
+) -> torch.Tensor:
+    """(S,) int64 on ``device``, made once per run (not to be written to)."""
+    counts = torch.tensor([compressor.nbytes(n, element_size) for n in sizes])
+    return counts.to(device)
 
 
 def compressed_update(

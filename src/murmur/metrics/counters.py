@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -13,24 +14,31 @@ class MessageCounters:
     """Events, point-to-point messages and payload bytes, per agent and in total."""
 
     agents: int
+    device: torch.device | str = "cpu"
+    """Where the counts live: a simulator on a GPU counts there, and its counts are read
+    back only when a record or checkpoint needs them."""
     events_per_agent: torch.Tensor = field(init=False)
     messages_per_agent: torch.Tensor = field(init=False)
     bytes_per_agent: torch.Tensor = field(init=False)
 
     def __post_init__(self) -> None:
-        self.events_per_agent = torch.zeros(self.agents, dtype=torch.int64)
-        self.messages_per_agent = torch.zeros(self.agents, dtype=torch.int64)
-        self.bytes_per_agent = torch.zeros(self.agents, dtype=torch.int64)
-        # NumPy views of the same memory: adding to one element of a tensor costs tens
-        # of microseconds, to an array well under one (the simulator counts every push).
-        self._views = (
-            self.events_per_agent.numpy(),
-            self.messages_per_agent.numpy(),
-            self.bytes_per_agent.numpy(),
-        )
+        agents, device = self.agents, self.device
+        self.events_per_agent = torch.zeros(agents, dtype=torch.int64, device=device)
+        self.messages_per_agent = torch.zeros(agents, dtype=torch.int64, device=device)
+        self.bytes_per_agent = torch.zeros(agents, dtype=torch.int64, device=device)
+        self._views: tuple[Any, Any, Any] | None = None
 
     def record_event(self, agent: int, messages: int, message_bytes: int) -> None:
-        """Agent ``agent`` sent ``messages`` point-to-point messages of ``message_bytes`` each."""
+        """Agent ``agent`` sent ``messages`` point-to-point messages of ``message_bytes`` each
+        (counts on the CPU only: the event simulator's one-by-one pushes)."""
+        if self._views is None:
+            # NumPy views of the same memory: adding to one element of a tensor costs
+            # tens of microseconds, to an array well under one (every push is counted).
+            self._views = (
+                self.events_per_agent.numpy(),
+                self.messages_per_agent.numpy(),
+                self.bytes_per_agent.numpy(),
+            )
         events, sent, payload = self._views
         events[agent] += 1
         sent[agent] += messages

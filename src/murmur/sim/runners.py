@@ -42,8 +42,9 @@ def run_sgd(
 ) -> Outcome:
     """Synchronous mini-batch algorithms, stepped by the simulator."""
     config = setup.config
+    initial = _initial(setup)
     schedule = _schedule(setup)
-    transport = _transport(setup, algorithm, schedule)
+    transport = _transport(setup, algorithm, schedule, initial)
     algorithm = _under_schedule(algorithm, schedule, transport, config.faults.rejoin_from)
     clock = RoundClock(
         compute=ComputeTimes(
@@ -75,12 +76,12 @@ def run_sgd(
     resumed = checkpoints.resumed if checkpoints is not None else None
     start = None
     if resumed is not None:
-        start = _resume(resumed, setup, algorithm, transport, schedule, clock)
+        start = _resume(resumed, setup, algorithm, transport, schedule, clock, initial)
     trained = simulate(
         setup.problem,
         algorithm,
         transport,
-        setup.initial,
+        initial,
         config.run.iterations,
         config.run.eval_every,
         keep,
@@ -92,6 +93,17 @@ def run_sgd(
         measured=measured,
     )
     return _sgd_outcome(setup, trained, records, _fault_counts(transport, schedule), transport)
+
+
+def _initial(setup: SgdSetup) -> torch.Tensor:
+    """The agents' initial parameters where the run keeps its state: on a GPU every
+    agent's parameters, the algorithm's state, the lossless transport's values and the
+    counters live there. The per-edge mailboxes (lost messages, down links, crashes)
+    stay in CPU memory, and their parameters cross to the GPU for each gradient."""
+    device = setup.problem.model.device
+    if device is None or setup.plan.transport != "in-memory":
+        return setup.initial
+    return setup.initial.to(device)
 
 
 def _measured_agents(setup: SgdSetup) -> torch.Tensor | None:
@@ -133,7 +145,7 @@ def _sgd_outcome(
         iterations=iterations,
         train_seconds=trained.train_seconds,
         samples=trained.samples,
-        parameters=trained.params,
+        parameters=trained.params.cpu(),
         extra={
             "virtual_seconds": trained.virtual_seconds,
             **faults,
@@ -158,6 +170,7 @@ def _resume(
     transport: InMemoryTransport | LossyTransport,
     schedule: NetworkSchedule | None,
     clock: RoundClock,
+    initial: torch.Tensor,
 ) -> SgdProgress:
     """Put the simulator where ``checkpoint`` left it: the SGD family's state
     (:func:`~murmur.training.sgd_checkpoint.resume_sgd`), the fault schedule and the
@@ -170,7 +183,7 @@ def _resume(
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
         raise UsageError(f"the checkpoint does not fit this run: {error}") from None
     return resume_sgd(
-        saved, checkpoint["done"], algorithm, setup.initial, transport, setup.problem.sampler
+        saved, checkpoint["done"], algorithm, initial, transport, setup.problem.sampler
     )
 
 
@@ -194,12 +207,15 @@ def _schedule(setup: SgdSetup) -> NetworkSchedule | None:
 
 
 def _transport(
-    setup: SgdSetup, algorithm: Algorithm, schedule: NetworkSchedule | None
+    setup: SgdSetup,
+    algorithm: Algorithm,
+    schedule: NetworkSchedule | None,
+    initial: torch.Tensor,
 ) -> InMemoryTransport | LossyTransport:
     """Lossless delivery over a fixed graph, or one mailbox per directed edge (of every
     link the schedule may use) when messages get lost or the rounds change, as the
     plan chose."""
-    sent = algorithm.initial_sent(setup.initial)
+    sent = algorithm.initial_sent(initial)
     plan = setup.plan
     if plan.transport == "in-memory":
         return InMemoryTransport(setup.graph, sent, compiled=plan.compiled)

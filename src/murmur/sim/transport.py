@@ -18,7 +18,7 @@ import torch
 from murmur.algorithms.estimates import EstimateUpdate
 from murmur.metrics.counters import MessageCounters
 from murmur.sim.fused import FusedMixing
-from murmur.topology import Graph
+from murmur.topology import Graph, PerGraph
 
 
 class InMemoryTransport:
@@ -46,8 +46,15 @@ class InMemoryTransport:
         self.graph = graph
         """The graph the agents talk over: the one given, or the graph of the iteration
         (:meth:`use_graph`)."""
-        self.counters = counters if counters is not None else MessageCounters(graph.agents)
-        self._degrees = graph.degrees()
+        self.device = initial.device
+        """Where the agents' values, the counters and the operators live (a GPU's memory
+        when ``run.device = "cuda"``): a step reads nothing back from it."""
+        if counters is None:
+            counters = MessageCounters(graph.agents, device=self.device)
+        self.counters = counters
+        self._degrees_of = PerGraph(lambda graph: graph.degrees().to(self.device), graph)
+        self._degrees = self._degrees_of.value
+        self._operators = OnDevice(self.device)
         self._message_bytes = initial.shape[1] * initial.element_size()
         self.agents = list(range(graph.agents))
         """The agents this transport sends for: all of them."""
@@ -64,7 +71,7 @@ class InMemoryTransport:
         if graph.agents != self.graph.agents:
             raise ValueError(f"a graph of {graph.agents} agents for {self.graph.agents}")
         self.graph = graph
-        self._degrees = graph.degrees()
+        self._degrees = self._degrees_of(graph)
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None:
         """Agents flagged in ``senders`` (bool, (agents,)) send their row of ``values``."""
@@ -82,13 +89,13 @@ class InMemoryTransport:
                 f"{tuple(held.shape)} {held.dtype}"
             )
         if not (values.is_contiguous() and held.is_contiguous()):
-            self.broadcast(torch.ones(values.shape[0], dtype=torch.bool), values)
+            self.broadcast(torch.ones(values.shape[0], dtype=torch.bool, device=self.device), values)
             return
         new, old = values.untyped_storage(), held.untyped_storage()
         new_offset, old_offset = values.storage_offset(), held.storage_offset()
         held.set_(new, new_offset, values.shape, values.stride())
         values.set_(old, old_offset, held.shape, held.stride())
-        everyone = torch.ones(values.shape[0], dtype=torch.int64)
+        everyone = torch.ones(values.shape[0], dtype=torch.int64, device=self.device)
         self.counters.record_events(everyone, self._message_bytes, self._degrees)
 
     def publish(self, update: EstimateUpdate) -> None:
@@ -104,7 +111,7 @@ class InMemoryTransport:
         if self.fused_mix is not None:
             self.fused_mix(operator, out, scale, None, 0.0, True, False, False)
             return
-        out.addmm_(operator, self.sent, alpha=scale)
+        out.addmm_(self._operators(operator), self.sent, alpha=scale)
 
     @property
     def last_sent(self) -> torch.Tensor:
@@ -122,8 +129,40 @@ class InMemoryTransport:
         self.counters.load_state_dict(state["counters"])
 
 
+INDEXED_DEVICES = {"cpu"}
+"""The device types on which :func:`add_rows` and :func:`copy_rows` read the row mask to
+touch only its rows (a read is free on the CPU). On any other device (a GPU) they
+write every row through the mask and read nothing back, with the same numbers."""
+
+
+class OnDevice:
+    """Tensors the algorithms derive on the CPU (mixing operators, message sizes), each
+    copied once to ``device`` and kept for as long as the original lives."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device == self.device:
+            return tensor
+        known = self._copies.get(id(tensor))
+        if known is not None and known[0] is tensor:
+            return known[1]
+        if len(self._copies) >= 256:  # operators of graphs no longer used
+            self._copies.clear()
+        copy = tensor.to_dense() if self.device.type == "meta" and tensor.is_sparse_csr else tensor
+        # meta tensors (shapes only, no sparse kernels) stand for a device in the tests
+        moved = copy.to(self.device, non_blocking=True)
+        self._copies[id(tensor)] = (tensor, moved)
+        return moved
+
+
 def add_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) -> None:
     """``target[rows] += source[rows]`` for a boolean row mask, touching only those rows."""
+    if target.device.type not in INDEXED_DEVICES:
+        torch.where(rows.unsqueeze(1), target + source, target, out=target)
+        return
     if bool(rows.all()):
         target.add_(source)
         return
@@ -133,6 +172,9 @@ def add_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) -> 
 
 def copy_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) -> None:
     """``target[rows] = source[rows]`` for a boolean row mask, touching only those rows."""
+    if target.device.type not in INDEXED_DEVICES:
+        torch.where(rows.unsqueeze(1), source, target, out=target)
+        return
     if bool(rows.all()):
         target.copy_(source)
         return

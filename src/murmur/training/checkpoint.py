@@ -85,7 +85,8 @@ def write_atomic(path: Path, payload: Mapping[str, Any]) -> None:
     """``torch.save`` ``payload`` to ``path``, after the line with its checksum, through a
     temporary file of the same folder."""
     buffer = io.BytesIO()
-    torch.save(dict(payload), buffer)
+    # on the CPU, so that a run on a GPU resumes on any machine
+    torch.save(_on_cpu(dict(payload)), buffer)
     data = buffer.getbuffer()
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -178,6 +179,17 @@ def load_file(path: Path) -> Any:
         raise UsageError(f"{damaged}: {type(error).__name__}") from None
 
 
+def _on_cpu(value: Any) -> Any:
+    """``value`` with every tensor in it copied to the CPU (those there already kept)."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {key: _on_cpu(item) for key, item in value.items()}
+    if isinstance(value, list | tuple) and not _is_named_tuple(value):
+        return type(value)(_on_cpu(item) for item in value)
+    return value
+
+
 # ---------------------------------------------------------------- plain values
 
 
@@ -230,7 +242,10 @@ def restore_tuple(template: NamedTuple, saved: Mapping[str, Any]) -> Any:
     for name in (known for known in fields if known in saved):
         inner = getattr(template, name)
         nested = _is_named_tuple(inner)
-        values[name] = restore_tuple(inner, saved[name]) if nested else from_plain(saved[name])
+        value = restore_tuple(inner, saved[name]) if nested else from_plain(saved[name])
+        if isinstance(inner, torch.Tensor) and isinstance(value, torch.Tensor):
+            value = value.to(inner.device)  # saved on the CPU, the run's state on its device
+        values[name] = value
     return template._replace(**values)
 
 

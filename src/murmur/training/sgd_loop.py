@@ -214,7 +214,8 @@ class BatchRows:
 
     def take(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x[indices], y[indices]`` for (block, batch) ``indices``; valid until the next call."""
-        flat = indices.reshape(-1).to(self.x.device)
+        # an upload that does not wait for the device (the sampler works on the CPU)
+        flat = indices.reshape(-1).to(self.x.device, non_blocking=True)
         torch.index_select(self.x, 0, flat, out=self._x)
         torch.index_select(self.y, 0, flat, out=self._y)
         return (
