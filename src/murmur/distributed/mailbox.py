@@ -291,6 +291,8 @@ def _read(
 
 
 _KINDS = {int(kind): kind for kind in Kind}
+_NOTHING = torch.empty(0)
+"""The payload a skipping mailbox keeps of a NONE: none."""
 
 
 def _allowed(length: int, allowed: int | range) -> bool:
@@ -332,7 +334,10 @@ class Mailbox:
     words a DELTA may carry (0: DELTA is refused). ``lengths``: how many of the
     P float32 of its row each neighbour's VALUE carries, when they differ (a rank
     holding a block of agents sends each neighbour the rows it needs); the rest of
-    a shorter row stays as it started.
+    a shorter row stays as it started. ``skipping``: a neighbour need not send every
+    broadcast (on a time-varying graph it talks to this rank in some steps only): its
+    numbers only increase, and :meth:`values_at` is told which neighbours sent the
+    step it asks for, each of whose messages of that number must be in.
 
     Each neighbour has a few receive buffers, reused: the one its newest VALUE
     arrived in is lent to the caller as the neighbour's row (no copy), and goes
@@ -348,9 +353,11 @@ class Mailbox:
         initial: torch.Tensor,
         delta_words: int = 0,
         lengths: Sequence[int] | None = None,
+        skipping: bool = False,
     ) -> None:
         self.rank = rank
         self.neighbours = list(neighbours)
+        self.skipping = skipping
         self.length = initial.shape[1]
         self.lengths = _value_lengths(len(self.neighbours), initial, lengths)
         """The float32 a VALUE of each neighbour carries."""
@@ -375,9 +382,11 @@ class Mailbox:
         self._group = group
         self._world = group.size()
         self._arrivals: list[deque[tuple[int, Kind, torch.Tensor]]] = [deque() for _ in neighbours]
-        self._steps = [0] * len(neighbours)
+        self._steps, self._read = [0] * len(neighbours), [0] * len(neighbours)
+        """Each neighbour's newest message number, and the newest ``values_at`` took in."""
         self._waiting: int | None = None
         """The step ``values_at`` waits for (None: no one, or a wait for something else)."""
+        self._awaited: Sequence[int] = range(len(neighbours))  # whose messages of it
         self._stopped = [False] * len(neighbours)
         self._lost: dict[int, str] = {}
         """Neighbours heard no more, and why (a failed connection, or garbage)."""
@@ -414,6 +423,7 @@ class Mailbox:
         self._owned.copy_(values)
         self.rejected = rejected
         self._steps = [step] * len(self.neighbours)
+        self._read = [step] * len(self.neighbours)
 
     @property
     def receive_buffers(self) -> list[int]:
@@ -437,24 +447,28 @@ class Mailbox:
         step: int,
         timeout: float,
         add: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+        senders: Sequence[int] | None = None,
     ) -> list[torch.Tensor]:
         """Every neighbour's value as of its broadcast number ``step``, once all
         neighbours' step-``step`` messages are in: one float32 row per neighbour, of
         its ``lengths``. The rows are valid until the next call (a lent receive buffer
         goes back to receiving then): read them, do not keep them.
 
+        ``senders``: of a skipping mailbox, the neighbours (indices) that sent a
+        step-``step`` message, the only ones waited for (default: all).
         A VALUE replaces the neighbour's row; a DELTA is applied to it by
         ``add(row, words)``, which raises ValueError for a malformed one.
         Raises :class:`PeerTimeout` after ``timeout`` seconds, or :class:`PeerFailure`
         as soon as a neighbour it waits for is known to have failed, has stopped
-        before that step, or sends a malformed DELTA.
+        before that step, skipped it, or sends a malformed DELTA.
         """
+        awaited = range(len(self.neighbours)) if senders is None else senders
         with self._condition:
             if min(self._steps, default=step) < step or self._abort is not None:
-                self._waiting = step
+                self._waiting, self._awaited = step, awaited
                 try:
                     self._wait_for(
-                        lambda: self._missing(step),
+                        lambda: self._missing(step, awaited),
                         time.monotonic() + timeout,
                         f"sent no step-{step} message within {timeout:g} s",
                     )
@@ -462,17 +476,30 @@ class Mailbox:
                     self._waiting = None
             for i, arrivals in enumerate(self._arrivals):
                 while arrivals and arrivals[0][0] <= step:
-                    _, kind, payload = arrivals.popleft()
+                    self._read[i], kind, payload = arrivals.popleft()
                     if kind == Kind.VALUE:
                         self._lend(i, payload)
-                    else:
+                    elif kind == Kind.DELTA:
                         self._apply(i, payload, add)
+            if self.skipping:
+                self._raise_if_skipped(step, awaited)
             return list(self._rows)
 
-    def _missing(self, step: int) -> list[int]:
-        """With the condition held: the neighbours whose step-``step`` message is not in;
-        PeerFailure if one of them has stopped before it (it will never come)."""
-        missing = [i for i, s in enumerate(self._steps) if s < step]
+    def _raise_if_skipped(self, step: int, senders: Sequence[int]) -> None:
+        """With the condition held: PeerFailure naming the ``senders`` whose messages,
+        all in up to ``step``, hold none of that number (it follows another schedule)."""
+        skipped = [self.neighbours[i] for i in senders if self._read[i] != step]
+        if skipped:
+            raise PeerFailure(
+                skipped,
+                f"{rank_list(skipped)} sent no step-{step} message, though due to "
+                "(another schedule of the graphs?)",
+            )
+
+    def _missing(self, step: int, awaited: Sequence[int]) -> list[int]:
+        """With the condition held: the ``awaited`` neighbours whose step-``step`` message
+        is not in; PeerFailure if one of them has stopped before it (it will never come)."""
+        missing = [i for i in awaited if self._steps[i] < step]
         stopped = [self.neighbours[i] for i in missing if self._stopped[i]]
         if stopped:
             raise PeerFailure(
@@ -628,9 +655,10 @@ class Mailbox:
     def _check(self, i: int, kind: Kind, step: int) -> str | None:
         """Why a well-formed message from neighbour ``i`` is out of turn, or None."""
         last = self._steps[i]
-        if kind in (Kind.VALUE, Kind.DELTA, Kind.NONE) and step != last + 1:
+        numbered = kind in (Kind.VALUE, Kind.DELTA, Kind.NONE)
+        if numbered and (step <= last if self.skipping else step != last + 1):
             return f"step {step} after step {last}"
-        if kind == Kind.STOP and step != last:
+        if kind == Kind.STOP and (step < last if self.skipping else step != last):
             return f"STOP after {step} broadcasts, {last} received"
         if kind == Kind.ABORT and not 0 <= step < self._world:
             return f"ABORT naming rank {step} of {self._world}"
@@ -649,10 +677,12 @@ class Mailbox:
                 if payload is None:  # never: both are accepted with 1 float or more
                     raise ValueError(f"a {kind.name} without a payload")
                 self._arrivals[i].append((step, kind, payload))
+            elif kind == Kind.NONE and self.skipping:  # its number tells it was sent
+                self._arrivals[i].append((step, kind, _NOTHING))
             if kind in (Kind.VALUE, Kind.DELTA, Kind.NONE):
                 self._steps[i] = step
                 # wake a reader only once it has every message it waits for
-                if self._waiting is None or min(self._steps) >= self._waiting:
+                if self._waiting is None or self._all_in(self._waiting):
                     self._condition.notify_all()
             else:
                 if kind == Kind.STOP:
@@ -663,6 +693,13 @@ class Mailbox:
                     self._pongs[i] += 1
                 self._condition.notify_all()
         return kind not in (Kind.STOP, Kind.ABORT)
+
+    def _all_in(self, step: int) -> bool:
+        """With the condition held: whether every neighbour ``values_at`` waits for has
+        sent its step-``step`` message."""
+        if self.skipping:
+            return all(self._steps[i] >= step for i in self._awaited)
+        return min(self._steps) >= step
 
     def _end(self, i: int, why: str) -> None:
         """Neighbour ``i`` is heard no more: its connection failed, or it sent garbage."""

@@ -20,12 +20,19 @@ neighbours: one message per neighbouring rank and broadcast, carrying the rows
 of the block that rank's agents need. Agents of one block hear each other in
 memory. Every agent's messages are counted as the simulator counts them, one
 per neighbour, in the block or not.
+
+On a time-varying graph (``varying``: the one-peer exponential topology) the run's
+graph holds every link, and each iteration's graph (:meth:`DistributedTransport.use_graph`,
+a pure function of the iteration on every rank) says which of them carry that
+step's messages: a rank sends to, and waits for, only the ranks linked to it in
+that graph (one peer, or none, when a rank holds one agent), and numbers its
+messages by its broadcasts, so a neighbour's numbers skip the steps it did not
+talk to this rank.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
 import torch
@@ -99,11 +106,13 @@ class DistributedTransport:
         timeout: float,
         counters: MessageCounters | None = None,
         block: int = 1,
+        varying: bool = False,
     ) -> None:
         """``initial`` (agents, P): every agent's starting values, known to all ranks.
 
         ``counters``: add to these (the block's, e.g. shared by the layers of one run).
-        ``block``: the agents each rank holds.
+        ``block``: the agents each rank holds. ``varying``: the agents talk over each
+        iteration's graph (:meth:`use_graph`), a subgraph of ``graph``.
         """
         _check_block(graph, rank, initial, block)
         self.rank = rank
@@ -120,25 +129,19 @@ class DistributedTransport:
         self._told = peers.told
         """Per neighbouring rank: the block's rows (0 .. block-1) its messages carry."""
         self.graph = graph
-        """The graph the agents talk over: always the one given."""
+        """The graph the agents talk over: the one given, or the graph of the iteration
+        (:meth:`use_graph`)."""
+        self.links = graph
+        """Every link an iteration's graph may use: the graph given."""
+        self.varying = varying
         self.timeout = timeout
         self.counters = counters if counters is not None else MessageCounters(block)
         self._control = 0
         self._degrees = torch.tensor([len(n) for n in adjacency], dtype=torch.int64)
-        dtype = torch.float64 if initial.dtype == torch.float64 else torch.float32
-        parameters = initial.shape[1]
-        self._width = width = parameters * (2 if dtype == torch.float64 else 1)
-        """Float32 per row on the wire."""
-        self._value = Envelope(block * width)
-        self._sent = self._value.payload.view(dtype).view(block, parameters)
-        self._sent.copy_(initial[first : first + block])
-        self._message_bytes = parameters * self._sent.element_size()
-        self._values = [
-            self._value if len(rows) == block else Envelope(len(rows) * width)
-            for rows in self._told
-        ]
-        """Per neighbouring rank: the envelope of its VALUEs (all rows: ``_value``)."""
-        self._told_index = [torch.tensor(rows, dtype=torch.int64) for rows in self._told]
+        self._talking: list[int] = list(range(len(self.neighbours)))
+        """The neighbouring ranks (indices in ``neighbours``) the iteration's graph links."""
+        self._graphs: dict[Graph, tuple[list[int], torch.Tensor]] = {}
+        self._open_envelopes(initial)
         self._delta_words = self._largest_delta()
         self._mailbox = self._open_mailbox(group, initial)
         self._deltas: list[Envelope] = []
@@ -150,6 +153,25 @@ class DistributedTransport:
         self._rows: dict[int, tuple[torch.Tensor, list[int], torch.Tensor, torch.Tensor]] = {}
         self._codec: tuple[Compressor, Segments] | None = None
         """How the neighbours' DELTAs are decoded: as this rank's own last ``publish``."""
+
+    def _open_envelopes(self, initial: torch.Tensor) -> None:
+        """The envelopes of the block's VALUEs, its last broadcasts (``_sent``) starting
+        as its rows of ``initial``."""
+        block = self.block
+        dtype = torch.float64 if initial.dtype == torch.float64 else torch.float32
+        parameters = initial.shape[1]
+        self._width = width = parameters * (2 if dtype == torch.float64 else 1)
+        """Float32 per row on the wire."""
+        self._value = Envelope(block * width)
+        self._sent = self._value.payload.view(dtype).view(block, parameters)
+        self._sent.copy_(initial[self.agents[0] : self.agents[0] + block])
+        self._message_bytes = parameters * self._sent.element_size()
+        self._values = [
+            self._value if len(rows) == block else Envelope(len(rows) * width)
+            for rows in self._told
+        ]
+        """Per neighbouring rank: the envelope of its VALUEs (all rows: ``_value``)."""
+        self._told_index = [torch.tensor(rows, dtype=torch.int64) for rows in self._told]
 
     def _largest_delta(self) -> int:
         """The most float32 words of a DELTA, as the mailbox accepts them and the block's
@@ -169,8 +191,42 @@ class DistributedTransport:
             values = initial[agents].to(self._sent.dtype).contiguous()
             heard[i, : lengths[i]] = _wire(values).reshape(-1)
         return Mailbox(
-            group, self.rank, self.neighbours, heard, delta_words=self._delta_words, lengths=lengths
+            group,
+            self.rank,
+            self.neighbours,
+            heard,
+            delta_words=self._delta_words,
+            lengths=lengths,
+            skipping=self.varying,
         )
+
+    def use_graph(self, graph: Graph) -> None:
+        """Talk over ``graph``, a subgraph of :attr:`links`, from now on (a transport made
+        ``varying``): every rank calls it with the same graph before the same step."""
+        if graph is self.graph:
+            return
+        if not self.varying:
+            raise ValueError("use_graph on a transport of one fixed graph")
+        if graph.agents != self.links.agents:
+            raise ValueError(f"a graph of {graph.agents} agents for {self.links.agents}")
+        if graph not in self._graphs:
+            if len(self._graphs) >= 64:  # graphs no longer used
+                self._graphs.clear()
+            self._graphs[graph] = self._talks_over(graph)
+        self._talking, self._degrees = self._graphs[graph]
+        self.graph = graph
+
+    def _talks_over(self, graph: Graph) -> tuple[list[int], torch.Tensor]:
+        """The neighbouring ranks (indices in ``neighbours``) ``graph`` links to the
+        block, and its agents' degrees in it."""
+        adjacency = [graph.neighbors(agent) for agent in self.agents]
+        index = {peer: i for i, peer in enumerate(self.neighbours)}
+        ranks = _peers(adjacency, self.rank, self.block).ranks
+        strangers = [peer for peer in ranks if peer not in index]
+        if strangers:
+            raise ValueError(f"{graph.name} links rank {self.rank} to {rank_list(strangers)}")
+        degrees = torch.tensor([len(n) for n in adjacency], dtype=torch.int64)
+        return [index[peer] for peer in ranks], degrees
 
     @property
     def control_messages(self) -> int:
@@ -200,7 +256,7 @@ class DistributedTransport:
         the broadcast number, each neighbouring rank's values as of that number (waited
         for, as ``mix`` would: an algorithm that mixes before it broadcasts has not read
         them yet), the counts."""
-        self._patiently(partial(self._mailbox.values_at, self._step, add=self._add_delta))
+        self._patiently(self._values_now)
         return {
             "sent": self._sent.clone(),
             "step": self._step,
@@ -243,11 +299,11 @@ class DistributedTransport:
             for row in (i for i, sends in enumerate(flags) if sends):
                 self._sent[row].copy_(values[row])
         messages: dict[int, tuple[Kind, Envelope | None]] = {}
-        for i, (peer, rows) in enumerate(zip(self.neighbours, self._told, strict=True)):
-            if any(flags[row] for row in rows):
-                messages[peer] = (Kind.VALUE, self._payload(i))
+        for i in self._talking:
+            if any(flags[row] for row in self._told[i]):
+                messages[self.neighbours[i]] = (Kind.VALUE, self._payload(i))
             else:
-                messages[peer] = (Kind.NONE, None)
+                messages[self.neighbours[i]] = (Kind.NONE, None)
                 self._control += 1
         self._post_each(messages)
         self.counters.record_events(senders.to(torch.int64), self._message_bytes, self._degrees)
@@ -272,6 +328,11 @@ class DistributedTransport:
 
     def publish(self, update: EstimateUpdate) -> None:
         """Send the block's sent segments of ``update`` (block rows) as DELTAs, else NONE."""
+        if self.varying:
+            raise ValueError(
+                "publish needs every neighbour to hear every difference, which a "
+                "time-varying graph does not give"
+            )
         if update.sent.shape[0] != self.block or update.delta.shape != self._sent.shape:
             raise ValueError(
                 f"a block of {self.block}: an update of {tuple(self._sent.shape)} values, "
@@ -361,14 +422,18 @@ class DistributedTransport:
         rows over the same values in the same order, so both round alike.
         """
         sources, rows, gathered = self._operator_rows(operator)
-        received = self._patiently(
-            partial(self._mailbox.values_at, self._step, add=self._add_delta)
-        )
+        received = self._patiently(self._values_now)
         if not sources:
             return
         known = self._known(received)
         torch.stack([known[source] for source in sources], out=gathered)
         out.addmm_(rows, gathered, alpha=scale)
+
+    def _values_now(self, timeout: float) -> list[torch.Tensor]:
+        """Every neighbouring rank's row as of the block's last broadcast number, once the
+        ranks the iteration's graph links (all, on a fixed graph) sent theirs."""
+        senders = self._talking if self.varying else None
+        return self._mailbox.values_at(self._step, timeout, self._add_delta, senders)
 
     def _known(self, received: list[torch.Tensor]) -> list[torch.Tensor]:
         """Every value the block knows, one (P,) row each (views, nothing copied): its
