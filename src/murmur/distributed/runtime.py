@@ -77,6 +77,7 @@ from murmur.distributed.transport import (
     all_gather,
     world_group,
 )
+from murmur.distributed.varying import OnePeerGraphs, exchange_span, links, topology_name
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.evaluation import model_columns
@@ -232,9 +233,9 @@ def _rank_saves(
         records=lambda: 0,
         rank=rank,
         keep=kept_checkpoints(
-            setup.graph,
+            links(config, setup.graph),
             config.run.checkpoint_every,
-            span=config.algorithm.steps_per_exchange(),
+            span=exchange_span(config, setup.graph),
         ),
     )
 
@@ -419,14 +420,18 @@ def _train_rank(
     ``saves``: where and how often this rank saves its part. ``restored``: where the
     ranks continue from (None: from the start).
     """
+    topology = setup.config.topology
     transport = DistributedTransport(
         world_group(),
-        setup.graph,
+        links(setup.config, setup.graph),
         rank,
         algorithm.initial_sent(setup.initial),
         timeout,
         block=block,
+        varying=topology.varying != "none",  # one_peer: the plan refuses any other
     )
+    if transport.varying:
+        algorithm = OnePeerGraphs(algorithm, transport, setup.graph, topology.every)
     problem = setup.problem
     records = RankRecords(
         transport,
@@ -598,7 +603,7 @@ def _gather(
     return run_outcome(
         last_record,
         AgentTotals(per_agent["events"], per_agent["messages"], per_agent["bytes"]),
-        topology=setup.graph.name,
+        topology=topology_name(setup.config, setup.graph),
         iterations=iterations,
         train_seconds=train_seconds,
         samples=sum(per_agent["samples"]),

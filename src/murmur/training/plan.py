@@ -20,7 +20,7 @@ import shutil
 import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NoReturn
 
 import torch
 from torch import nn
@@ -34,7 +34,15 @@ from murmur.errors import UsageError, one_line
 from murmur.metrics.logs import check_logs
 from murmur.models import build_model
 from murmur.models.stacked import check_buffers
-from murmur.registry import ALGORITHMS, FAMILIES, FAULTS, FamilyKind, Member, Runtime
+from murmur.registry import (
+    ALGORITHMS,
+    FAMILIES,
+    FAULTS,
+    Capabilities,
+    FamilyKind,
+    Member,
+    Runtime,
+)
 from murmur.seeding import derive_seed
 from murmur.training.data_plan import check_classes_covered, resolve_data
 from murmur.training.memory import check_memory, parameter_count
@@ -206,12 +214,13 @@ def _check_optimizer(member: Member[object], config: Config) -> None:
 def _check_faults(member: Member[object], config: Config, runtime: Runtime) -> None:
     """UsageError, saying why and what runs them, unless ``runtime`` can inject the
     run's faults into ``member`` and vary its graph as ``topology.varying`` asks: only
-    the simulator can."""
+    the simulator can, but for the one-peer exponential topology without faults, which
+    the distributed runtime runs too (:func:`distributed_varying`)."""
     faults, varying = config.faults, config.topology.varying
     asked = [faults.describe()] if faults.active else []
     if varying != "none":
         asked.append(f"topology.varying = {varying}")
-    if not asked:
+    if not asked or (runtime == "distributed" and distributed_varying(member, config)):
         return
     on = {"drop": faults.drop > 0, "link_down": faults.link_down > 0}
     on["crashes"] = faults.crash_count > 0
@@ -222,10 +231,7 @@ def _check_faults(member: Member[object], config: Config, runtime: Runtime) -> N
         if (other.decentralized or other.kind == "server") and wanted <= other.capabilities.faults
     )
     if runtime == "distributed":
-        raise UsageError(
-            f"the distributed runtime does not inject faults ({', '.join(asked)}): "
-            f"its messages travel for real; run {faulty} in the simulator with `murmur run`"
-        )
+        _refuse_in_ranks(asked, faulty, varying)
     capabilities = member.capabilities
     if not wanted <= capabilities.faults:
         raise UsageError(
@@ -244,6 +250,44 @@ def _check_faults(member: Member[object], config: Config, runtime: Runtime) -> N
             f"{member.name} cannot run with topology.varying = {varying}: "
             f"{capabilities.no_varying}; the simulator varies the graph of {varied}"
         )
+
+
+def _refuse_in_ranks(asked: list[str], faulty: str, varying: str) -> NoReturn:
+    """The distributed runtime's refusal of the faults and varying graph ``asked``."""
+    note = ""
+    if varying != "none":
+        ranked = ", ".join(
+            other.name for other in ALGORITHMS.values() if _varies_in_ranks(other.capabilities)
+        )
+        note = (
+            f" (of the varying graphs it runs topology.varying = one_peer, for {ranked}, "
+            "without faults)"
+        )
+    raise UsageError(
+        f"the distributed runtime does not inject faults ({', '.join(asked)}): "
+        f"its messages travel for real; run {faulty} in the simulator with `murmur run`{note}"
+    )
+
+
+def distributed_varying(member: Member[object], config: Config) -> bool:
+    """Whether the distributed runtime runs ``config``'s time-varying graph: the one-peer
+    exponential topology without faults, for an algorithm that sends every agent's whole
+    model to every neighbour at every step (each step's graph is a function of the
+    iteration alone, and no neighbour needs a message of a step it did not talk in)."""
+    return (
+        config.topology.varying == "one_peer"
+        and not config.faults.active
+        and _varies_in_ranks(member.capabilities)
+    )
+
+
+def _varies_in_ranks(capabilities: Capabilities) -> bool:
+    """Whether an algorithm of ``capabilities`` runs on a varying graph in ranks."""
+    return (
+        capabilities.varying
+        and capabilities.full_exchange
+        and "distributed" in capabilities.runtimes
+    )
 
 
 def _check_layer_crashes(config: Config) -> None:
