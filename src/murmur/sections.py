@@ -182,7 +182,8 @@ class TopologyConfig:
     family gives itself again), ``matching``: a random maximal matching of ``graph``'s
     edges, ``edge``: one random edge of ``graph``, ``one_peer``: the one-peer exponential
     topology on ``graph = "exponential"`` (at graph t, agent i pairs with agent
-    i XOR 2^(t mod ceil(log2 N))). Simulator, dsgd and detsgrad only."""
+    i XOR 2^(t mod ceil(log2 N))). dsgd and detsgrad only, in the simulator; the
+    distributed runtime runs ``one_peer`` for dsgd, without faults."""
     every: int = 1
     """Iterations each graph of a time-varying topology lasts."""
 
