@@ -4,9 +4,9 @@ For each model (the 784-100-10 MLP, the LeNet-5 ``cnn``) and each number of
 agents N, a DETSGRAD run on mnist5k (ring, i.i.d. split, 32 samples per agent
 and step) is trained for ``--steps`` iterations with ``run.device = "cpu"`` and
 ``"cuda"``, and the simulator's training samples per second compared (its own
-``train_seconds``: evaluations are left out). On the GPU the model and the data
-live on the device and the agents' stacked parameters cross to it and back once
-per step. One untimed warm-up run per model and device comes first (CUDA's and
+``train_seconds``: evaluations are left out). On the GPU the model, the data, the
+agents' stacked parameters, the algorithm's state and the counters live on the
+device, and only the batch indices go up each step. One untimed warm-up run per model and device comes first (CUDA's and
 torch.func's start-up). Needs a CUDA GPU: without one it says so and exits with
 status 2.
 

@@ -150,7 +150,7 @@ def train_sgd(
         evaluating = at.done % eval_every == 0 or at.done == iterations
         saving = _checkpoint_due(checkpoints, snapshot, at.done, iterations)
         if evaluating or saving:
-            at.settle(round_seconds)
+            _settle(at, round_seconds)
         if evaluating:
             record = evaluate(_evaluation(at, algorithm, time.perf_counter() - started))
             at.loss_sum, at.loss_steps = 0.0, 0
@@ -162,7 +162,7 @@ def train_sgd(
             after_step()
         bar.update(1)
     bar.close()
-    at.settle(round_seconds)
+    _settle(at, round_seconds)
     return SgdTrained(algorithm.params(at.state), at.train_seconds, at.samples, at.virtual_seconds)
 
 
@@ -190,6 +190,14 @@ def _step(
     at.unread_losses.append(losses.mean())
     at.loss_steps += 1
     at.done = iteration + 1
+
+
+def _settle(at: SgdProgress, round_seconds: Callable[[int], float] | None) -> None:
+    """``at.settle``, its time counted as training: on a GPU, the steps queued since the
+    last read run to their end while it waits."""
+    started = time.perf_counter()
+    at.settle(round_seconds)
+    at.train_seconds += time.perf_counter() - started
 
 
 def _evaluation(at: SgdProgress, algorithm: Algorithm, wall: float) -> Evaluation:
