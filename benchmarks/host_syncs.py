@@ -19,9 +19,8 @@ indices cross to the device once per step without waiting for it, so its reads n
 wait for a device.
 The steps take the path a GPU takes (row writes through a mask,
 ``murmur.sim.transport.INDEXED_DEVICES`` emptied); ``--cpu-path`` counts the CPU's
-own path, which reads its masks to touch fewer rows. With ``--faults`` the run keeps
-its state and per-edge mailboxes in CPU memory whatever ``run.device`` is, so those
-reads are of CPU tensors, and the parameters cross to the device for each gradient.
+own path, which reads its masks to touch fewer rows. ``--faults`` runs on the
+per-edge transport, whose mailboxes stay on the device too.
 
     python benchmarks/host_syncs.py                          # seconds
     python benchmarks/host_syncs.py --algorithms choco-sgd --agents 16

@@ -14,7 +14,9 @@ import torch
 
 from murmur import load_experiment
 from murmur.experiment import run
+from murmur.sim import runners
 from murmur.sim import transport as sim_transport
+from murmur.sim.lossy import LossyTransport
 from murmur.sim.transport import InMemoryTransport
 from murmur.training.runs import check_run
 
@@ -106,3 +108,59 @@ def test_writing_rows_through_a_mask_gives_the_indexed_writes_numbers(
     assert summary() == indexed
     if preset == "detsgrad":  # the masks left rows out
         assert 0 < indexed["events"] < 8 * 30 * segments
+
+
+FAULTY = [
+    ("dsgd", ["faults.drop=0.2"]),
+    ("detsgrad", ["faults.drop=0.2", "faults.link_down=0.1"]),
+    ("detsgrad", ["algorithm.compress=topk", "faults.drop=0.2"]),
+    ("choco-sgd", ["faults.crashes=2", "faults.crash_at=1", "faults.drop=0.1"]),
+    ("detsgrad-gt", ["faults.link_down=0.2"]),
+    ("dsgd", ["faults.drop=0.1", "topology.varying=matching"]),
+]
+
+
+@pytest.mark.parametrize(("preset", "settings"), FAULTY, ids=lambda case: str(case))
+def test_a_faulty_step_keeps_the_mailboxes_on_the_device_and_reads_nothing_of_them(
+    preset, settings
+):
+    """Lost messages, down links, crashes and varying graphs: the schedule draws its
+    masks on the CPU, and the per-edge mailboxes, flags and counters stay on the device."""
+    ((_, config),) = load_experiment(preset, SMALL + ["topology.graph=complete", *settings]).runs
+    setup = check_run(config)
+    initial = setup.initial.to("meta")
+    schedule = runners._schedule(setup)
+    transport = runners._transport(setup, setup.algorithm, schedule, initial)
+    assert isinstance(transport, LossyTransport)
+    algorithm = runners._under_schedule(setup.algorithm, schedule, transport, "own")
+    state = algorithm.init(initial)
+    for iteration in range(3):
+        state = algorithm.step(state, torch.empty_like(initial), iteration, transport)
+    assert algorithm.params(state).device.type == "meta"
+    assert {transport.store.device.type, transport.synced.device.type} == {"meta"}
+    assert transport.counters.messages_per_agent.device.type == "meta"
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        ["algorithm.name=detsgrad", "faults.drop=0.2", "faults.link_down=0.1"],
+        ["algorithm.name=detsgrad", "algorithm.compress=topk", "faults.drop=0.2"],
+        ["algorithm.name=detsgrad", "faults.drop=0.3", "faults.resend=true"],
+        ["algorithm.name=choco-sgd", "faults.drop=0.3", "faults.resend=true"],
+        ["algorithm.name=dsgd", "faults.crashes=2", "faults.crash_at=10", "faults.drop=0.1"],
+    ],
+    ids=lambda settings: " ".join(settings),
+)
+def test_faulty_mailboxes_written_through_masks_give_the_indexed_numbers(monkeypatch, settings):
+    common = ["topology.agents=8", "run.iterations=30", "run.eval_every=10", "data.partition=iid"]
+
+    def summary() -> dict:
+        ((_, config),) = load_experiment(settings[0].split("=")[1], common + settings[1:]).runs
+        result = run(config).to_dict()
+        return {key: value for key, value in result.items() if "second" not in key}
+
+    indexed = summary()
+    monkeypatch.setattr(sim_transport, "INDEXED_DEVICES", set())
+    assert summary() == indexed
+    assert indexed["dropped_messages"] > 0 or indexed.get("crashed_agents", 0) > 0

@@ -90,4 +90,4 @@ def broadcast_all(transport: Transport, values: torch.Tensor) -> None:
     if overwriting is not None:
         overwriting(values)
         return
-    transport.broadcast(torch.ones(values.shape[0], dtype=torch.bool), values)
+    transport.broadcast(torch.ones(values.shape[0], dtype=torch.bool, device=values.device), values)

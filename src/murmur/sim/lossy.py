@@ -69,6 +69,7 @@ link up and both ends alive. Then:
 from __future__ import annotations
 
 from collections.abc import Mapping
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,7 @@ import torch
 
 from murmur.algorithms.estimates import EstimateUpdate
 from murmur.metrics.counters import MessageCounters
-from murmur.sim.transport import add_rows, copy_rows
+from murmur.sim.transport import add_rows, copy_rows, indexed
 from murmur.topology import Graph
 
 
@@ -101,35 +102,34 @@ class LossyTransport:
             )
         agents = graph.agents
         edges = graph.edges
-        self.senders = torch.cat([edges[:, 0], edges[:, 1]])
+        self.device = device = initial.device
+        """Where the mailboxes, masks and counters live (a GPU's memory on
+        ``run.device = "cuda"``); the structure of the slots is worked out on the CPU."""
+        senders = torch.cat([edges[:, 0], edges[:, 1]])
+        self._slots = _Slots(senders, torch.cat([edges[:, 1], edges[:, 0]]), agents)
+        self._cpu_senders = senders
+        self.senders = senders.to(device)
         """Sender of each directed edge, (2E,)."""
-        self.receivers = torch.cat([edges[:, 1], edges[:, 0]])
+        self.receivers = self._slots.edge_receivers.to(device)
         """Receiver of each directed edge, (2E,)."""
-        self._slots = _Slots(self.senders, self.receivers, agents)
         self.graph = graph
         """The graph the agents talk over in this iteration (see :meth:`enter`)."""
-        self.active = torch.ones(self.senders.numel(), dtype=torch.bool)
+        self.active = torch.ones(self.senders.numel(), dtype=torch.bool, device=device)
         """Which directed edges carry messages in this iteration."""
-        self.alive = torch.ones(agents, dtype=torch.bool)
+        self.alive = torch.ones(agents, dtype=torch.bool, device=device)
         """Which agents send in this iteration."""
-        block = self._slots.block
-        self.store = torch.empty(agents * block, initial.shape[1], dtype=initial.dtype)
-        """One block of rows per agent: its own row, then one mailbox per directed
-        edge it sends over (``_Slots.box_rows``), what that edge's receiver holds of
-        it where ``synced`` is False. ``mix`` reads it through one sparse product."""
-        self.own = self.store.view(agents, block, -1)[:, 0]
-        """Each agent's own last broadcast (``last_sent``), a view of ``store``."""
-        self.own.copy_(initial)
-        self._boxes = self._slots.box_rows
-        self.synced = torch.ones(self.senders.numel(), dtype=torch.bool)
+        self._active_here = torch.ones(self.senders.numel(), dtype=torch.bool)
+        """``active`` as the schedule drew it, on the CPU."""
+        self._stores(initial)
+        self.synced = torch.ones(self.senders.numel(), dtype=torch.bool, device=device)
         """Which directed edges' receivers hold exactly their sender's own row (their
         mailbox row is not read)."""
         self.drop = drop
         self.stream = stream
-        self.counters = MessageCounters(agents)
-        self.dropped_per_agent = torch.zeros(agents, dtype=torch.int64)
+        self.counters = MessageCounters(agents, device=device)
+        self.dropped_per_agent = torch.zeros(agents, dtype=torch.int64, device=device)
         """Messages each agent sent that were lost."""
-        self._degrees = graph.degrees()
+        self._degrees = graph.degrees().to(device)
         self._message_bytes = initial.shape[1] * initial.element_size()
         self._spreads: dict[int, tuple[torch.Tensor, torch.Tensor | None, _Spread]] = {}
         self._everything_up = True
@@ -141,15 +141,33 @@ class LossyTransport:
         self.resend = resend
         self._owing(initial)
 
+    def _stores(self, initial: torch.Tensor) -> None:
+        """The store of every agent's own row and mailboxes, and its row indices."""
+        agents, block, device = initial.shape[0], self._slots.block, self.device
+        self.store = torch.empty(
+            agents * block, initial.shape[1], dtype=initial.dtype, device=device
+        )
+        """One block of rows per agent: its own row, then one mailbox per directed
+        edge it sends over (``_Slots.box_rows``), what that edge's receiver holds of
+        it where ``synced`` is False. ``mix`` reads it through one sparse product."""
+        self.own = self.store.view(agents, block, -1)[:, 0]
+        """Each agent's own last broadcast (``last_sent``), a view of ``store``."""
+        self.own.copy_(initial)
+        self._boxes = self._slots.box_rows.to(device)
+        self._of_edges = self._slots.of_edges.to(device)
+        self._every_slot = self._slots.every_slot.to(device)
+        self._own_rows = self.senders * block
+        self._indexed = indexed(device)
+
     def _owing(self, initial: torch.Tensor) -> None:
         """Resend's records of what each directed edge is owed, empty to start."""
-        edges_out = self.senders.numel()
-        self.stale = torch.zeros(edges_out, dtype=torch.bool)
+        edges_out, device = self.senders.numel(), self.device
+        self.stale = torch.zeros(edges_out, dtype=torch.bool, device=device)
         """Resend: the directed edges whose last value was lost."""
         rows = edges_out if self.resend else 0
-        self.owed = torch.zeros(rows, initial.shape[1], dtype=initial.dtype)
+        self.owed = torch.zeros(rows, initial.shape[1], dtype=initial.dtype, device=device)
         """Resend: the sum of each directed edge's lost differences."""
-        self.owed_bytes = torch.zeros(edges_out, dtype=torch.int64)
+        self.owed_bytes = torch.zeros(edges_out, dtype=torch.int64, device=device)
         """Resend: the bytes of the codes each directed edge is owed."""
 
     def enter(self, graph: Graph, active: torch.Tensor, alive: torch.Tensor) -> None:
@@ -158,10 +176,12 @@ class LossyTransport:
         built on: its edges (i, j) first, then (j, i)); ``alive`` (bool, (agents,)) flags
         the agents that are not crashed."""
         self.graph = graph
-        self.active = active
-        self.alive = alive
-        self._degrees = torch.bincount(self.senders[active], minlength=len(self.agents))
-        self._everything_up = bool(active.all()) and bool(alive.all())
+        self._active_here = active.cpu()  # drawn on the CPU: reading it waits for nothing
+        self._everything_up = bool(self._active_here.all()) and bool(alive.cpu().all())
+        degrees = torch.bincount(self._cpu_senders[self._active_here], minlength=len(self.agents))
+        self.active = active.to(self.device, non_blocking=True)
+        self.alive = alive.to(self.device, non_blocking=True)
+        self._degrees = degrees.to(self.device, non_blocking=True)
 
     @property
     def dropped(self) -> int:
@@ -180,16 +200,22 @@ class LossyTransport:
     def _survivors(self, *shape: int) -> torch.Tensor:
         """Which messages arrive: bool of ``(2E, *shape)``, True with probability 1 - drop."""
         draws = torch.rand(self.senders.numel(), *shape, generator=self.stream)
-        return draws >= self.drop
+        return (draws >= self.drop).to(self.device, non_blocking=True)  # drawn on the CPU
 
     def _keep_apart(self, edges: torch.Tensor) -> None:
         """The receivers of the synced directed edges flagged in ``edges`` (bool, (2E,))
         keep what they hold of the sender now, in their mailboxes, before its own row
         moves on without them."""
         parting = edges & self.synced
+        if not self._indexed:  # every mailbox written through the mask, nothing read
+            own = self.store.index_select(0, self._own_rows)
+            held = self.store.index_select(0, self._boxes)
+            self.store.index_copy_(0, self._boxes, torch.where(parting[:, None], own, held))
+            self.synced &= ~parting
+            return
         if bool(parting.any()):
             rows = parting.nonzero().squeeze(1)
-            own = self.store.index_select(0, self.senders[rows] * self._slots.block)
+            own = self.store.index_select(0, self._own_rows[rows])
             self.store.index_copy_(0, self._boxes[rows], own)
             self.synced &= ~parting
 
@@ -229,18 +255,26 @@ class LossyTransport:
         if delivered is not None:
             self._pay_owed(delivered)
         for index, part in enumerate(update.segments.slices):
-            edges = (arrived[:, index] & ~self.synced).nonzero().squeeze(1)
-            if edges.numel():
-                width = part.stop - part.start
-                source = update.delta[self.senders[edges], part]
-                boxes = self.store.narrow(1, part.start, width)
-                boxes.index_add_(0, self._boxes[edges], source)
+            self._add_to_boxes(arrived[:, index] & ~self.synced, update.delta, part)
         self._count_lost((sent & ~arrived).sum(1))
         segments = sending.to(torch.int64).sum(1)
         payload = (sending.to(torch.int64) * update.segment_bytes()).sum(1)
         self.counters.record_events(segments, payload, self._degrees)
         if self.resend:  # lost, or meant for a link that is down: owed until it arrives
             self._owe(update, sending[self.senders] & ~arrived)
+
+    def _add_to_boxes(self, edges: torch.Tensor, delta: torch.Tensor, part: slice) -> None:
+        """The mailboxes of the directed edges ``edges`` flags (bool, (2E,)) add their
+        sender's ``part`` of ``delta``."""
+        boxes = self.store.narrow(1, part.start, part.stop - part.start)
+        if not self._indexed:  # every mailbox written through the mask, nothing read
+            held = boxes.index_select(0, self._boxes)
+            source = delta[:, part].index_select(0, self.senders)
+            boxes.index_copy_(0, self._boxes, torch.where(edges[:, None], held + source, held))
+            return
+        rows = edges.nonzero().squeeze(1)
+        if rows.numel():
+            boxes.index_add_(0, self._boxes[rows], delta[self.senders[rows], part])
 
     def _owed_delivered(self, sent: torch.Tensor, arrived: torch.Tensor) -> torch.Tensor:
         """Resend: each edge owed something sends it with its first segment's message
@@ -262,16 +296,27 @@ class LossyTransport:
     def _pay_owed(self, delivered: torch.Tensor) -> None:
         """Resend: the receivers of the ``delivered`` edges (kept apart already) add what
         they were owed, and the edges owe nothing more."""
-        edges = delivered.nonzero().squeeze(1)
-        if edges.numel():
-            self.store.index_add_(0, self._boxes[edges], self.owed.index_select(0, edges))
-        self.owed[delivered] = 0.0
-        self.owed_bytes[delivered] = 0
+        if self._indexed:
+            edges = delivered.nonzero().squeeze(1)
+            if edges.numel():
+                self.store.index_add_(0, self._boxes[edges], self.owed.index_select(0, edges))
+        else:  # every mailbox written through the mask, nothing read
+            held = self.store.index_select(0, self._boxes)
+            paid = torch.where(delivered[:, None], held + self.owed, held)
+            self.store.index_copy_(0, self._boxes, paid)
+        self.owed.masked_fill_(delivered[:, None], 0.0)
+        self.owed_bytes.masked_fill_(delivered, 0)
 
     def _owe(self, update: EstimateUpdate, lost: torch.Tensor) -> None:
         """Resend: add each lost segment (2E, S) to what its edge is owed."""
         sizes = update.segment_bytes()
         for index, part in enumerate(update.segments.slices):
+            if not self._indexed:  # every row written through the mask, nothing read
+                owed = self.owed[:, part]
+                source = update.delta[:, part].index_select(0, self.senders)
+                owed.copy_(torch.where(lost[:, index : index + 1], owed + source, owed))
+                self.owed_bytes += torch.where(lost[:, index], sizes[index], 0)
+                continue
             edges = lost[:, index].nonzero().squeeze(1)
             if edges.numel():
                 self.owed[edges, part] += update.delta[self.senders[edges], part]
@@ -279,15 +324,12 @@ class LossyTransport:
 
     def _per_sender(self, counts: torch.Tensor) -> torch.Tensor:
         """Per-edge counts (2E,) summed over each sender, (agents,) int64."""
-        return torch.bincount(
-            self.senders, weights=counts.to(torch.float64), minlength=len(self.agents)
-        ).to(torch.int64)
+        totals = torch.zeros(len(self.agents), dtype=torch.int64, device=self.device)
+        return totals.index_add_(0, self.senders, counts.to(torch.int64))
 
     def _count_lost(self, lost: torch.Tensor) -> None:
         """Add the lost messages of each directed edge (2E,) to its sender's count."""
-        self.dropped_per_agent += torch.bincount(
-            self.senders, weights=lost.to(torch.float64), minlength=len(self.agents)
-        ).to(torch.int64)
+        self.dropped_per_agent.index_add_(0, self.senders, lost.to(torch.int64))
 
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
         """``out_i += scale (W_ii x^_i + sum_j W_ij m_ji)`` for the sparse ``operator`` W:
@@ -295,7 +337,7 @@ class LossyTransport:
         weight of each inactive edge moved to the diagonal. One sparse product over
         ``store``: a slot reads its sender's own row while its edge is synced, its
         mailbox otherwise, in the same order either way."""
-        spread = self._spread_of(operator, None if self._everything_up else self.active)
+        spread = self._spread_of(operator, None if self._everything_up else self._active_here)
         matrix = torch.sparse_csr_tensor(
             spread.crow,
             spread.columns(self.synced),
@@ -303,6 +345,8 @@ class LossyTransport:
             size=(len(self.agents), self.store.shape[0]),
             check_invariants=False,  # sorted and distinct by construction (_Slots)
         )
+        if self.device.type == "meta":  # shapes only, and no sparse kernels: the tests'
+            matrix = matrix.to_dense()
         out.addmm_(matrix, self.store, alpha=scale)
         if self.resend:
             self._mix_acknowledged(operator, out, scale)
@@ -332,13 +376,14 @@ class LossyTransport:
         if known is None or known[0] is not operator:
             if len(self._acknowledged) >= _SPREADS_KEPT:
                 self._acknowledged.clear()
-            dense = operator.to_dense()
+            dense = operator.cpu().to_dense()
             weights = torch.zeros(dense.shape[0], self.senders.numel(), dtype=dense.dtype)
             if torch.equal(dense, dense.T):
                 edges = torch.arange(self.senders.numel())
-                weights[self.senders, edges] = dense[self.senders, self.receivers]
+                senders, receivers = self._cpu_senders, self._slots.edge_receivers
+                weights[senders, edges] = dense[senders, receivers]
             # dense: a sparse product rounds differently, and docs/results come from this one
-            known = (operator, weights if bool(weights.any()) else None)
+            known = (operator, weights.to(self.device) if bool(weights.any()) else None)
             self._acknowledged[id(operator)] = known
         return known[1]
 
@@ -349,7 +394,8 @@ class LossyTransport:
         if known is None or known[0] is not operator or not _same(known[1], active):
             if len(self._spreads) >= _SPREADS_KEPT:  # one operator per graph that varies
                 self._spreads.clear()
-            spread = self._slots.spread(self._slots.weights(operator, active))
+            weights = self._slots.weights(operator.cpu(), active)
+            spread = self._slots.spread(weights).to(self.device)
             known = (operator, None if active is None else active.clone(), spread)
             self._spreads[id(operator)] = known
         return known[2]
@@ -365,7 +411,7 @@ class LossyTransport:
         each receiver holds of each sender."""
         return {
             "own": self.own,
-            "held": self.store.index_select(0, self._slots.every_slot.columns(self.synced)),
+            "held": self.store.index_select(0, self._every_slot.columns(self.synced)),
             "dropped": self.dropped_per_agent,
             "stream": self.stream.get_state(),
             "counters": self.counters.state_dict(),
@@ -380,7 +426,7 @@ class LossyTransport:
         held = state["held"]
         if held.shape[0] != self._slots.senders.numel():
             raise ValueError(f"{held.shape[0]} mailboxes for {self._slots.senders.numel()} slots")
-        boxes = held.index_select(0, self._slots.of_edges)
+        boxes = held.to(self.device).index_select(0, self._of_edges)
         self.store.index_copy_(0, self._boxes, boxes)
         # A receiver holding its sender's own row bit for bit reads that row again.
         own = self.own.index_select(0, self.senders)
@@ -413,6 +459,8 @@ class _Slots:
 
     def __init__(self, senders: torch.Tensor, receivers: torch.Tensor, agents: int) -> None:
         """``senders``, ``receivers``: of each directed edge, (2E,)."""
+        self.edge_receivers = receivers
+        """The receiver of each directed edge, (2E,)."""
         everyone = torch.arange(agents)
         keys = torch.cat([receivers, everyone]) * agents + torch.cat([senders, everyone])
         order = keys.argsort()
@@ -505,6 +553,12 @@ class _Spread:
     own_columns: torch.Tensor
     box_columns: torch.Tensor
     """The mailbox row of each entry's edge (its own row for an own slot)."""
+
+    def to(self, device: torch.device) -> _Spread:
+        """The same entries on ``device``."""
+        if self.crow.device == device:
+            return self
+        return _Spread(*(getattr(self, f.name).to(device) for f in dataclasses.fields(self)))
 
     def columns(self, synced: torch.Tensor) -> torch.Tensor:
         """The store row of each entry: its sender's own row for an own slot or a

@@ -96,14 +96,10 @@ def run_sgd(
 
 
 def _initial(setup: SgdSetup) -> torch.Tensor:
-    """The agents' initial parameters where the run keeps its state: on a GPU every
-    agent's parameters, the algorithm's state, the lossless transport's values and the
-    counters live there. The per-edge mailboxes (lost messages, down links, crashes)
-    stay in CPU memory, and their parameters cross to the GPU for each gradient."""
+    """The agents' initial parameters where the run computes: on a GPU every agent's
+    parameters, the algorithm's state, the mailboxes and the counters live there."""
     device = setup.problem.model.device
-    if device is None or setup.plan.transport != "in-memory":
-        return setup.initial
-    return setup.initial.to(device)
+    return setup.initial if device is None else setup.initial.to(device)
 
 
 def _measured_agents(setup: SgdSetup) -> torch.Tensor | None:

@@ -135,6 +135,11 @@ touch only its rows (a read is free on the CPU). On any other device (a GPU) the
 write every row through the mask and read nothing back, with the same numbers."""
 
 
+def indexed(device: torch.device) -> bool:
+    """Whether row writes on ``device`` read their masks to touch only their rows."""
+    return device.type in INDEXED_DEVICES
+
+
 class OnDevice:
     """Tensors the algorithms derive on the CPU (mixing operators, message sizes), each
     copied once to ``device`` and kept for as long as the original lives."""
@@ -160,7 +165,7 @@ class OnDevice:
 
 def add_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) -> None:
     """``target[rows] += source[rows]`` for a boolean row mask, touching only those rows."""
-    if target.device.type not in INDEXED_DEVICES:
+    if not indexed(target.device):
         torch.where(rows.unsqueeze(1), target + source, target, out=target)
         return
     if bool(rows.all()):
@@ -172,7 +177,7 @@ def add_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) -> 
 
 def copy_rows(target: torch.Tensor, source: torch.Tensor, rows: torch.Tensor) -> None:
     """``target[rows] = source[rows]`` for a boolean row mask, touching only those rows."""
-    if target.device.type not in INDEXED_DEVICES:
+    if not indexed(target.device):
         torch.where(rows.unsqueeze(1), source, target, out=target)
         return
     if bool(rows.all()):
