@@ -46,9 +46,12 @@ class RunConfig:
     and a C++ compiler is at hand. Runs with ``[faults]`` or a varying graph, and the
     distributed runtime, step eagerly."""
     device: Literal["cpu", "cuda"] = "cpu"
-    """Where the simulator computes the agents' gradients and evaluations: ``cuda`` puts
-    the model and the data on the GPU (the stacked parameters and the algorithm's state
-    stay in CPU memory and cross once per step); simulator SGD and server runs only."""
+    """Where the simulator computes: ``cuda`` puts the model, the data, every agent's
+    parameters, the algorithm's state, the mailboxes and the message counters of its
+    synchronous SGD runs on the GPU, and a step reads nothing back (the losses and
+    counts are read at evaluations); only the batch indices and fault masks go up each
+    step. A server run computes its gradients there and keeps the server's model in CPU
+    memory. Simulator SGD and server runs only."""
     seeds: tuple[int, ...] = ()
     """Run the experiment once per seed of this list (each run's ``run.seed``), and
     report the mean and spread across them; empty: one run of ``run.seed``."""
