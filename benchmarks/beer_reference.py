@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import torch
 
 from murmur.algorithms.beer import Beer
-from murmur.algorithms.estimates import Segments, agent_generators, compressed_update
+from murmur.algorithms.estimates import Segments, compressed_update, message_draws
 from murmur.config import Config, load_experiment
 from murmur.experiment import run
 from murmur.topology import metropolis_weights
@@ -64,10 +64,11 @@ def reference(config: Config, h_at_model: bool = False) -> tuple[float, float]:
     agents, size = x.shape
     whole = Segments.whole(size)
     everyone = torch.ones(agents, 1, dtype=torch.bool)
-    streams = agent_generators(config.run.seed, range(agents))
+    block = list(range(agents))
 
-    def compress(values: torch.Tensor) -> torch.Tensor:
-        return compressed_update(gossip.compressor, values, everyone, whole, streams).delta
+    def compress(values: torch.Tensor, message: int) -> torch.Tensor:
+        draws = message_draws(config.run.seed, block, message, values.device)
+        return compressed_update(gossip.compressor, values, everyone, whole, draws).delta
 
     rows = BatchRows(problem.x_train, problem.y_train)
 
@@ -80,11 +81,11 @@ def reference(config: Config, h_at_model: bool = False) -> tuple[float, float]:
     v = last.clone()
     for iteration in range(config.run.iterations):
         x += gossip.gamma * (difference @ h) - step(iteration) * v
-        h += compress(x - h)
+        h += compress(x - h, 2 * iteration)
         new = gradient()
         v += gossip.gamma * (difference @ g) + new - last
         last = new
-        g += compress(v - g)
+        g += compress(v - g, 2 * iteration + 1)
     accuracy, _ = problem.model.evaluate(x, problem.x_test, problem.y_test)
     return float(accuracy.mean()), float(accuracy.min())
 

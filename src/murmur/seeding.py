@@ -1,4 +1,6 @@
-"""Independent, reproducible random streams: one per purpose and agent."""
+"""Independent, reproducible random streams: one per purpose and agent, drawn from a
+generator or computed from a key (:func:`mix32`: integer arithmetic only, the same
+numbers on any device and for any number of agents)."""
 
 from __future__ import annotations
 
@@ -17,3 +19,32 @@ def derive_seed(seed: int, purpose: str, index: int = 0) -> int:
 def generator(seed: int, purpose: str, index: int = 0) -> torch.Generator:
     """A torch generator seeded for stream ``(purpose, index)``."""
     return torch.Generator().manual_seed(derive_seed(seed, purpose, index))
+
+
+LOW32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
+    """``x * constant mod 2**32`` for ``x`` in [0, 2**32), without int64 overflow:
+    the constant is split into 16-bit halves, so no product reaches 2**49."""
+    high, low = constant >> 16, constant & 0xFFFF
+    return ((((x * high) & 0xFFFF) << 16) + x * low) & LOW32
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (the ``lowbias32`` finalizer) of int64 values in [0, 2**32):
+    every output bit depends on every input bit."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def agent_keys(seed: int, purpose: str, agents: torch.Tensor) -> torch.Tensor:
+    """A 32-bit key per agent of ``agents`` (int64 indices) for stream ``purpose`` of run
+    seed ``seed``, int64 in [0, 2**32), on the agents' device: agent i's key does not
+    depend on which other agents are asked for."""
+    base = derive_seed(seed, purpose) & LOW32
+    low, high = agents & LOW32, agents >> 32
+    return mix32(mix32(low ^ base) ^ mix32(high ^ (base >> 7)))

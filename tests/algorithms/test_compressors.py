@@ -18,13 +18,19 @@ from murmur.algorithms.compressors import (
     TopK,
     make_compressor,
 )
+from murmur.algorithms.draws import Draws
 from murmur.algorithms.estimates import (
     Segments,
     add_packed,
-    agent_generators,
     compressed_update,
     max_packed_words,
+    message_draws,
 )
+
+
+def _draws(seed: int, agents, message: int = 0) -> Draws:
+    """The draws of message ``message`` of ``agents`` in a run of seed ``seed``."""
+    return message_draws(seed, list(agents), message, torch.device("cpu"))
 
 COMPRESSORS = [
     NoCompression(),
@@ -49,7 +55,7 @@ def _values(agents: int, n: int, dtype: torch.dtype) -> torch.Tensor:
 def test_packed_size_is_exact_and_unpacking_decodes_to_the_sent_values(compressor, dtype, n):
     agents = 3
     values = _values(agents, n, dtype)
-    code = compressor.compress(values, agent_generators(0, range(agents)))
+    code = compressor.compress(values, _draws(0, range(agents)))
     dense = compressor.decode(code, n)
     assert dense.shape == (agents, n) and dense.dtype == dtype
     size = torch.empty(0, dtype=dtype).element_size()
@@ -75,22 +81,26 @@ def test_encoded_sizes_by_hand():
 
 def test_topk_keeps_the_largest_magnitudes():
     values = torch.tensor([[0.5, -3.0, 1.0, 2.0, -0.1]])
-    dense = TopK(0.4).decode(TopK(0.4).compress(values, []), 5)
+    dense = TopK(0.4).decode(TopK(0.4).compress(values, _draws(0, range(values.shape[0]))), 5)
     assert dense.tolist() == [[0.0, -3.0, 0.0, 2.0, 0.0]]
 
 
 def test_randk_sends_k_distinct_entries_and_the_receiver_finds_them_from_the_seed():
     values = torch.arange(1.0, 101.0).reshape(1, 100)
     compressor = RandK(0.1)
-    code = compressor.compress(values, agent_generators(3, [0]))
+    code = compressor.compress(values, _draws(3, [0]))
     dense = compressor.decode(code, 100)
     kept = dense.nonzero()[:, 1]
     assert kept.numel() == 10
     assert torch.equal(dense[0, kept], values[0, kept])
-    again = compressor.compress(values, agent_generators(3, [0]))
-    assert torch.equal(again[1], code[1])  # the same agent stream draws the same entries
-    other = compressor.compress(values, agent_generators(3, [1]))
+    again = compressor.compress(values, _draws(3, [0]))
+    assert torch.equal(again[1], code[1])  # the same agent and message: the same entries
+    other = compressor.compress(values, _draws(3, [1]))
     assert not torch.equal(other[1], code[1])
+    later = compressor.compress(values, _draws(3, [0], message=1))
+    assert not torch.equal(later[1], code[1])
+    # the receiver's indices from the seed alone
+    assert torch.equal(compressor.unpack(compressor.pack(code, 0), 100, values.dtype)[1], code[1])
 
 
 def test_qsgd_is_unbiased_after_the_choco_scaling():
@@ -98,10 +108,9 @@ def test_qsgd_is_unbiased_after_the_choco_scaling():
     n, draws, levels = 50, 4000, 3
     v = torch.randn(1, n, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     compressor = Qsgd(levels)
-    generators = agent_generators(0, [0])
     total = torch.zeros(1, n, dtype=torch.float64)
-    for _ in range(draws):
-        code = compressor.compress(v, generators)
+    for message in range(draws):
+        code = compressor.compress(v, _draws(0, [0], message))
         assert int(code[2].max()) <= levels and int(code[2].min()) >= 0
         total += compressor.decode(code, n)
     tau = 1 + min(n / levels**2, math.sqrt(n) / levels)
@@ -110,16 +119,16 @@ def test_qsgd_is_unbiased_after_the_choco_scaling():
 
 def test_scaled_sign_sends_the_mean_magnitude_and_counts_zero_as_positive():
     values = torch.tensor([[1.0, -2.0, 0.0, 3.0]])
-    dense = ScaledSign().decode(ScaledSign().compress(values, []), 4)
+    dense = ScaledSign().decode(ScaledSign().compress(values, _draws(0, range(values.shape[0]))), 4)
     assert dense.tolist() == [[1.5, -1.5, 1.5, 1.5]]
 
 
 def test_a_zero_difference_compresses_to_zero():
     zero = torch.zeros(2, 9)
     for compressor in COMPRESSORS[:-1]:  # scaled sign of zero is zero too, by its scale
-        code = compressor.compress(zero, agent_generators(0, range(2)))
+        code = compressor.compress(zero, _draws(0, range(2)))
         assert torch.equal(compressor.decode(code, 9), zero)
-    assert torch.equal(ScaledSign().decode(ScaledSign().compress(zero, []), 9), zero)
+    assert torch.equal(ScaledSign().decode(ScaledSign().compress(zero, _draws(0, range(2))), 9), zero)
 
 
 def test_unknown_compressor_is_refused():
@@ -133,7 +142,7 @@ def test_a_packed_update_adds_only_the_sent_segments(compressor):
     segments = Segments((5, 3, 9))
     difference = _values(2, 17, torch.float32)
     sent = torch.tensor([[True, True, True], [True, False, True]])
-    update = compressed_update(compressor, difference, sent, segments, agent_generators(0, [0, 1]))
+    update = compressed_update(compressor, difference, sent, segments, _draws(0, [0, 1]))
     assert torch.equal(update.delta[1, 5:8], torch.zeros(3))
     words = update.pack(1)
     assert words.dtype == torch.float32
@@ -152,7 +161,7 @@ def test_a_malformed_packed_update_is_refused():
         torch.ones(1, 8),
         torch.tensor([[True, True]]),
         segments,
-        agent_generators(0, [0]),
+        _draws(0, [0]),
     )
     words = update.pack(0)
     with pytest.raises(ValueError, match="bytes"):
@@ -168,9 +177,9 @@ def test_the_sign_scales_each_tensor_on_its_own():
     small one as +-50.5; per tensor each keeps its own."""
     values = torch.tensor([[1.0, -1.0, 100.0, -100.0]])
     per_tensor = ScaledSign((2, 2))
-    assert per_tensor.decode(per_tensor.compress(values, []), 4).tolist() == [values[0].tolist()]
+    assert per_tensor.decode(per_tensor.compress(values, _draws(0, range(values.shape[0]))), 4).tolist() == [values[0].tolist()]
     assert per_tensor.nbytes(4, 4) == 2 * 4 + 1
-    whole = ScaledSign().decode(ScaledSign().compress(values, []), 4)
+    whole = ScaledSign().decode(ScaledSign().compress(values, _draws(0, range(values.shape[0]))), 4)
     assert whole.tolist() == [[50.5, -50.5, 50.5, -50.5]]
 
 
@@ -204,11 +213,14 @@ def test_every_compressor_contracts_at_least_by_its_stated_delta(index, seed, sp
     )
     v[0, :spikes] *= 1e3
     draws = 200 if isinstance(compressor, RandK | Qsgd) else 1
-    generators = agent_generators(seed, range(1))
     error = (
         sum(
-            float((compressor.decode(compressor.compress(v, generators), n) - v).square().sum())
-            for _ in range(draws)
+            float(
+                (compressor.decode(compressor.compress(v, _draws(seed, [0], i)), n) - v)
+                .square()
+                .sum()
+            )
+            for i in range(draws)
         )
         / draws
     )

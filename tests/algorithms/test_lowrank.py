@@ -11,7 +11,7 @@ import torch
 
 import murmur
 from murmur.algorithms.compressors import LowRank, compress_message
-from murmur.algorithms.estimates import agent_generators
+from murmur.algorithms.estimates import message_draws
 from murmur.config import build_config
 from murmur.data import from_arrays
 
@@ -20,8 +20,8 @@ SHAPES = ((6, 9), (6,), (2, 6), (2,))
 N = 74
 
 
-def _generators(agents: int):
-    return agent_generators(0, range(agents))
+def _draws(agents: int, message: int = 0):
+    return message_draws(0, list(range(agents)), message, torch.device("cpu"))
 
 
 def test_a_matrix_of_rank_r_comes_through_exactly_and_vectors_go_dense():
@@ -29,7 +29,7 @@ def test_a_matrix_of_rank_r_comes_through_exactly_and_vectors_go_dense():
     rng = torch.Generator().manual_seed(0)
     weight = torch.randn(3, 6, 2, generator=rng) @ torch.randn(3, 2, 9, generator=rng)
     values = torch.cat([weight.reshape(3, -1), torch.randn(3, 20, generator=rng)], dim=1)
-    decoded = compressor.decode(compressor.compress(values, _generators(3)), N)
+    decoded = compressor.decode(compressor.compress(values, _draws(3)), N)
     torch.testing.assert_close(decoded[:, :54], values[:, :54], rtol=1e-4, atol=1e-4)
     assert torch.equal(decoded[:, 54:60], values[:, 54:60])  # the bias, dense
     # 2 x (6 + 9) for the first matrix; the (2, 6) one and the biases are smaller dense
@@ -39,7 +39,7 @@ def test_a_matrix_of_rank_r_comes_through_exactly_and_vectors_go_dense():
 def test_a_full_rank_matrix_is_projected_never_lengthened_and_its_bytes_travel():
     compressor = LowRank(1, SHAPES, power_iterations=3)
     values = torch.randn(4, N, generator=torch.Generator().manual_seed(1))
-    code = compressor.compress(values, _generators(4))
+    code = compressor.compress(values, _draws(4))
     decoded = compressor.decode(code, N)
     error = (decoded - values)[:, :54].square().sum(1)
     assert bool((error < values[:, :54].square().sum(1)).all())
@@ -60,7 +60,7 @@ def test_more_power_iterations_find_more_of_the_top_singular_direction():
     errors = []
     for steps in (1, 4):
         compressor = LowRank(1, SHAPES, power_iterations=steps)
-        decoded = compressor.decode(compressor.compress(values, _generators(1)), N)
+        decoded = compressor.decode(compressor.compress(values, _draws(1)), N)
         errors.append(float((decoded - values).square().sum()))
     assert errors[1] <= errors[0]
 
@@ -85,9 +85,8 @@ def test_warm_starts_find_the_best_rank_one_message_of_a_repeated_difference():
     errors = {}
     for warm_start in (True, False):
         compressor, memory = LowRank(1, SHAPES, warm_start=warm_start), {}
-        generators = _generators(2)
-        for _ in range(30):
-            code = compress_message(compressor, values, generators, memory, "0")
+        for message in range(30):
+            code = compress_message(compressor, values, _draws(2, message), memory, "0")
         decoded = compressor.decode(code, N)
         errors[warm_start] = float((decoded - values)[0, :54].square().sum())
         assert bool(memory) == warm_start
@@ -97,18 +96,18 @@ def test_warm_starts_find_the_best_rank_one_message_of_a_repeated_difference():
 
 def test_a_zero_difference_leaves_a_usable_warm_start():
     compressor, memory = LowRank(1, SHAPES), {}
-    compress_message(compressor, torch.zeros(1, N), _generators(1), memory, "0")
+    compress_message(compressor, torch.zeros(1, N), _draws(1), memory, "0")
     assert all(bool(torch.isfinite(start).all()) for start in memory.values())
     values = torch.randn(1, N, generator=torch.Generator().manual_seed(4))
     decoded = compressor.decode(
-        compress_message(compressor, values, _generators(1), memory, "0"), N
+        compress_message(compressor, values, _draws(1), memory, "0"), N
     )
     assert float(decoded[:, :54].norm()) > 0
 
 
 def test_lowrank_needs_whole_models():
     with pytest.raises(ValueError, match="whole models"):
-        LowRank(1, SHAPES).compress(torch.zeros(1, 54), _generators(1))
+        LowRank(1, SHAPES).compress(torch.zeros(1, 54), _draws(1))
 
 
 @pytest.mark.parametrize("algorithm", ["choco-sgd", "beer"])

@@ -12,7 +12,7 @@ from gloo import gloo_groups
 
 from murmur.algorithms.choco import Choco, ChocoConfig
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
-from murmur.algorithms.estimates import Segments, compressed_update
+from murmur.algorithms.estimates import Segments, compressed_update, message_draws
 from murmur.algorithms.protocols import BuildContext
 from murmur.distributed.transport import DistributedTransport
 from murmur.sim.transport import InMemoryTransport
@@ -87,8 +87,8 @@ def block_delta(transport: DistributedTransport, rows: list[int]) -> tuple[torch
     """A well-formed DELTA of ``rows`` of a 2-agent block, and the difference it carries."""
     difference = torch.randn(2, P, generator=torch.Generator().manual_seed(2))
     sent = torch.ones(2, len(SEGMENTS), dtype=torch.bool)
-    generators = [torch.Generator().manual_seed(3), torch.Generator().manual_seed(4)]
-    update = compressed_update(transport_compressor(), difference, sent, SEGMENTS, generators)
+    draws = message_draws(3, [0, 1], 0, torch.device("cpu"))
+    update = compressed_update(transport_compressor(), difference, sent, SEGMENTS, draws)
     transport._codec = (update.compressor, update.segments)
     parts = [update.pack(row) for row in rows]
     counts = [*rows, *(part.numel() for part in parts), len(parts)]

@@ -111,23 +111,25 @@ def test_a_state_saved_before_a_field_was_added_takes_its_default():
     from murmur.algorithms.choco import ChocoState
 
     template = ChocoState(x=torch.zeros(2, 3))
-    saved = {"x": torch.ones(2, 3), "generators": None}  # no "warm": an older checkpoint
+    saved = {"x": torch.ones(2, 3)}  # no "warm": an older checkpoint
     restored = restore_tuple(template, saved)
     assert torch.equal(restored.x, torch.ones(2, 3)) and restored.warm is None
     with pytest.raises(UsageError, match="fields"):
-        restore_tuple(template, {"generators": None})  # x has no default
+        restore_tuple(template, {"warm": None})  # x has no default
     with pytest.raises(UsageError, match="fields"):
         restore_tuple(template, {**saved, "unknown": 1})
+    with pytest.raises(UsageError, match="fields"):  # per-agent generators, as saved before
+        restore_tuple(template, {**saved, "generators": None})
 
 
 def test_generators_and_named_tuples_become_plain_values_and_back():
     from murmur.algorithms.detsgrad import DetsgradState
 
     stream = torch.Generator().manual_seed(3)
-    state = DetsgradState(x=torch.ones(2, 3), generators=[stream])
-    plain = to_plain(state)
-    assert isinstance(plain["generators"][0]["generator"], torch.Tensor)
-    again = from_plain(plain)["generators"][0]
+    plain = to_plain({"streams": [stream], "state": DetsgradState(x=torch.ones(2, 3))})
+    assert set(plain["state"]) == {"x", "warm"}
+    assert isinstance(plain["streams"][0]["generator"], torch.Tensor)
+    again = from_plain(plain)["streams"][0]
     assert torch.equal(torch.rand(4, generator=again), torch.rand(4, generator=stream))
 
 

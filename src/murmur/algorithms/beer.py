@@ -42,7 +42,13 @@ import torch
 from murmur.algorithms.choco import GossipConfig, GossipSetup, gossip_setup
 from murmur.algorithms.compressors import WarmStarts
 from murmur.algorithms.detsgrad_gt import half_triggers, model_and_tracker
-from murmur.algorithms.estimates import Segments, compressed_update, drawn_streams, with_streams
+from murmur.algorithms.estimates import (
+    Segments,
+    compressed_update,
+    message_draws,
+    warm_starts,
+    with_warm,
+)
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.errors import UsageError
 from murmur.topology import Graph
@@ -73,8 +79,6 @@ class BeerState(NamedTuple):
     """Each agent's gradient of the step before, (agents, P); None before the first step."""
     scratch: torch.Tensor | None = None
     """(agents, 2P) of room for the differences to the estimates."""
-    generators: list[torch.Generator] | None = None
-    """Each agent's compression stream, drawn at the first step."""
     warm: WarmStarts | None = None
     """The senders' warm starts (``lowrank``), kept from message to message."""
 
@@ -115,7 +119,7 @@ class Beer:
         if last is None or scratch is None:
             last, scratch = torch.zeros_like(grads), torch.empty_like(state.pair)
             state = state._replace(last_grads=last, scratch=scratch)
-        state = with_streams(state, self.seed, transport.agents)
+        state = with_warm(state)
         pair, x, v = state.pair, state.x, state.v
         gossip = self.gossip
         # [x | v] += gamma (W - I) [h | g], both read before this step's messages
@@ -127,8 +131,10 @@ class Beer:
         difference = torch.sub(pair, transport.last_sent, out=scratch)
         half = x.shape[1]
         sent = half_triggers(difference, self.v0 * eta, self.vy)
+        draws = message_draws(self.seed, transport.agents, iteration, x.device)
+        halves = Segments((half, half))
         update = compressed_update(
-            gossip.compressor, difference, sent, Segments((half, half)), *drawn_streams(state)
+            gossip.compressor, difference, sent, halves, draws, warm_starts(state)
         )
         transport.publish(update)
         return state

@@ -31,12 +31,14 @@ from murmur.algorithms.compressors import (
     WarmStarts,
     kept_share,
 )
+from murmur.algorithms.draws import Draws
 from murmur.algorithms.estimates import (
     CompressedState,
     Segments,
     compressed_update,
-    drawn_streams,
-    with_streams,
+    message_draws,
+    warm_starts,
+    with_warm,
 )
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import SgdConfig
@@ -152,8 +154,6 @@ def gossip_setup(config: GossipConfig, graph: Graph, context: BuildContext) -> G
 class ChocoState(NamedTuple):
     x: torch.Tensor
     """Models, (agents, P). The estimates x^ are what the transport holds as sent."""
-    generators: list[torch.Generator] | None = None
-    """Each agent's compression stream, drawn at the first step."""
     warm: WarmStarts | None = None
     """The senders' warm starts (``lowrank``), kept from message to message."""
 
@@ -181,12 +181,13 @@ class Choco:
     def step(
         self, state: ChocoState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> ChocoState:
-        state = with_streams(state, self.seed, transport.agents)
+        state = with_warm(state)
         x = state.x
         x.add_(grads, alpha=-self.gradient_step(iteration))
         everyone = torch.ones(x.shape[0], 1, dtype=torch.bool, device=x.device)
         difference = torch.sub(x, transport.last_sent, out=grads)
-        publish_and_mix(self.gossip, x, difference, everyone, state, transport)
+        draws = message_draws(self.seed, transport.agents, iteration, x.device)
+        publish_and_mix(self.gossip, x, difference, everyone, (draws, state), transport)
         return state
 
 
@@ -195,15 +196,16 @@ def publish_and_mix(
     x: torch.Tensor,
     difference: torch.Tensor,
     sent: torch.Tensor,
-    streams: CompressedState,
+    streams: tuple[Draws, CompressedState],
     transport: Transport,
 ) -> None:
     """Send C(x - x^) where ``sent`` (agents, 1) says so, then step x towards the
     neighbours' estimates: x += gamma (W - I) X^. ``difference`` is x - x^; ``streams``:
-    the state whose generators and warm starts the compressor uses."""
+    the message's draws and the state whose warm starts the compressor uses."""
+    draws, state = streams
     transport.publish(
         compressed_update(
-            gossip.compressor, difference, sent, gossip.segments, *drawn_streams(streams)
+            gossip.compressor, difference, sent, gossip.segments, draws, warm_starts(state)
         )
     )
     transport.mix(gossip.operator, out=x, scale=gossip.gamma)

@@ -8,14 +8,15 @@ gives the dense values every holder adds to the sender's public copy;
 those bytes and back: the distributed runtime sends them, and decoding the
 unpacked code gives the sender's dense values bit for bit. Values travel in the
 models' dtype (float32: 4 bytes each), indices as int32, signs and levels as
-packed bits. Random choices come from one generator per agent.
+packed bits. Random choices are computed from keys of (seed, agent, iteration,
+part of the message), on the values' device (:mod:`murmur.algorithms.draws`).
 
 - ``none``: the n values.
 - ``topk`` (fraction f): the k = ceil(f n) entries of largest magnitude; k
   values and k indices.
-- ``randk`` (fraction f): k entries drawn without replacement from a 32-bit
+- ``randk`` (fraction f): k distinct entries chosen at random from a 31-bit
   seed that the sender draws and sends; k values and the seed, from which the
-  receiver draws the same indices.
+  receiver finds the same indices.
 - ``qsgd`` (levels s; Alistarh et al. 2017): (||v|| / tau) sign(v_i) xi_i / s,
   where xi_i in {0..s} rounds s |v_i| / ||v|| up or down at random, unbiased;
   one value (the scaled norm), one sign bit and ceil(log2(s + 1)) level bits per
@@ -32,9 +33,9 @@ packed bits. Random choices come from one generator per agent.
   of subspace iteration from a Gaussian start the agent draws from its stream;
   r (m + n) values. Tensors where that is no smaller than m n (vectors, small
   matrices) go dense. P Q^T is D's projection onto span(P), never longer than D.
-  PowerGossip warm-starts each round from the last one's Q; murmur draws afresh
-  and iterates instead, so a run's state is its generators and a resumed run
-  matches an uninterrupted one.
+  With ``warm_start`` (the default) each matrix starts from the last round's
+  basis, kept in the sender's state, as PowerGossip warm-starts from the last Q;
+  without it, every round draws a fresh start and iterates.
 
 Each compressor states its contraction ``delta(n)``: E ||C(v) - v||^2 <= (1 - delta)
 ||v||^2 for every v of n entries (the worst case), and ``typical_delta(n)``, what
@@ -56,6 +57,7 @@ from typing import Literal, Protocol
 import numpy as np
 import torch
 
+from murmur.algorithms.draws import Draws, distinct_indices
 from murmur.errors import UsageError
 from murmur.sections import AlgorithmConfig
 
@@ -74,8 +76,9 @@ class Compressor(Protocol):
 
     name: str
 
-    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
-        """The code of each row of ``values`` (agents, n); row i draws from ``generators[i]``."""
+    def compress(self, values: torch.Tensor, draws: Draws) -> Code:
+        """The code of each row of ``values`` (agents, n); row i draws from its key of
+        ``draws``."""
         ...
 
     def decode(self, code: Code, n: int) -> torch.Tensor:
@@ -111,15 +114,15 @@ bases (agents, cols, r) of ``lowrank`` with warm starts."""
 def compress_message(
     compressor: Compressor,
     values: torch.Tensor,
-    generators: Sequence[torch.Generator],
+    draws: Draws,
     warm: WarmStarts | None,
     key: str,
 ) -> Code:
-    """``compressor.compress(values, generators)``, with the sender's warm starts for
+    """``compressor.compress(values, draws)``, with the sender's warm starts for
     the message called ``key`` where the compressor keeps them (``lowrank``)."""
     if isinstance(compressor, LowRank) and warm is not None:
-        return compressor.compress(values, generators, warm, key)
-    return compressor.compress(values, generators)
+        return compressor.compress(values, draws, warm, key)
+    return compressor.compress(values, draws)
 
 
 def _as_bytes(tensor: torch.Tensor) -> torch.Tensor:
@@ -151,7 +154,7 @@ class NoCompression:
 
     name = "none"
 
-    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
+    def compress(self, values: torch.Tensor, draws: Draws) -> Code:
         return (values.clone(),)
 
     def decode(self, code: Code, n: int) -> torch.Tensor:
@@ -180,7 +183,7 @@ class TopK:
     fraction: float
     name = "topk"
 
-    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
+    def compress(self, values: torch.Tensor, draws: Draws) -> Code:
         k = _sample_count(self.fraction, values.shape[1])
         indices = values.abs().topk(k, dim=1, sorted=False).indices
         return indices, values.gather(1, indices)
@@ -216,19 +219,13 @@ class RandK:
     fraction: float
     name = "randk"
 
-    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
-        seeds = torch.cat([torch.randint(2**31 - 1, (1,), generator=g) for g in generators])
-        # drawn on the CPU, where the generators are; one upload to the values' device
-        indices = self._indices(seeds, values.shape[1]).to(values.device, non_blocking=True)
+    def compress(self, values: torch.Tensor, draws: Draws) -> Code:
+        seeds = draws.seeds()
+        indices = self._indices(seeds, values.shape[1])
         return seeds, indices, values.gather(1, indices)
 
     def _indices(self, seeds: torch.Tensor, n: int) -> torch.Tensor:
-        k = _sample_count(self.fraction, n)
-        draws = [
-            torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))[:k]
-            for seed in seeds.tolist()
-        ]
-        return torch.stack(draws) if draws else torch.empty(0, k, dtype=torch.int64)
+        return distinct_indices(seeds, n, _sample_count(self.fraction, n))
 
     def decode(self, code: Code, n: int) -> torch.Tensor:
         _, indices, kept = code
@@ -268,15 +265,12 @@ class Qsgd:
         s = self.levels
         return 1.0 + min(n / s**2, math.sqrt(n) / s)
 
-    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
+    def compress(self, values: torch.Tensor, draws: Draws) -> Code:
         n = values.shape[1]
         norms = torch.linalg.vector_norm(values, dim=1, keepdim=True)
         scaled = values.abs() * self.levels / torch.where(norms > 0, norms, 1.0)
         lower = scaled.floor()
-        uniform = torch.stack(
-            [torch.rand(n, generator=g, dtype=values.dtype) for g in generators]
-        ).reshape(values.shape)
-        uniform = uniform.to(values.device, non_blocking=True)  # drawn on the CPU
+        uniform = draws.uniform(n, values.dtype).reshape(values.shape)
         levels = (lower + (uniform < scaled - lower).to(values.dtype)).clamp_(max=self.levels)
         return norms / self.tau(n), values < 0, levels.to(torch.int64)
 
@@ -324,7 +318,7 @@ class ScaledSign:
     def _blocks(self, n: int) -> tuple[int, ...]:
         return self.sizes if len(self.sizes) > 1 and sum(self.sizes) == n else (n,)
 
-    def compress(self, values: torch.Tensor, generators: Sequence[torch.Generator]) -> Code:
+    def compress(self, values: torch.Tensor, draws: Draws) -> Code:
         blocks = values.split(self._blocks(values.shape[1]), dim=1)
         scales = torch.cat([b.abs().sum(1, keepdim=True) / b.shape[1] for b in blocks], dim=1)
         return scales, values < 0
@@ -388,7 +382,7 @@ class LowRank:
     def compress(
         self,
         values: torch.Tensor,
-        generators: Sequence[torch.Generator],
+        draws: Draws,
         warm: WarmStarts | None = None,
         key: str = "",
     ) -> Code:
@@ -405,8 +399,8 @@ class LowRank:
             matrix = values[:, offset : offset + m * cols].reshape(agents, m, cols)
             slot = f"{key}/{index}"
             start = keep.get(slot) if keep is not None else None
-            if start is None:  # drawn on the CPU, where the generators are
-                start = self._draw(generators, cols, values.dtype).to(values.device)
+            if start is None:
+                start = self._draw(draws.child(index), cols, values.dtype)
             p, q = self._factors(matrix, start)
             if keep is not None:
                 # an orthonormal basis: a zero difference leaves a usable start, not zeros
@@ -415,12 +409,9 @@ class LowRank:
             offset += m * cols
         return tuple(code)
 
-    def _draw(
-        self, generators: Sequence[torch.Generator], cols: int, dtype: torch.dtype
-    ) -> torch.Tensor:
-        """A Gaussian start (agents, cols, r), row i from ``generators[i]``."""
-        draws = [torch.randn(cols, self.rank, generator=g, dtype=dtype) for g in generators]
-        return torch.stack(draws).reshape(len(generators), cols, self.rank)
+    def _draw(self, draws: Draws, cols: int, dtype: torch.dtype) -> torch.Tensor:
+        """A Gaussian start (agents, cols, r), row i from its key of ``draws``."""
+        return draws.normal(cols * self.rank, dtype).reshape(len(draws), cols, self.rank)
 
     def _factors(self, matrix: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(P, Q): P an orthonormal basis from subspace iteration, Q = D^T P."""

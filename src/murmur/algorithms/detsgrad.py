@@ -41,7 +41,13 @@ from typing import Literal, NamedTuple
 import torch
 
 from murmur.algorithms.compressors import CompressionConfig, WarmStarts, kept_share
-from murmur.algorithms.estimates import Segments, compressed_update, drawn_streams, with_streams
+from murmur.algorithms.estimates import (
+    Segments,
+    compressed_update,
+    message_draws,
+    warm_starts,
+    with_warm,
+)
 from murmur.algorithms.mixing import mix_and_step
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig
@@ -89,8 +95,6 @@ class DetsgradConfig(CompressionConfig, SgdConfig):
 class DetsgradState(NamedTuple):
     x: torch.Tensor
     """Models, (agents, P). Each agent's x^_i is ``transport.last_sent``."""
-    generators: list[torch.Generator] | None = None
-    """Each agent's compression stream, drawn at the first compressed event."""
     warm: WarmStarts | None = None
     """The senders' warm starts (``lowrank``), kept from message to message."""
 
@@ -168,11 +172,14 @@ class Detsgrad:
             transport.broadcast(norms >= self.v0 * alpha, x)
             return state
         drift = grads
-        state = with_streams(state, self.seed, transport.agents)
+        state = with_warm(state)
         segments = self.segments(x.shape[1])
         if self.shares.device != drift.device:  # once: the state's device (a GPU)
             self.shares = self.shares.to(drift.device)
         sent = segments.norms(drift) >= self.v0 * alpha * self.shares
-        streams = drawn_streams(state)
-        transport.publish(compressed_update(self.compressor, drift, sent, segments, *streams))
+        draws = message_draws(self.seed, transport.agents, iteration, x.device)
+        update = compressed_update(
+            self.compressor, drift, sent, segments, draws, warm_starts(state)
+        )
+        transport.publish(update)
         return state

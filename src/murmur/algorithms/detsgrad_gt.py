@@ -40,7 +40,13 @@ import torch
 
 from murmur.algorithms import gossip_probe
 from murmur.algorithms.compressors import CompressionConfig, WarmStarts, kept_share
-from murmur.algorithms.estimates import Segments, compressed_update, drawn_streams, with_streams
+from murmur.algorithms.estimates import (
+    Segments,
+    compressed_update,
+    message_draws,
+    warm_starts,
+    with_warm,
+)
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig
 from murmur.errors import UsageError
@@ -107,8 +113,6 @@ class DetsgradGtState(NamedTuple):
     """Each agent's smoothed gradient m_i, (agents, P); None before the first step."""
     scratch: torch.Tensor | None = None
     """(agents, 2P) of room for the drift."""
-    generators: list[torch.Generator] | None = None
-    """Each agent's compression stream."""
     warm: WarmStarts | None = None
     """The senders' warm starts (``lowrank``), kept from message to message."""
 
@@ -187,8 +191,9 @@ class DetsgradGt:
         if self.compressor is None:
             transport.broadcast(sent.any(1), pair)
             return state
-        state = with_streams(state, self.seed, transport.agents)
+        state = with_warm(state)
         halves = Segments((half, half))
-        streams = drawn_streams(state)
-        transport.publish(compressed_update(self.compressor, drift, sent, halves, *streams))
+        draws = message_draws(self.seed, transport.agents, iteration, x.device)
+        update = compressed_update(self.compressor, drift, sent, halves, draws, warm_starts(state))
+        transport.publish(update)
         return state

@@ -27,7 +27,8 @@ from typing import Any, Protocol, TypeVar, cast
 import torch
 
 from murmur.algorithms.compressors import Code, Compressor, WarmStarts, compress_message
-from murmur.seeding import derive_seed
+from murmur.algorithms.draws import Draws
+from murmur.seeding import agent_keys
 
 _WORD = 4
 S = TypeVar("S", bound="CompressedState")
@@ -116,15 +117,17 @@ def compressed_update(
     difference: torch.Tensor,
     sent: torch.Tensor,
     segments: Segments,
-    generators: Sequence[torch.Generator],
+    draws: Draws,
     warm: WarmStarts | None = None,
 ) -> EstimateUpdate:
     """Compress each segment of ``difference`` (agents, P) for the segments ``sent``
-    (agents, S) flags; row i draws from ``generators[i]``; ``warm``: the senders'
-    warm starts (``lowrank``), kept by segment."""
+    (agents, S) flags; segment s of row i draws from row i's key of
+    ``draws.child(s)``; ``warm``: the senders' warm starts (``lowrank``), kept by
+    segment."""
     codes, parts = [], []
     for index, part in enumerate(segments.slices):
-        code = compress_message(compressor, difference[:, part], generators, warm, str(index))
+        values = difference[:, part]
+        code = compress_message(compressor, values, draws.child(index), warm, str(index))
         dense = compressor.decode(code, part.stop - part.start)
         codes.append(code)
         parts.append(torch.where(sent[:, index : index + 1], dense, 0.0))
@@ -165,36 +168,49 @@ def add_packed(
 
 
 class CompressedState(Protocol):
-    """A state record with the senders' compression streams and warm starts."""
-
-    @property
-    def generators(self) -> list[torch.Generator] | None: ...
+    """A state record with the senders' warm starts."""
 
     @property
     def warm(self) -> WarmStarts | None: ...
 
 
-def with_streams(state: S, seed: int, agents: Sequence[int]) -> S:
-    """``state`` with its compression generators (one per agent, drawn at the first
-    compressed message) and warm starts (empty until then); ``state`` is a named tuple."""
+def with_warm(state: S) -> S:
+    """``state`` (a named tuple) with its warm starts, empty until the first message."""
+    if state.warm is not None:
+        return state
     record: Any = state
-    if state.generators is None:
-        record = record._replace(generators=agent_generators(seed, agents))
+    return cast(S, record._replace(warm={}))
+
+
+def warm_starts(state: CompressedState) -> WarmStarts:
+    """The warm starts :func:`with_warm` gave ``state``."""
     if state.warm is None:
-        record = record._replace(warm={})
-    return cast(S, record)
+        raise ValueError("warm starts are made before the first message")
+    return state.warm
 
 
-def drawn_streams(state: CompressedState) -> tuple[list[torch.Generator], WarmStarts]:
-    """The generators and warm starts that :func:`with_streams` gave ``state``."""
-    if state.generators is None or state.warm is None:
-        raise ValueError("compression streams are drawn before the first message")
-    return state.generators, state.warm
+def message_draws(
+    seed: int, agents: Sequence[int], iteration: int, device: torch.device
+) -> Draws:
+    """The draws of the compressed message ``agents`` send at ``iteration`` (run seed
+    ``seed``), on ``device``: the same for an agent in both runtimes."""
+    return Draws(_agent_keys(seed, agents, device)).child(iteration)
 
 
-def agent_generators(seed: int, agents: Sequence[int]) -> list[torch.Generator]:
-    """One compression generator per agent, the same in both runtimes."""
-    return [torch.Generator().manual_seed(derive_seed(seed, "compress", a)) for a in agents]
+_KEYS: dict[tuple[int, int, torch.device], tuple[Sequence[int], torch.Tensor]] = {}
+"""Each block's agent keys, by seed, block and device: worked out once per run."""
+
+
+def _agent_keys(seed: int, agents: Sequence[int], device: torch.device) -> torch.Tensor:
+    known = _KEYS.get((seed, id(agents), device))
+    if known is not None and known[0] is agents:
+        return known[1]
+    if len(_KEYS) >= 16:
+        _KEYS.clear()
+    indices = torch.tensor(list(agents), dtype=torch.int64)
+    keys = agent_keys(seed, "compress", indices).to(device)
+    _KEYS[(seed, id(agents), device)] = (agents, keys)
+    return keys
 
 
 def max_packed_words(parameters: int, element_size: int) -> int:

@@ -52,7 +52,7 @@ from murmur.algorithms.compressors import (
     WarmStarts,
     compress_message,
 )
-from murmur.algorithms.estimates import agent_generators
+from murmur.algorithms.estimates import message_draws
 
 GROWTH = 1.25
 """Largest accepted growth of the probe's consensus distance from step 900 to 1,500."""
@@ -133,13 +133,14 @@ def _distances(
     pull = torch.randn(agents, entries, generator=stream)
     pull -= pull.mean(dim=0)
     pull /= torch.linalg.vector_norm(pull, dim=1, keepdim=True).clamp_min(1e-12)
-    generators, warm = agent_generators(_SEED, range(agents)), WarmStarts()
+    everyone, warm = list(range(agents)), WarmStarts()
     x = torch.zeros(agents, entries)
     estimates = torch.zeros(agents, entries)
     distances = []
     for step in range(1, _STEPS[-1] + 1):
         x -= pull
-        code = compress_message(compressor, x - estimates, generators, warm, "0")
+        draws = message_draws(_SEED, everyone, step, x.device)
+        code = compress_message(compressor, x - estimates, draws, warm, "0")
         estimates += compressor.decode(code, entries)
         x += gamma * (difference @ estimates)
         if step in _STEPS:

@@ -25,7 +25,7 @@ import torch
 
 from murmur.algorithms.choco import GossipConfig, gossip_setup, publish_and_mix
 from murmur.algorithms.compressors import WarmStarts
-from murmur.algorithms.estimates import with_streams
+from murmur.algorithms.estimates import message_draws, with_warm
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.errors import UsageError
 from murmur.topology import Graph
@@ -64,8 +64,6 @@ class SparqConfig(GossipConfig):
 class SparqState(NamedTuple):
     x: torch.Tensor
     """Models, (agents, P). The estimates x^ are what the transport holds as sent."""
-    generators: list[torch.Generator] | None = None
-    """Each agent's compression stream, drawn at the first step."""
     warm: WarmStarts | None = None
     """The senders' warm starts (``lowrank``), kept from message to message."""
 
@@ -101,7 +99,7 @@ class Sparq:
     def step(
         self, state: SparqState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> SparqState:
-        state = with_streams(state, self.seed, transport.agents)
+        state = with_warm(state)
         x = state.x
         x.add_(grads, alpha=-self.gradient_step(iteration))
         if (iteration + 1) % self.local_steps != 0:
@@ -109,5 +107,6 @@ class Sparq:
         difference = torch.sub(x, transport.last_sent, out=grads)
         drift = torch.linalg.vector_norm(difference, dim=1, keepdim=True)
         sent = drift.square() >= self.event_threshold(iteration)
-        publish_and_mix(self.gossip, x, difference, sent, state, transport)
+        draws = message_draws(self.seed, transport.agents, iteration, x.device)
+        publish_and_mix(self.gossip, x, difference, sent, (draws, state), transport)
         return state

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from murmur.seeding import derive_seed
+from murmur.seeding import LOW32, derive_seed, mix32
 
 ROUNDS = 4
 """Feistel rounds of :func:`permute`: 4 rounds of a pseudo-random round function make
@@ -38,24 +38,7 @@ the draw 1.7 times as fast as one pass over every position."""
 EPOCHS_AHEAD_SAMPLES = 4096
 """How many samples of one agent's stream :meth:`BatchSampler.next_for` works out at once."""
 
-_LOW32 = 0xFFFFFFFF
-
-
-def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
-    """``x * constant mod 2**32`` for ``x`` in [0, 2**32), without int64 overflow:
-    the constant is split into 16-bit halves, so no product reaches 2**49."""
-    high, low = constant >> 16, constant & 0xFFFF
-    return ((((x * high) & 0xFFFF) << 16) + x * low) & _LOW32
-
-
-def mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash (the ``lowbias32`` finalizer) of int64 values in [0, 2**32):
-    every output bit depends on every input bit."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
+_LOW32 = LOW32
 
 
 def _round_keys(key: torch.Tensor, agents: torch.Tensor, epochs: torch.Tensor) -> torch.Tensor:
