@@ -41,6 +41,17 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
+def hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash of int64 values in [0, 2**32), a bijection there: the
+    finalizer of splitmix32 (multipliers 0x21F0AAAD and 0x735A2D97, below 2**31, so
+    that each product is exact in int64 and takes one multiplication)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x21F0AAAD) & LOW32
+    x = x ^ (x >> 15)
+    x = (x * 0x735A2D97) & LOW32
+    return x ^ (x >> 15)
+
+
 def agent_keys(seed: int, purpose: str, agents: torch.Tensor) -> torch.Tensor:
     """A 32-bit key per agent of ``agents`` (int64 indices) for stream ``purpose`` of run
     seed ``seed``, int64 in [0, 2**32), on the agents' device: agent i's key does not

@@ -71,3 +71,15 @@ def test_distinct_indices_are_distinct_sorted_in_range_and_cover_every_entry_eve
     assert float(((counts - expected) ** 2 / expected).sum()) < 58.3  # chi2(29), 0.999
     assert torch.equal(distinct_indices(seeds[7:9], 30, 6), chosen[7:9])  # from the seed alone
     assert distinct_indices(seeds[:0], 30, 6).shape == (0, 6)
+
+
+def test_the_hash_is_a_bijection_and_its_python_twin_agrees():
+    from murmur.algorithms.draws import _salt
+    from murmur.seeding import hash32
+
+    values = torch.arange(1 << 16, dtype=torch.int64) * 65537 + 12345
+    hashed = hash32(values & 0xFFFFFFFF)
+    assert hashed.unique().numel() == values.numel()
+    assert int(hashed.max()) < 2**32 and int(hashed.min()) >= 0
+    for x in (0, 1, 7, 2**31, 2**32 - 1, 123456789):
+        assert _salt(x) == int(hash32(torch.tensor(x)))
