@@ -13,6 +13,7 @@ from murmur.algorithms.compressors import LowRank, NoCompression, RandK, TopK, k
 from murmur.algorithms.estimates import Segments
 from murmur.algorithms.protocols import BuildContext
 from murmur.topology import (
+    consensus_step,
     erdos_renyi,
     metropolis_weights,
     mixing_matrix,
@@ -112,3 +113,19 @@ def test_choco_on_many_agents_builds_no_dense_matrix(monkeypatch):
     assert setup.operator.layout == torch.sparse_csr and 0 < setup.gamma <= 1
     expected = mixing_operator(ring(12), "metropolis", minus_identity=True).to_dense()
     assert torch.equal(setup.operator.to_dense(), expected)
+
+
+def test_compressed_detsgrad_gt_on_many_agents_takes_the_rule_without_the_dense_probe(
+    monkeypatch,
+):
+    import murmur.algorithms.detsgrad_gt as gt
+
+    context = BuildContext(seed=0, segments=Segments((40,)))
+    config = gt.DetsgradGtConfig(a=0.1, compress="topk")
+    probed = gt.DetsgradGt(config, ring(12), context).chosen_steps()["b"]
+    monkeypatch.setattr(gt, "DENSE_LIMIT", 8)
+    monkeypatch.setattr(gt.gossip_probe, "supported_step", lambda *a: pytest.fail("a probe"))
+    rule = gt.DetsgradGt(config, ring(12), context).chosen_steps()["b"]
+    expected = consensus_step(ring(12), "auto") / 2 * kept_share(TopK(0.01), 40) ** 0.5
+    assert rule == pytest.approx(expected, rel=1e-12)
+    assert probed <= rule  # the probe only shrinks the rule's step

@@ -57,8 +57,7 @@ DENSE_GRAPH_MATRICES = 3
 """The dense (agents, agents) float64 matrices of the runs that build them: the
 Laplacian, its eigendecomposition's workspace and a mixing matrix. Only compressed
 gossip (CHOCO-SGD, SPARQ-SGD, BEER; DETSGRAD-GT compressed with b = "auto") tunes
-its step on a dense W (up to ``DENSE_LIMIT`` agents, for CHOCO-SGD, SPARQ-SGD and
-BEER), and only a graph without a closed-form spectrum and at most ``DENSE_LIMIT``
+its step on a dense W (up to ``DENSE_LIMIT`` agents), and only a graph without a closed-form spectrum and at most ``DENSE_LIMIT``
 agents has a dense eigendecomposition; every other run keeps its
 graph as edge lists and sparse matrices."""
 EDGE_BYTES = 120
@@ -179,7 +178,7 @@ def _dense_graph(config: Config, agents: int) -> bool:
     if isinstance(algorithm, GossipConfig):
         return agents <= DENSE_LIMIT and algorithm.gamma == "auto"
     if isinstance(algorithm, DetsgradGtConfig) and algorithm.compress != "none":
-        return algorithm.b == "auto"
+        return agents <= DENSE_LIMIT and algorithm.b == "auto"
     if isinstance(algorithm, LayerwiseConfig):
         return True
     closed_form = config.topology.graph not in ("erdos_renyi", "edges")
