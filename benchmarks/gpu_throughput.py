@@ -6,9 +6,9 @@ and step) is trained for ``--steps`` iterations with ``run.device = "cpu"`` and
 ``"cuda"``, and the simulator's training samples per second compared (its own
 ``train_seconds``: evaluations are left out). On the GPU the model, the data, the
 agents' stacked parameters, the algorithm's state and the counters live on the
-device, and only the batch indices go up each step. One untimed warm-up run per model and device comes first (CUDA's and
-torch.func's start-up). Needs a CUDA GPU: without one it says so and exits with
-status 2.
+device, and only the batch indices go up each step. One untimed warm-up run per
+model and device comes first (CUDA's and torch.func's start-up). Needs a CUDA GPU:
+without one it says so and exits with status 2.
 
     python benchmarks/gpu_throughput.py                        # N = 64, 256, 1024
     python benchmarks/gpu_throughput.py --agents 500 --models cnn --no-cpu

@@ -32,6 +32,7 @@ def _draws(seed: int, agents, message: int = 0) -> Draws:
     """The draws of message ``message`` of ``agents`` in a run of seed ``seed``."""
     return message_draws(seed, list(agents), message, torch.device("cpu"))
 
+
 COMPRESSORS = [
     NoCompression(),
     TopK(0.1),
@@ -128,7 +129,8 @@ def test_a_zero_difference_compresses_to_zero():
     for compressor in COMPRESSORS[:-1]:  # scaled sign of zero is zero too, by its scale
         code = compressor.compress(zero, _draws(0, range(2)))
         assert torch.equal(compressor.decode(code, 9), zero)
-    assert torch.equal(ScaledSign().decode(ScaledSign().compress(zero, _draws(0, range(2))), 9), zero)
+    sign = ScaledSign()
+    assert torch.equal(sign.decode(sign.compress(zero, _draws(0, range(2))), 9), zero)
 
 
 def test_unknown_compressor_is_refused():
@@ -177,9 +179,10 @@ def test_the_sign_scales_each_tensor_on_its_own():
     small one as +-50.5; per tensor each keeps its own."""
     values = torch.tensor([[1.0, -1.0, 100.0, -100.0]])
     per_tensor = ScaledSign((2, 2))
-    assert per_tensor.decode(per_tensor.compress(values, _draws(0, range(values.shape[0]))), 4).tolist() == [values[0].tolist()]
+    draws = _draws(0, range(values.shape[0]))
+    assert per_tensor.decode(per_tensor.compress(values, draws), 4).tolist() == [values[0].tolist()]
     assert per_tensor.nbytes(4, 4) == 2 * 4 + 1
-    whole = ScaledSign().decode(ScaledSign().compress(values, _draws(0, range(values.shape[0]))), 4)
+    whole = ScaledSign().decode(ScaledSign().compress(values, draws), 4)
     assert whole.tolist() == [[50.5, -50.5, 50.5, -50.5]]
 
 

@@ -99,9 +99,7 @@ def test_a_zero_difference_leaves_a_usable_warm_start():
     compress_message(compressor, torch.zeros(1, N), _draws(1), memory, "0")
     assert all(bool(torch.isfinite(start).all()) for start in memory.values())
     values = torch.randn(1, N, generator=torch.Generator().manual_seed(4))
-    decoded = compressor.decode(
-        compress_message(compressor, values, _draws(1), memory, "0"), N
-    )
+    decoded = compressor.decode(compress_message(compressor, values, _draws(1), memory, "0"), N)
     assert float(decoded[:, :54].norm()) > 0
 
 

@@ -71,9 +71,7 @@ def test_a_step_keeps_state_values_and_counters_on_the_device_uploads_and_reads_
     assert algorithm.params(state).device.type == "meta"
     assert transport.sent.device.type == "meta"
     counters = transport.counters
-    assert {counters.events_per_agent.device.type, counters.bytes_per_agent.device.type} == {
-        "meta"
-    }
+    assert {counters.events_per_agent.device.type, counters.bytes_per_agent.device.type} == {"meta"}
 
 
 @pytest.mark.parametrize(

@@ -189,9 +189,7 @@ def warm_starts(state: CompressedState) -> WarmStarts:
     return state.warm
 
 
-def message_draws(
-    seed: int, agents: Sequence[int], iteration: int, device: torch.device
-) -> Draws:
+def message_draws(seed: int, agents: Sequence[int], iteration: int, device: torch.device) -> Draws:
     """The draws of the compressed message ``agents`` send at ``iteration`` (run seed
     ``seed``), on ``device``: the same for an agent in both runtimes."""
     return Draws(_agent_keys(seed, agents, device)).child(iteration)

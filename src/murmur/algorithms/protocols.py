@@ -125,6 +125,26 @@ class Algorithm(Protocol):
         ...
 
 
+class Wrapped:
+    """An algorithm stepped by a wrapper (under a fault schedule, over a varying graph):
+    everything but its step is the wrapped algorithm's; subclasses define ``step``."""
+
+    def __init__(self, algorithm: Algorithm) -> None:
+        self.algorithm = algorithm
+
+    def chosen_steps(self) -> dict[str, float]:
+        return self.algorithm.chosen_steps()
+
+    def init(self, params: torch.Tensor) -> Any:
+        return self.algorithm.init(params)
+
+    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
+        return self.algorithm.initial_sent(params)
+
+    def params(self, state: Any) -> torch.Tensor:
+        return self.algorithm.params(state)
+
+
 # ---------------------------------------------------------------- layer-wise training
 
 

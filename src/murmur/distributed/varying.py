@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 
-from murmur.algorithms.protocols import Algorithm, Transport
+from murmur.algorithms.protocols import Algorithm, Transport, Wrapped
 from murmur.config import Config
 from murmur.distributed.transport import DistributedTransport
 from murmur.topology import Graph, one_peer_exponential
 
 
-class OnePeerGraphs:
+class OnePeerGraphs(Wrapped):
     """``algorithm`` stepped over each iteration's graph of the one-peer exponential
     topology on ``graph``, each lasting ``every`` iterations, told to ``transport``
     before each step; everything but its step is the algorithm's."""
@@ -29,24 +29,12 @@ class OnePeerGraphs:
     def __init__(
         self, algorithm: Algorithm, transport: DistributedTransport, graph: Graph, every: int
     ) -> None:
-        self.algorithm = algorithm
+        super().__init__(algorithm)
         self.transport = transport
         self.graph = graph
         self.every = every
         self._graphs: dict[int, Graph] = {}
         self._rounds = one_peer_rounds(graph)
-
-    def chosen_steps(self) -> dict[str, float]:
-        return self.algorithm.chosen_steps()
-
-    def init(self, params: torch.Tensor) -> Any:
-        return self.algorithm.init(params)
-
-    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
-        return self.algorithm.initial_sent(params)
-
-    def params(self, state: Any) -> torch.Tensor:
-        return self.algorithm.params(state)
 
     def graph_at(self, iteration: int) -> Graph:
         """The graph the agents talk over at ``iteration`` (one object per pairing)."""

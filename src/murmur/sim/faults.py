@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from murmur.algorithms.protocols import Algorithm, Transport
+from murmur.algorithms.protocols import Algorithm, Transport, Wrapped
 from murmur.metrics.record_types import FaultCounts
 from murmur.sections import FaultsConfig, TopologyConfig
 from murmur.seeding import derive_seed, generator
@@ -223,26 +223,7 @@ def crashed_agents(faults: FaultsConfig, agents: int, seed: int) -> list[int]:
     return sorted(order[: faults.crashes].tolist())
 
 
-class _Stepped:
-    """An algorithm stepped under a schedule: everything but its step is the algorithm's."""
-
-    def __init__(self, algorithm: Algorithm) -> None:
-        self.algorithm = algorithm
-
-    def chosen_steps(self) -> dict[str, float]:
-        return self.algorithm.chosen_steps()
-
-    def init(self, params: torch.Tensor) -> Any:
-        return self.algorithm.init(params)
-
-    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
-        return self.algorithm.initial_sent(params)
-
-    def params(self, state: Any) -> torch.Tensor:
-        return self.algorithm.params(state)
-
-
-class VaryingGraph(_Stepped):
+class VaryingGraph(Wrapped):
     """An algorithm whose agents talk over each iteration's graph of a schedule through
     lossless delivery (an :class:`~murmur.sim.transport.InMemoryTransport`): where every
     agent sends its whole model to every neighbour at every step (DSGD), a neighbour
@@ -261,7 +242,7 @@ class VaryingGraph(_Stepped):
         return self.algorithm.step(state, grads, iteration, transport)
 
 
-class FaultyAlgorithm(_Stepped):
+class FaultyAlgorithm(Wrapped):
     """An algorithm stepped under a schedule's rounds: it tells the transport each
     round, and keeps crashed agents where they were; see the module docstring."""
 

@@ -89,7 +89,8 @@ class InMemoryTransport:
                 f"{tuple(held.shape)} {held.dtype}"
             )
         if not (values.is_contiguous() and held.is_contiguous()):
-            self.broadcast(torch.ones(values.shape[0], dtype=torch.bool, device=self.device), values)
+            everyone = torch.ones(values.shape[0], dtype=torch.bool, device=self.device)
+            self.broadcast(everyone, values)
             return
         new, old = values.untyped_storage(), held.untyped_storage()
         new_offset, old_offset = values.storage_offset(), held.storage_offset()

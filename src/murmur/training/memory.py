@@ -57,9 +57,10 @@ DENSE_GRAPH_MATRICES = 3
 """The dense (agents, agents) float64 matrices of the runs that build them: the
 Laplacian, its eigendecomposition's workspace and a mixing matrix. Only compressed
 gossip (CHOCO-SGD, SPARQ-SGD, BEER; DETSGRAD-GT compressed with b = "auto") tunes
-its step on a dense W (up to ``DENSE_LIMIT`` agents), and only a graph without a closed-form spectrum and at most ``DENSE_LIMIT``
-agents has a dense eigendecomposition; every other run keeps its
-graph as edge lists and sparse matrices."""
+its step on a dense W (up to ``DENSE_LIMIT`` agents), and only a graph without a
+closed-form spectrum and at most ``DENSE_LIMIT`` agents has a dense
+eigendecomposition; every other run keeps its graph as edge lists and sparse
+matrices."""
 EDGE_BYTES = 120
 """Bytes per undirected edge of the graph's edge lists and sparse matrices: the
 (E, 2) edges, the Laplacian and mixing operator in CSR (two directions each, values
