@@ -26,3 +26,13 @@ def gloo_groups(world: int) -> list:
         thread.join(timeout=20)
     assert len(groups) == world, "gloo ranks did not connect"
     return [groups[rank] for rank in range(world)]
+
+
+def run_rank_threads(ranks: int, rank_main, timeout: float = 30.0) -> None:
+    """``rank_main(rank)`` for every rank, each in its own thread, joined within
+    ``timeout`` seconds each."""
+    threads = [threading.Thread(target=rank_main, args=(rank,)) for rank in range(ranks)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)

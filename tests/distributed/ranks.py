@@ -141,6 +141,27 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def launch_beside_the_simulator(tmp_path: Path, preset: str, settings: list[str], nproc: int):
+    """``murmur launch --nproc NPROC PRESET`` with ``settings``, bounded in time, on a free
+    loopback port; its summary.json and the simulator's result of the same run."""
+    from murmur.config import load_experiment
+    from murmur.experiment import run
+
+    flags = [item for setting in settings for item in ("--set", setting)]
+    out = tmp_path / "launched"
+    command = [sys.executable, "-m", "murmur", "launch", "--nproc", str(nproc), preset, *flags]
+    done = subprocess.run(
+        [*command, "--out", str(out), "--quiet", "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr
+    ((_, config),) = load_experiment(preset, settings).runs
+    simulated = run(config, tmp_path / "simulated")
+    return json.loads((out / "summary.json").read_text()), simulated
+
+
 def drive(
     tmp_path: Path,
     argv: list[str],

@@ -4,11 +4,9 @@ block DELTA refused. The process-per-rank runs are in test_distributed_blocks.py
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
-from gloo import gloo_groups
+from gloo import gloo_groups, run_rank_threads
 
 from murmur.algorithms.choco import Choco, ChocoConfig
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
@@ -63,11 +61,7 @@ def test_blocks_over_gloo_give_the_in_memory_models_and_counts(build, graph, blo
         transport.finish()
         finals[rank] = (own.params(rank_state), transport)
 
-    threads = [threading.Thread(target=rank_main, args=(rank,)) for rank in range(ranks)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    run_rank_threads(ranks, rank_main)
     assert len(finals) == ranks, "a rank did not finish"
     counters = reference.counters
     for rank, (x, transport) in finals.items():

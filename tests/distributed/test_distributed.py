@@ -27,6 +27,7 @@ from ranks import (
     assert_records_match,
     drive,
     free_port,
+    launch_beside_the_simulator,
     read_records,
 )
 from small_runs import RUN_FILES
@@ -129,19 +130,7 @@ def test_eight_ranks_on_the_exponential_graph_give_the_simulators_numbers(tmp_pa
         "data.dataset=digits",
         "data.partition=iid",
     ]
-    flags = [item for setting in settings for item in ("--set", setting)]
-    out = tmp_path / "launched"
-    command = [sys.executable, "-m", "murmur", "launch", "--nproc", "8", "dsgd", *flags]
-    done = subprocess.run(
-        [*command, "--out", str(out), "--quiet", "--port", str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr
-    ((_, config),) = load_experiment("dsgd", settings).runs
-    simulated = run(config, tmp_path / "simulated")
-    summary = json.loads((out / "summary.json").read_text())
+    summary, simulated = launch_beside_the_simulator(tmp_path, "dsgd", settings, 8)
     assert summary["topology"] == "exponential" and summary["messages"] == 20 * 8 * 5
     assert summary["accuracy"]["per_agent"] == simulated.accuracy["per_agent"]
     assert summary["messages"] == simulated.messages

@@ -5,17 +5,13 @@ in one line."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import threading
 import time
 from datetime import timedelta
 
 import pytest
 import torch
-from gloo import gloo_groups
-from ranks import free_port
+from gloo import gloo_groups, run_rank_threads
+from ranks import launch_beside_the_simulator
 
 from murmur.algorithms.dsgd import Dsgd, DsgdConfig
 from murmur.cli import main
@@ -23,7 +19,6 @@ from murmur.config import load_experiment
 from murmur.distributed.mailbox import MESSAGE_TAG, Kind, Mailbox, PeerFailure, PeerTimeout, encode
 from murmur.distributed.transport import DistributedTransport
 from murmur.distributed.varying import OnePeerGraphs, one_peer_links
-from murmur.experiment import run
 from murmur.registry import ALGORITHMS
 from murmur.sim.transport import InMemoryTransport
 from murmur.topology import exponential, one_peer_exponential
@@ -56,11 +51,7 @@ def _ranks_step(graph, block, initial, grads, config, every=1, wired=None):
         transport.finish()
         finals[rank] = (algorithm.params(state), transport, history)
 
-    threads = [threading.Thread(target=rank_main, args=(rank,)) for rank in range(ranks)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    run_rank_threads(ranks, rank_main)
     assert len(finals) == ranks, "a rank did not finish"
     return finals
 
@@ -135,21 +126,7 @@ def test_eight_ranks_on_the_one_peer_exponential_graph_give_the_simulators_numbe
         "data.dataset=digits",
         "data.partition=iid",
     ]
-    flags = [item for setting in settings for item in ("--set", setting)]
-    out = tmp_path / "launched"
-    command = [sys.executable, "-m", "murmur", "launch", "--nproc", "8", "dsgd", *flags]
-    started = time.monotonic()
-    done = subprocess.run(
-        [*command, "--out", str(out), "--quiet", "--port", str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr
-    assert time.monotonic() - started < 240
-    ((_, config),) = load_experiment("dsgd", settings).runs
-    simulated = run(config, tmp_path / "simulated")
-    summary = json.loads((out / "summary.json").read_text())
+    summary, simulated = launch_beside_the_simulator(tmp_path, "dsgd", settings, 8)
     assert summary["topology"] == simulated.topology == "one_peer(exponential) every 1"
     assert summary["messages"] == simulated.messages == 20 * 8  # one peer each, each step
     assert summary["accuracy"]["per_agent"] == simulated.accuracy["per_agent"]
