@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import torch
 
+from murmur.data.batches import permute
 from murmur.seeding import LOW32, hash32
 
 _PHI = 0x9E3779B9
@@ -122,18 +123,23 @@ def _spread(n: int, device: torch.device) -> torch.Tensor:
     return (torch.arange(n, dtype=torch.int64, device=device) * _PHI) & LOW32
 
 
+WALKS = 48
+"""Cycle walks of :func:`distinct_indices` off the CPU, which reads nothing to stop
+early: fewer than half of a Feistel domain lies outside [0, n), so an index is still
+outside after 48 walks with probability below 2**-48."""
+
+
 def distinct_indices(seeds: torch.Tensor, n: int, k: int) -> torch.Tensor:
-    """(len(seeds), k) int64: for each seed, k distinct indices of [0, n) chosen at random
-    (those of the k smallest hashes of the seed with 0..n-1), in increasing order. The
-    receiver of a seed finds the sender's indices again."""
-    rows = max(1, BLOCKS.get(seeds.device.type, 1 << 24) // max(n, 1))
-    counters = torch.arange(n, dtype=torch.int64, device=seeds.device)
-    chosen = []
-    for start in range(0, seeds.shape[0], rows):
-        draws = Draws(seeds[start : start + rows] & LOW32)
-        ranked = (draws.bits(n) << 31) | counters  # distinct: ties go to the lower index
-        smallest = torch.topk(ranked, k, dim=1, largest=False, sorted=False).indices
-        chosen.append(smallest.sort(dim=1).values)
-    if not chosen:
-        return torch.empty(0, k, dtype=torch.int64, device=seeds.device)
-    return torch.cat(chosen)
+    """(len(seeds), k) int64: for each seed, k distinct indices of [0, n) chosen at random,
+    in increasing order: where 0, ..., k - 1 go in the seed's pseudo-random permutation of
+    [0, n) (a keyed Feistel network, :func:`murmur.data.batches.permute`), O(k) work per
+    seed. The receiver of a seed finds the sender's indices again."""
+    agents, device = seeds.shape[0], seeds.device
+    shape = (agents, k)
+    offsets = torch.arange(k, dtype=torch.int64, device=device).expand(shape)
+    keys = (seeds & LOW32).unsqueeze(1).expand(shape).reshape(-1)
+    sizes = torch.full(shape, n, dtype=torch.int64, device=device)
+    zeros = torch.zeros(shape, dtype=torch.int64, device=device)
+    walks = None if device.type == "cpu" else WALKS
+    chosen = permute(offsets, sizes, keys, zeros, zeros, walks)
+    return chosen.clamp_(max=n - 1).sort(dim=1).values

@@ -77,20 +77,28 @@ def permute(
     key: torch.Tensor,
     agents: torch.Tensor,
     epochs: torch.Tensor,
+    walks: int | None = None,
 ) -> torch.Tensor:
     """``pi(key, agent, epoch)[offset]``: where position ``offset`` of a shard of ``sizes``
-    samples goes in that epoch's random order, elementwise over same-shaped int64 tensors.
+    samples goes in that epoch's random order, elementwise over same-shaped int64 tensors
+    (``key`` a scalar, or one per element, flat).
 
     A Feistel network permutes [0, 2**w) for the smallest ``w`` with 2**w >= size;
     a value that lands past the shard is sent through again (cycle walking) until it
     lands inside, which keeps the map a permutation of [0, size). Fewer than half the
-    values of [0, 2**w) lie outside, so few passes are needed.
+    values of [0, 2**w) lie outside, so few passes are needed. ``walks``: instead of
+    reading which values are still outside, send every value that is through again that
+    many times, reading nothing (on a GPU); the same result once all are inside.
     """
     shape = offsets.shape
     offsets, sizes, agents, epochs = (t.reshape(-1) for t in (offsets, sizes, agents, epochs))
     width = bit_width(sizes)
     keys = _round_keys(key, agents, epochs)
     out = _feistel(offsets, keys, width)
+    if walks is not None:
+        for _ in range(walks):
+            out = torch.where(out >= sizes, _feistel(out, keys, width), out)
+        return out.reshape(shape)
     outside = out >= sizes
     while bool(outside.any()):
         where = outside.nonzero().squeeze(1)
