@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from murmur.data.batches import BatchSampler
+from murmur.data.batches import BatchSampler, permute
 
 
 def test_each_agent_walks_its_own_shard_in_epochs():
@@ -97,3 +97,17 @@ def test_seeds_give_different_orders_and_the_first_sample_is_spread_evenly():
     assert int(counts.min()) > 400 and int(counts.max()) < 600  # 500 each expected
     other = BatchSampler(shards, 1, seed=1).next()[:, 0]
     assert not torch.equal(firsts, other)
+
+
+def test_a_fixed_number_of_walks_gives_the_permutation_that_reading_gives():
+    """The GPU's path sends every value through again a fixed number of times instead of
+    reading which are still outside the shard; once all are inside, the same map."""
+    sizes = torch.tensor([1, 2, 3, 5, 17, 100, 1000, 65537]).repeat_interleave(40)
+    offsets = torch.cat([torch.arange(40) % size for size in sizes[::40].tolist()])
+    agents = torch.arange(sizes.numel()) % 7
+    epochs = torch.arange(sizes.numel()) % 3
+    key = torch.tensor(123456789)
+    read = permute(offsets, sizes, key, agents, epochs)
+    walked = permute(offsets, sizes, key, agents, epochs, walks=48)
+    assert torch.equal(read, walked)
+    assert bool((walked < sizes).all())
