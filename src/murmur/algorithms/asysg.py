@@ -101,9 +101,10 @@ class AsysgInconConfig(WorkersConfig):
 def inconsistent_read(versions: Sequence[torch.Tensor], generator: torch.Generator) -> torch.Tensor:
     """AsySG-incon's read: each coordinate from one of ``versions`` (the last T + 1 of
     x, oldest first), uniformly and independently; a copy of the only one if there is
-    one (no draw then). One draw of ``generator`` per read otherwise."""
+    one (no draw then). One draw of ``generator`` per read otherwise, on the CPU, so
+    that the choice is the same wherever x lives; it goes up to x's device unread."""
     if len(versions) == 1:
         return versions[0].clone()
     stacked = torch.stack(list(versions))
     choice = torch.randint(0, len(versions), (1, stacked.shape[1]), generator=generator)
-    return stacked.gather(0, choice)[0]
+    return stacked.gather(0, choice.to(stacked.device, non_blocking=True))[0]

@@ -276,9 +276,10 @@ class ParameterServer:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from :meth:`state_dict`."""
+        device = self.x.device  # a checkpoint holds CPU tensors; x may live on a GPU
         self.x.copy_(state["x"])
         self.version = state["version"]
-        self.pending = [(worker, grad, read) for worker, grad, read in state["pending"]]
+        self.pending = [(worker, grad.to(device), read) for worker, grad, read in state["pending"]]
         self.held = list(state["held"])
         self.staleness_counts = Counter(state["staleness_counts"])
         self.gradients = state["gradients"]
@@ -288,7 +289,7 @@ class ParameterServer:
         self.last_record = last.copy() if last else None
         self.target_record = state["target_record"]
         self.history.clear()
-        self.history.extend(state["history"])
+        self.history.extend(version.to(device) for version in state["history"])
         if self.reads is not None:
             self.reads.set_state(state["reads"])
         if self.optimizer_state is not None:
@@ -376,7 +377,7 @@ class ParameterServer:
             bytes=size,
             train_seconds=train_seconds,
             samples=self.gradients * self.batch_size,
-            parameters=self.x.view(1, -1).clone(),
+            parameters=self.x.view(1, -1).to("cpu", copy=True),
             extra=extra,
         )
 

@@ -81,9 +81,12 @@ class _ServerRun:
         run = setup.config.run
         self.on_record = on_record
         self.problem = setup.problem
+        device = self.problem.model.device
         self.server = ParameterServer(
             config,
-            setup.initial[0],
+            # On a GPU the server's model, its optimizer state and the gradients in
+            # flight live there: a worker's read and push cross nothing.
+            setup.initial[0] if device is None else setup.initial[0].to(device),
             run.iterations,
             run.eval_every,
             batch_size=self.problem.sampler.batch_size,
@@ -254,7 +257,8 @@ class _ServerRun:
             self.lives = list(saved["lives"])
             self.lost_gradients = saved["lost_gradients"]
             for when, kind, worker, tensor, version, life in saved["events"]:
-                self._schedule(when, kind, worker, tensor, version)
+                # a checkpoint holds CPU tensors: models and gradients go back where x is
+                self._schedule(when, kind, worker, tensor.to(self.x.device), version)
                 self.events[self.scheduled - 1] = (when, kind, worker, tensor, version, life)
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
             raise UsageError(f"the checkpoint does not fit this run: {error}") from None
