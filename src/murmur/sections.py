@@ -50,8 +50,8 @@ class RunConfig:
     parameters, the algorithm's state, the mailboxes and the message counters of its
     synchronous SGD runs on the GPU, and a step reads nothing back (the losses and
     counts are read at evaluations); only the batch indices and fault masks go up each
-    step. A server run computes its gradients there and keeps the server's model in CPU
-    memory. Simulator SGD and server runs only."""
+    step. A server run keeps its model, optimizer state and gradients in flight there
+    too. Simulator SGD and server runs only."""
     seeds: tuple[int, ...] = ()
     """Run the experiment once per seed of this list (each run's ``run.seed``), and
     report the mean and spread across them; empty: one run of ``run.seed``."""
