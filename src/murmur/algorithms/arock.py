@@ -221,8 +221,8 @@ class ArockNode:
         self.pending: PendingUpdate | None = None
         """The update begun and not yet made (:meth:`begin_update`)."""
         self.banks: dict[str, torch.Tensor] = {}
-        """Every node's ``basis`` and ``cross2`` of the layer, stacked, where they share
-        one shape; this node's are row ``slot``."""
+        """Every node's ``basis``, ``values`` and ``cross2`` of the layer, stacked, where
+        they share one shape; this node's are row ``slot``."""
         self.slot = 0
 
     def rest_curvature(self, degree: int) -> float:
@@ -382,7 +382,7 @@ def _relax_group(updates: list[PendingUpdate], outside: bool, degree: int) -> No
     # V = 2C has no part: the minimum-norm solution lives on the range alone.
     x, shifts = solve_batch(
         rotated,
-        torch.from_numpy(2.0 * np.stack([node.values.numpy() for node in nodes]) + rest),
+        torch.from_numpy(2.0 * _rows(nodes, "values").numpy() + rest),
         bases,
         first.radius,
         np.array([node.shift for node in nodes]),
@@ -390,15 +390,18 @@ def _relax_group(updates: list[PendingUpdate], outside: bool, degree: int) -> No
     )
     own = [_stacked([update.own[d] for update in updates]) for d in range(degree)]
     new, residuals = _relax_blocks(own, inbox, x, first.gamma, first.eta, len(nodes) > 1)
-    for b, (update, node) in enumerate(zip(updates, nodes, strict=True)):
-        node.x, node.shift, node.residual = x[b], float(shifts[b]), float(residuals[b])
-        node.own = {j: new[d][b] for d, j in enumerate(update.neighbours)}
+    rows = [blocks.unbind() for blocks in new]  # every node's views at once
+    for update, node, solution, shift, residual, *blocks in zip(
+        updates, nodes, x.unbind(), shifts.tolist(), residuals.tolist(), *rows, strict=True
+    ):
+        node.x, node.shift, node.residual = solution, shift, residual
+        node.own = dict(zip(update.neighbours, blocks, strict=True))
         node.pending = None
         update.blocks, update.stamp, update.done = node.own, node.stamp, True
 
 
 def _rows(nodes: list[ArockNode], name: str) -> torch.Tensor:
-    """The nodes' tensors ``name`` ("basis" or "cross2") on a new first axis: rows of
+    """The nodes' tensors ``name`` ("basis", "values" or "cross2") on a new first axis: rows of
     their layer's bank, a view where the nodes are consecutive rows of it."""
     bank = nodes[0].banks.get(name)
     if bank is None or any(node.banks.get(name) is not bank for node in nodes):
@@ -455,9 +458,9 @@ def _settled(stamp: int) -> bool:
 
 
 def _bank(nodes: list[ArockNode]) -> None:
-    """Stack the layer's bases and targets once, so that a batch of consecutive nodes
-    reads them as one view (:func:`_rows`)."""
-    for name in ("basis", "cross2"):
+    """Stack the layer's bases, their eigenvalues and the targets once, so that a batch
+    of consecutive nodes reads them as one view (:func:`_rows`)."""
+    for name in ("basis", "values", "cross2"):
         if len({getattr(node, name).shape for node in nodes}) == 1:
             bank = torch.stack([getattr(node, name) for node in nodes])
             for slot, node in enumerate(nodes):
