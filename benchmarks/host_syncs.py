@@ -20,11 +20,14 @@ wait for a device.
 The steps take the path a GPU takes (row writes through a mask,
 ``murmur.sim.transport.INDEXED_DEVICES`` emptied); ``--cpu-path`` counts the CPU's
 own path, which reads its masks to touch fewer rows. ``--faults`` runs on the
-per-edge transport, whose mailboxes stay on the device too.
+per-edge transport, whose mailboxes stay on the device too. Server runs
+(``asysg-con``, ``sync-ps``, ``asysg-incon``) are counted per event: a worker's read
+arriving, or its gradient.
 
     python benchmarks/host_syncs.py                          # seconds
     python benchmarks/host_syncs.py --algorithms choco-sgd --agents 16
     python benchmarks/host_syncs.py --faults                 # with faults.drop = 0.1
+    python benchmarks/host_syncs.py --algorithms asysg-con sync-ps asysg-incon
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import torch
 
 import murmur
 from murmur import load_experiment, run
+from murmur.sim import server
 from murmur.sim import transport as sim_transport
 from murmur.training import sgd_loop
 
@@ -48,6 +52,9 @@ READS = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index
 """The Tensor methods that hand a tensor's numbers to Python, or (``nonzero``) make a
 tensor whose size depends on them, which the host must wait to know."""
 
+SERVER_RUNS = ("asysg-con", "sync-ps", "asysg-incon")
+"""Server runs step by events (a worker's read arriving, or its gradient): their reads
+are counted per event, evaluations left out."""
 SOURCE = Path(murmur.__file__).parent
 HOST_SIDE = ("murmur/data/batches.py",)
 """Code that computes on CPU tensors whatever ``run.device`` is."""
@@ -96,14 +103,24 @@ def counted(reads: Reads) -> Iterator[None]:
     for name in ("__getitem__", "__setitem__"):
         originals[name] = getattr(torch.Tensor, name)
 
-    step = sgd_loop._step
+    step, fire, evaluate = sgd_loop._step, server._ServerRun._fire, server._ServerRun._evaluate
 
-    def timed_step(*args: Any, **kwargs: Any) -> None:
-        reads.active, reads.steps = True, reads.steps + 1
+    def timed(original: Callable[..., Any]) -> Callable[..., Any]:
+        def counted_step(*args: Any, **kwargs: Any) -> Any:
+            reads.active, reads.steps = True, reads.steps + 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                reads.active = False
+
+        return counted_step
+
+    def unseen(*args: Any, **kwargs: Any) -> Any:  # a server run's evaluation
+        active, reads.active = reads.active, False
         try:
-            step(*args, **kwargs)
+            return evaluate(*args, **kwargs)
         finally:
-            reads.active = False
+            reads.active = active
 
     for name, original in originals.items():
         setattr(
@@ -111,13 +128,17 @@ def counted(reads: Reads) -> Iterator[None]:
             name,
             (masked if name in ("__getitem__", "__setitem__") else wrapped)(original),
         )
-    sgd_loop._step = timed_step  # type: ignore[assignment]
+    sgd_loop._step = timed(step)  # type: ignore[assignment]
+    server._ServerRun._fire = timed(fire)  # type: ignore[method-assign]
+    server._ServerRun._evaluate = unseen  # type: ignore[method-assign]
     try:
         yield
     finally:
         for name, original in originals.items():
             setattr(torch.Tensor, name, original)
         sgd_loop._step = step  # type: ignore[assignment]
+        server._ServerRun._fire = fire  # type: ignore[method-assign]
+        server._ServerRun._evaluate = evaluate  # type: ignore[method-assign]
 
 
 def count(algorithm: str, args: argparse.Namespace) -> Reads:
@@ -163,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
         host = {p: c for p, c in reads.places.items() if p.startswith(HOST_SIDE)}
         device = {p: c for p, c in reads.places.items() if p not in host}
         total = sum(device.values())
-        print(f"{algorithm}: {total / steps:.1f} reads per step ({reads.steps} steps)")
+        unit = "event" if algorithm in SERVER_RUNS else "step"
+        print(f"{algorithm}: {total / steps:.1f} reads per {unit} ({reads.steps} {unit}s)")
         for place, calls in sorted(device.items(), key=lambda item: -item[1]):
             print(f"  {calls / steps:6.1f}  {place}")
         if host:

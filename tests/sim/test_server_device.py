@@ -51,7 +51,7 @@ def test_the_rule_keeps_x_its_state_and_the_gradients_on_the_device_and_uploads_
         return moved
 
     monkeypatch.setattr(torch.Tensor, "to", counted_to)
-    for version in range(6):
+    for _ in range(6):
         model, read = server.read()
         assert model.device.type == "meta"
         for worker in range(server.workers):
@@ -83,4 +83,3 @@ def test_a_checkpoint_saved_on_the_cpu_resumes_onto_the_servers_device(config):
     assert {gradient.device.type for _, gradient, _ in resumed.pending} <= {"meta"}
     assert len(resumed.pending) == len(saved.pending)
     assert {version.device.type for version in resumed.history} == {"meta"}
-

@@ -391,11 +391,11 @@ def _relax_group(updates: list[PendingUpdate], outside: bool, degree: int) -> No
     own = [_stacked([update.own[d] for update in updates]) for d in range(degree)]
     new, residuals = _relax_blocks(own, inbox, x, first.gamma, first.eta, len(nodes) > 1)
     rows = [blocks.unbind() for blocks in new]  # every node's views at once
-    for update, node, solution, shift, residual, *blocks in zip(
+    for update, node, solution, shift, residual, *edges in zip(
         updates, nodes, x.unbind(), shifts.tolist(), residuals.tolist(), *rows, strict=True
     ):
         node.x, node.shift, node.residual = solution, shift, residual
-        node.own = dict(zip(update.neighbours, blocks, strict=True))
+        node.own = dict(zip(update.neighbours, edges, strict=True))
         node.pending = None
         update.blocks, update.stamp, update.done = node.own, node.stamp, True
 
