@@ -297,8 +297,9 @@ def test_arock_simulator_quick_run_finds_the_batched_run_equal_and_says_by_how_m
     lines = _quick_run("arock_simulator.py")
     assert lines[0].split()[:3] == ["dataset", "ssfn", "s"]
     cells = lines[1].split()
-    assert cells[0] == "vowel" and len(cells) == 8
+    assert cells[0] == "vowel" and len(cells) == 10
     assert float(cells[7]) > 1.0  # updates were made together
+    assert 0 <= float(cells[8]) <= float(cells[3])  # the products: part of the batched run
 
 
 def test_lossy_transport_quick_run_prints_each_run_against_the_ring():
