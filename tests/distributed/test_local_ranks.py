@@ -21,6 +21,12 @@ def _mark(folder: Path, rank: int) -> None:
     (folder / f"rank{rank}-attempt{attempt}").write_text(" ".join([*variables, comm]))
 
 
+def _wait_for(path: Path, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_every_rank_gets_torchrun_s_variables_and_its_name(tmp_path):
     def main(argv: list[str]) -> int:
         _mark(tmp_path, int(os.environ["RANK"]))
@@ -51,9 +57,12 @@ def test_max_restarts_forks_every_rank_again(tmp_path):
         rank = int(os.environ["RANK"])
         _mark(tmp_path, rank)
         failing = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and rank == 0
+        if failing:  # a failure stops the other rank: let it leave its mark first
+            _wait_for(tmp_path / "rank1-attempt0")
         return 5 if failing else 0
 
     assert run_ranks(2, [], "127.0.0.1", 29999, 0, main) == 5
+    (tmp_path / "rank1-attempt0").unlink()
     assert run_ranks(2, [], "127.0.0.1", 29999, 1, main) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "rank0-attempt0",
