@@ -34,11 +34,13 @@ SECONDS_PER_ITERATION = {
 784-100-10, batch 32; 10 agents for the decentralized ones; Hogwild's counts its
 single-process comparison too), measured; only the start-up estimate uses them."""
 
-SECONDS_PER_LAYER = {"ssfn": 0.2, "dssfn": 6.0, "dssfn-async": 60.0}
+SECONDS_PER_LAYER = {"ssfn": 0.2, "dssfn": 6.0, "dssfn-async": 12.0}
 """Seconds per layer (layer 0 included) of a layer-wise run here with 20 nodes, 100
-random nodes per layer and tolerance 1e-4, measured on Vowel and Satimage; the
-estimate scales them by the agents, the square of the layer's width (the local
-products) and the digits of the tolerance (the iterations it takes)."""
+random nodes per layer and tolerance 1e-4, measured on the four datasets of
+``murmur reproduce dssfn`` (asynchronous dSSFN with its updates batched: 2 to 12 s
+a layer, mnist5k the slowest); the estimate scales them by the agents, the square of
+the layer's width (the local products) and the digits of the tolerance (the
+iterations it takes)."""
 
 SECONDS_PER_RUN = 0.5
 """Set-up and evaluation of one run, on top of its iterations."""
