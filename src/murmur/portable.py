@@ -229,6 +229,40 @@ def machine() -> MachineSummary:
     )
 
 
+CAPABILITIES = ("DEFAULT", "AVX2", "AVX512")
+"""torch's x86 kernel sets, narrowest first, as ``torch.backends.cpu`` names them."""
+
+_NEEDS = {"AVX512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}, "AVX2": {"avx2", "fma"}}
+"""The CPU flags torch asks of each kernel set before it takes it."""
+
+
+def host_capability() -> str:
+    """The widest of torch's kernel sets this CPU can run (:data:`CAPABILITIES`), what
+    torch takes unless ``ATEN_CPU_CAPABILITY`` pins another; ``DEFAULT`` off x86."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return "DEFAULT"
+    flags = _cpu_flags()
+    for capability in ("AVX512", "AVX2"):
+        if _NEEDS[capability] <= flags:
+            return capability
+    return "DEFAULT"
+
+
+def kernels_below_host() -> str | None:
+    """Why this process's kernels are narrower than its CPU's (``ATEN_CPU_CAPABILITY``
+    pinned below them, as portable numbers do), or None where they are the CPU's own.
+    torch.compile builds its kernels for the CPU's widest set whatever torch's eager
+    kernels are, and the two then need not compute the same step."""
+    import torch
+
+    host, used = host_capability(), torch.backends.cpu.get_cpu_capability()
+    if used not in CAPABILITIES or CAPABILITIES.index(used) >= CAPABILITIES.index(host):
+        return None
+    pinned = os.environ.get("ATEN_CPU_CAPABILITY", "")
+    how = f" (ATEN_CPU_CAPABILITY={pinned})" if pinned else ""
+    return f"torch computes with its {used} kernels{how} on a CPU with {host}"
+
+
 def blas_name() -> str:
     """The BLAS torch was built with, as its build settings say (``BLAS_INFO``)."""
     import torch

@@ -29,10 +29,14 @@ def _config(preset: str, settings: list[str]):
 @pytest.mark.parametrize("algorithm", ["dsgd", "detsgrad"])
 def test_the_cnn_learns_the_digits(algorithm):
     config = _config(
-        algorithm, [*DIGITS, "run.iterations=400", "run.eval_every=400", "algorithm.a=0.5"]
+        algorithm, [*DIGITS, "run.iterations=400", "run.eval_every=400", "algorithm.a=0.2"]
     )
     result = run(config)
-    # Chance is 10 %; after 400 steps DSGD's agents reach about 87 % and DETSGRAD's 54 %.
+    # Chance is 10 %. At a = 0.2 every agent learns whatever torch's kernels: over seeds
+    # 0-2 and the AVX-512, AVX2 and default kernels the worst agent ends at 81 to 94 %
+    # under DSGD and 61 to 87 % under DETSGRAD. At a = 0.5 learning is on a knife's edge
+    # (DSGD's worst agent: 29 % with AVX-512 kernels, 92 % with AVX2), and at a = 0.1
+    # 400 steps are too few (30 %).
     assert result.accuracy["min"] > 0.35, result.accuracy
     assert result.parameters.shape == (4, 19754)
 

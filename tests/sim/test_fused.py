@@ -10,6 +10,8 @@ from murmur.cli import main
 from murmur.config import apply_overrides, build_config, read_preset
 from murmur.errors import UsageError
 from murmur.experiment import run
+from murmur.portable import kernels_below_host
+from murmur.sim import fused
 from murmur.sim.fused import NeighbourTable
 from murmur.sim.transport import InMemoryTransport
 from murmur.topology import as_sparse, erdos_renyi
@@ -124,13 +126,29 @@ def _small(preset: str, extra: list[str], compile_: bool):
 @pytest.mark.parametrize(
     ("preset", "extra"), SYNCHRONOUS, ids=[" ".join([p, *e]) for p, e in SYNCHRONOUS]
 )
-def test_compiled_and_eager_runs_agree_over_100_steps(preset, extra):
+def test_compiled_and_eager_runs_agree_over_100_steps(preset, extra, monkeypatch):
     eager = run(_small(preset, extra, compile_=False))
+    monkeypatch.setattr(fused, "CHECK_EVERY_CALL", True)
+    checked = run(_small(preset, extra, compile_=True))
+    # Every step's compiled result, on the state the run reached, within float rounding
+    # of the eager one; only where torch's kernels are pinned below the CPU's does the
+    # run step eagerly without compiling.
+    assert checked.extra.get("compile_fallback") == _expected_fallback()
+    monkeypatch.setattr(fused, "CHECK_EVERY_CALL", False)
     compiled = run(_small(preset, extra, compile_=True))
-    torch.testing.assert_close(compiled.parameters, eager.parameters, rtol=1e-4, atol=1e-4)
+    # Rounding gaps of 1e-7 per step grow through 100 steps of the dynamics to about
+    # 1e-4 (1.4e-4 with AVX-512 kernels); a wrong kernel moves them by 1e-1 or more.
+    torch.testing.assert_close(compiled.parameters, eager.parameters, rtol=1e-3, atol=1e-3)
     assert compiled.events == eager.events
     assert compiled.messages == eager.messages
     assert compiled.bytes == eager.bytes
+
+
+def _expected_fallback() -> str | None:
+    below = kernels_below_host()
+    if below is None:
+        return None
+    return f"run.compile: {below}, and torch.compile builds kernels for the CPU's; stepping eagerly"
 
 
 def test_auto_compiles_only_runs_long_enough_to_pay_for_it(monkeypatch):

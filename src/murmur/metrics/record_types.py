@@ -300,6 +300,9 @@ class _ExtraFields(TypedDict, total=False):
     """Every SGD algorithm's chosen step sizes for the run's graph."""
     mixing: Annotated[str, TEXT]
     """Decentralized SGD: the mixing matrix its agents average with."""
+    compile_fallback: Annotated[str, TEXT]
+    """A run of ``run.compile`` whose compiled step failed to build or disagreed with
+    the eager one on its machine, and so stepped eagerly: why."""
     model: Annotated[ModelSummary, object_of(ModelSummary)]
     """Mini-batch runs: the average model they leave (``model.pt``) and its test scores."""
     accuracy_last_k: Annotated[LastKAccuracy, object_of(LastKAccuracy)]

@@ -147,6 +147,7 @@ def _sgd_outcome(
             **faults,
             **_live(records[-1]),
             **_measured(records[-1]),
+            **_compile_fallback(transport),
         },
         rounds=iterations,
     )
@@ -181,6 +182,13 @@ def _resume(
     return resume_sgd(
         saved, checkpoint["done"], algorithm, initial, transport, setup.problem.sampler
     )
+
+
+def _compile_fallback(transport: InMemoryTransport | LossyTransport) -> SummaryExtra:
+    """Why a compiled run stepped eagerly after all, for the summary (nothing: it did
+    not, or was not compiled)."""
+    reason = getattr(transport, "compile_fallback", None)
+    return {"compile_fallback": reason} if reason is not None else {}
 
 
 def _topology_name(setup: SgdSetup) -> str:

@@ -58,9 +58,21 @@ class InMemoryTransport:
         self._message_bytes = initial.shape[1] * initial.element_size()
         self.agents = list(range(graph.agents))
         """The agents this transport sends for: all of them."""
-        self.fused_mix = FusedMixing(lambda: self.sent) if compiled else None
-        """The compiled mixing step :func:`~murmur.algorithms.mixing.mix_and_step` takes,
-        or None."""
+        self._fused = FusedMixing(lambda: self.sent) if compiled else None
+
+    @property
+    def fused_mix(self) -> FusedMixing | None:
+        """The compiled mixing step :func:`~murmur.algorithms.mixing.mix_and_step` takes;
+        None where the run steps eagerly, or fell back to it (:attr:`compile_fallback`)."""
+        if self._fused is None or self._fused.fallback is not None:
+            return None
+        return self._fused
+
+    @property
+    def compile_fallback(self) -> str | None:
+        """Why a compiled run steps eagerly after all (its kernel failed to build, or
+        disagreed with the eager step on this machine); None otherwise."""
+        return self._fused.fallback if self._fused is not None else None
 
     def use_graph(self, graph: Graph) -> None:
         """Talk over ``graph`` (of the same agents) from now on: one graph of a
