@@ -317,6 +317,7 @@ def test_module_entry_point_reports_one_line(tmp_path):
 # ---- a single run -------------------------------------------------------------------------
 
 
+@pytest.mark.kernels
 def test_single_run_writes_its_folder(capsys, tmp_path):
     out = tmp_path / "one"
     printed = run_ok(capsys, "run", "detsgrad", *FAST, "--out", str(out))

@@ -74,6 +74,7 @@ def test_disconnected_graph_is_refused_for_dssfn(capsys, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.kernels
 def test_small_ssfn_run_writes_summary_and_one_record_per_layer(capsys, tmp_path):
     out = tmp_path / "run"
     argv = ["run", "ssfn-vowel", *_sets("algorithm.layers=2", "algorithm.nodes=50")]

@@ -34,6 +34,7 @@ def _tanh_net() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 6), nn.Tanh(), nn.LayerNorm(6), nn.Linear(6, 4))
 
 
+@pytest.mark.kernels
 def test_a_custom_module_is_what_the_agents_train(tmp_path):
     module = _tanh_net()
     before = [p.detach().clone() for p in module.parameters()]

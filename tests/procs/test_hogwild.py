@@ -105,6 +105,7 @@ def test_one_worker_is_sequential_sgd_on_the_same_batch_stream():
     torch.testing.assert_close(trained.params, expected, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.kernels
 def test_run_trains_the_shared_model_and_compares_with_one_process(tmp_path):
     config = _config(600, dataset="digits", hidden=32, a=0.1)
     result = run(config, tmp_path / "run")

@@ -26,6 +26,7 @@ def _config(preset: str, settings: list[str]):
     return config
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("algorithm", ["dsgd", "detsgrad"])
 def test_the_cnn_learns_the_digits(algorithm):
     config = _config(

@@ -20,6 +20,8 @@ from murmur.sim.fused import _mix_step, _Step
 from murmur.sim.transport import InMemoryTransport
 from murmur.topology import as_sparse, erdos_renyi
 
+pytestmark = pytest.mark.kernels
+
 GRAPH = erdos_renyi(10, 0.35, seed=3)
 OPERATOR = as_sparse(torch.eye(10) - 0.2 * GRAPH.laplacian())
 

@@ -19,6 +19,8 @@ from murmur.training import plan as planning
 from murmur.training.plan import plan
 from murmur.training.setup import prepare
 
+pytestmark = pytest.mark.kernels
+
 
 def _irregular_graph():
     """Ten agents with degrees from 1 to 5, so that neighbour lists need padding."""
