@@ -186,8 +186,9 @@ def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
     full = tables(table, seeds, folder)
     shown = shlex.join(command(table, seeds, DEFAULT_OUT))
     drawn = "".join(f"![{name}]({path.name})\n\n" for name, path in draw(table, seeds, folder))
+    stopped = STOPPED_NOTE if "| stopped |" in full.splitlines()[0] else ""
     target.write_text(
-        f"{table.title}; seeds {seeds}, portable mode, mean ± sd across seeds.\n\n"
+        f"{table.title}; seeds {seeds}, portable mode, mean ± sd across seeds.{stopped}\n\n"
         f"{short(full)}\n{drawn}Every figure:\n\n{full}\n"
         f"Made by `{shown}` ({minutes} on this machine; "
         f"`python scripts/results_tables.py --only {table.name}` remakes this file).\n"
@@ -277,10 +278,16 @@ def _run_minutes(folder: Path) -> str:
     return f"{seconds / 60:.0f} min of its runs' own time"
 
 
+STOPPED_NOTE = (
+    " Seeds that a rule stopped early (collapsed or diverged) are in no mean: a figure is"
+    " over the finished seeds, and the stopped column says what happened to the others."
+)
+"""What a page whose runs include some stopped early adds to its first line."""
 SHORT = (
     "name",
     "seeds",
     "final acc mean %",
+    "stopped",
     "final acc min %",
     "final acc max %",
     "messages",

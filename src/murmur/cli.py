@@ -482,6 +482,7 @@ def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progre
         _warn_caps(label, groups[label][-1], config)
     if groups:
         print(format_results(list(groups.values())))
+        _print_stopped([summary for group in groups.values() for summary in group])
         _print_estimated([summary for group in groups.values() for summary in group])
     if several:
         (root / "comparison.md").write_text(comparison_markdown(list(groups.values()), failed))
@@ -491,6 +492,16 @@ def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progre
         _error_line(f"{len(failed)} of {len(experiment.runs)} runs failed; the others finished")
         return 2
     return 0
+
+
+def _print_stopped(summaries: Sequence[RunSummary]) -> None:
+    """Under a table, each run that a rule stopped early, with its rule and reason."""
+    from murmur.metrics.report import stopped_line
+    from murmur.metrics.seed_table import STOPPED_HEADING
+
+    lines = [line for summary in summaries if (line := stopped_line(summary)) is not None]
+    if lines:
+        print(f"\n{STOPPED_HEADING}\n" + "\n".join(f"- {line}" for line in lines))
 
 
 def _print_estimated(summaries: list[RunSummary]) -> None:
@@ -697,6 +708,7 @@ def _report(folders: list[str], out: str | None, fmt: str = "png", dpi: float = 
     groups = group_runs([run for run in runs if isinstance(run, Run)])
     summaries = [[run.summary for run in group.runs] for group in groups]
     print(format_results(summaries) if summaries else "no run finished")
+    _print_stopped([summary for group in summaries for summary in group])
     for run in runs:
         if run.failed:
             print(failed_line(run))

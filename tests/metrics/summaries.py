@@ -62,3 +62,17 @@ def worker_summary(
     )
     summary.update(fields)
     return summary
+
+
+def stopped(
+    summary: dict,
+    iteration: int,
+    status: str = "collapsed",
+    rule: str = "chance",
+    reason: str = "mean accuracy at chance for 3 evaluations",
+) -> dict:
+    """``summary`` as a run that a rule stopped early at ``iteration`` writes it."""
+    return summary | {
+        "status": status,
+        "stopped": {"rule": rule, "iteration": iteration, "reason": reason},
+    }

@@ -191,7 +191,15 @@ def test_json_that_python_cannot_hold_is_one_line(tmp_path, text, problem):
         ),
         ({"test_loss": "low"}, "field 'test_loss' must be a number or null, not \"low\""),
         ({"preset": "\ud800"}, "field 'preset' must be a string of valid Unicode, not"),
-        ({"status": "done"}, """field 'status' must be "finished" or "failed", not "done\""""),
+        (
+            {"status": "done"},
+            """field 'status' must be "finished", "diverged", "collapsed" or "failed", """
+            'not "done"',
+        ),
+        (
+            {"status": "collapsed", "stopped": {"rule": "chance", "iteration": -1, "reason": "x"}},
+            "field 'stopped.iteration' must be an integer from 0",
+        ),
         (
             {"virtual_seconds": -1.0},
             "field 'virtual_seconds' must be a finite number >= 0, not -1.0",

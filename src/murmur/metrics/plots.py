@@ -19,6 +19,14 @@ also when a plot skips some groups. A plot with nothing to show still writes its
 file, with a note saying why it is empty, except the optional ones, which return
 whether they wrote their file and remove a stale copy when they do not.
 
+A run that a rule stopped early (collapsed or diverged, :mod:`murmur.metrics.stops`)
+is in no mean: a group's line, bars and points are over its finished seeds and say
+how many ("dsgd (3 of 5 seeds)"). The line plots draw each stopped run as a line of
+its own that ends where the run stopped, at an x (:data:`STOP_MARKER`), named in the
+legend "dsgd (collapsed at 400)" (a run alone) or "dsgd: 2 of 5 seeds collapsed
+(chance, at 400 and 500)" (seeds, one entry for all of them); the plots of final
+values across runs leave stopped runs out.
+
 The figures go through :mod:`murmur.metrics.canvas`: the legend outside the axes,
 the format from the file's suffix (PNG, PDF or SVG), PNGs at ``dpi``.
 """
@@ -41,8 +49,17 @@ from murmur.metrics.canvas import colour as _colour
 from murmur.metrics.canvas import finish as _finish
 from murmur.metrics.record_types import EvaluationRecord, RunSummary
 from murmur.metrics.report import Run, has_target, lost_share, run_label, speedups
-from murmur.metrics.seed_curves import Curve, Series, group_label, plot_groups, seed_curve
+from murmur.metrics.seed_curves import (
+    Curve,
+    GroupLine,
+    Series,
+    group_label,
+    group_lines,
+    plot_groups,
+    seed_curve,
+)
 from murmur.metrics.seed_groups import SeedGroup
+from murmur.metrics.stops import stop_of
 
 __all__ = [
     "DPI",
@@ -75,6 +92,8 @@ MAX_MARKED_POINTS = 40
 LOG_SPAN = 10.0
 """A time axis is logarithmic when the lines' last values span this factor or more."""
 SEEDS_NOTE = "line: mean over seeds, band: min to max over seeds"
+STOP_MARKER = "x"
+"""The marker at the last point of a run that a rule stopped early."""
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 AccuracySeries = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -114,14 +133,14 @@ def plot_accuracy(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) ->
     agent_bands = len(lines) <= MAX_AGENT_BANDS
     bands: set[str] = set()
     average_model = False
-    for index, group, series, curve in lines:
+    for index, line in lines:
         colour = _colour(index)
-        _draw_line(axes, curve, colour, group_label(group.label, curve.seeds), len(lines))
-        if curve.seeds > 1:
+        _draw_line(axes, line.curve, colour, line.label, len(lines))
+        if line.curve.seeds > 1:
             bands.add("seeds")
-        elif agent_bands and _agent_band(axes, series, colour):
+        elif agent_bands and not line.curve.stopped and _agent_band(axes, line.runs[0], colour):
             bands.add("agents")
-        model = seed_curve([_model_accuracy(run) for run in group.runs])
+        model = seed_curve([_model_accuracy(run) for run in line.runs])
         if model is not None:
             axes.plot(model.x, model.y, color=colour, linestyle="--", label="_nolegend_")
             average_model = True
@@ -131,29 +150,25 @@ def plot_accuracy(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) ->
         axes,
         bool(lines),
         "no evaluation records with test accuracy",
-        _progress_axis(axes, [run for _, group, _, _ in lines for run in group.runs]),
+        _progress_axis(axes, [run for _, line in lines for run in line.runs]),
         "test accuracy (%)",
         _titled("Mean test accuracy over agents", _accuracy_band_note(bands)),
     )
     _save(figure, path, dpi)
 
 
-def _accuracy_lines(
-    runs: Sequence[Run],
-) -> list[tuple[int, SeedGroup, list[AccuracySeries], Curve]]:
-    """Each group with accuracy: its colour index, its runs' accuracy series and its curve."""
+def _accuracy_lines(runs: Sequence[Run]) -> list[tuple[int, GroupLine]]:
+    """The accuracy lines of each group (:func:`group_lines`), with its colour index."""
     lines = []
     for index, group in enumerate(plot_groups(runs)):
-        series = [_accuracy_series(run.records) for run in group.runs]
-        curve = seed_curve([(iterations, mean) for iterations, mean, _, _ in series])
-        if curve is not None:
-            lines.append((index, group, series, curve))
+        series = [_accuracy_series(run.records)[:2] for run in group.runs]
+        lines += [(index, line) for line in group_lines(group, series)]
     return lines
 
 
-def _agent_band(axes: Axes, series: Sequence[AccuracySeries], colour: str) -> bool:
-    """Fill the one run's min-to-max band over agents; whether it had one."""
-    iterations, _, low, high = next(member for member in series if np.isfinite(member[1]).any())
+def _agent_band(axes: Axes, run: Run, colour: str) -> bool:
+    """Fill the run's min-to-max band over agents; whether it had one."""
+    iterations, _, low, high = _accuracy_series(run.records)
     band = np.isfinite(low) & np.isfinite(high)
     if band.any():
         axes.fill_between(iterations, low, high, where=band, color=colour, alpha=0.2, linewidth=0)
@@ -423,10 +438,8 @@ def _curves(
 ) -> list[Line]:
     drawn = []
     for index, (group, series) in enumerate(zip(groups, members, strict=True)):
-        kept = [_positive(member, log_x, log_y) for member in series if member is not None]
-        curve = seed_curve(kept)
-        if curve is not None:
-            drawn.append((index, group_label(group.label, curve.seeds), curve))
+        kept = [None if member is None else _positive(member, log_x, log_y) for member in series]
+        drawn += [(index, line.label, line.curve) for line in group_lines(group, kept)]
     return drawn
 
 
@@ -444,7 +457,22 @@ def _spans(lines: list[Line]) -> bool:
 
 def _draw_line(axes: Axes, curve: Curve, colour: str, label: str, lines: int) -> None:
     """A curve in ``colour``; a group of seeds with its min-to-max band, fainter when
-    there are more than :data:`MAX_AGENT_BANDS` ``lines``."""
+    there are more than :data:`MAX_AGENT_BANDS` ``lines``; a run stopped early thinner,
+    with :data:`STOP_MARKER` at its last point."""
+    if curve.stopped:
+        last = [len(curve.x) - 1]
+        axes.plot(
+            curve.x,
+            curve.y,
+            color=colour,
+            linewidth=1.0,
+            marker=STOP_MARKER,
+            markevery=last,
+            markersize=8,
+            markeredgewidth=2,
+            label=label,
+        )
+        return
     marker = "." if curve.measured and len(curve.x) <= MAX_MARKED_POINTS else None
     axes.plot(curve.x, curve.y, color=colour, marker=marker, label=label)
     if curve.seeds > 1:
@@ -468,14 +496,10 @@ def accuracy_against(records: list[EvaluationRecord], key: str) -> tuple[list[fl
 
 def plot_events_per_agent(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> None:
     """Final events per agent as grouped bars: one group of bars per agent, one colour
-    per seed group (the mean over its seeds, error bars from min to max)."""
+    per seed group (the mean over its finished seeds, error bars from min to max); runs
+    stopped early are left out, as the legend says."""
     figure, axes = new_figure()
-    bars = []
-    for index, group in enumerate(plot_groups(runs)):
-        counts = [_final_events_per_agent(run) for run in group.runs]
-        counts = [c for c in counts if c and len(c) == len(counts[0])]
-        if counts and group.runs[0].summary.get("agents") != 1:
-            bars.append((index, group_label(group.label, len(counts)), np.array(counts)))
+    bars, left_out = _event_bars(runs)
     width = 0.8 / max(len(bars), 1)
     for position, (index, label, table) in enumerate(bars):
         agents = np.arange(table.shape[1])
@@ -492,6 +516,8 @@ def plot_events_per_agent(runs: Sequence[Run], path: str | Path, *, dpi: float =
             ecolor="0.25",
             capsize=2 if several else 0,
         )
+    if left_out:
+        axes.plot([], [], " ", label=f"left out, stopped early: {', '.join(left_out)}")
     # Every agent gets a tick while they stay readable; beyond that, integer ticks only.
     agent_count = max((table.shape[1] for _, _, table in bars), default=0)
     if 0 < agent_count <= MAX_AGENT_TICKS:
@@ -509,6 +535,29 @@ def plot_events_per_agent(runs: Sequence[Run], path: str | Path, *, dpi: float =
         _titled("Events per agent", note),
     )
     _save(figure, path, dpi)
+
+
+def _event_bars(runs: Sequence[Run]) -> tuple[list[tuple[int, str, np.ndarray]], list[str]]:
+    """Each multi-agent group's colour index, legend entry and final events per agent
+    (a row per finished seed); and the groups left out because every run stopped early."""
+    bars, left_out = [], []
+    for index, group in enumerate(plot_groups(runs)):
+        done = _finished(group.runs)
+        counts = [_final_events_per_agent(run) for run in done]
+        counts = [c for c in counts if c and len(c) == len(counts[0])]
+        if group.runs[0].summary.get("agents") == 1:
+            continue
+        of = len(group.runs) if len(done) < len(group.runs) else None
+        if counts:
+            bars.append((index, group_label(group.label, len(counts), of), np.array(counts)))
+        elif not done:
+            left_out.append(group.label)
+    return bars, left_out
+
+
+def _finished(runs: Sequence[Run]) -> list[Run]:
+    """The runs that were not stopped early: those a mean or a final value takes in."""
+    return [run for run in runs if stop_of(run.summary) is None]
 
 
 def plot_time_vs_nodes(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
@@ -563,6 +612,8 @@ class LostPoint:
     lost: tuple[float, float, float]
     accuracy: tuple[float, float, float]
     """(mean, min, max)."""
+    of: int | None = None
+    """The group's runs, where some stopped early and are in no point."""
 
 
 def lost_points(runs: Sequence[Run]) -> list[LostPoint]:
@@ -570,21 +621,21 @@ def lost_points(runs: Sequence[Run]) -> list[LostPoint]:
 
     The share is ``dropped_messages`` over ``messages`` (``lost_share``): a run
     without faults sits at 0, a run that sent nothing is left out, as is one
-    without a final mean accuracy.
+    without a final mean accuracy or one stopped early.
     """
     points = []
     for index, group in enumerate(plot_groups(runs)):
         pairs = [
             (lost, accuracy)
-            for run in group.runs
+            for run in _finished(group.runs)
             if (lost := _percent_of(lost_share(run.summary))) is not None
             and (accuracy := _mean_accuracy_percent(run.summary)) is not None
         ]
         if pairs:
             losses, accuracies = zip(*pairs, strict=True)
-            points.append(
-                LostPoint(group.label, index, len(pairs), _spread(losses), _spread(accuracies))
-            )
+            of = len(group.runs) if len(_finished(group.runs)) < len(group.runs) else None
+            spreads = _spread(losses), _spread(accuracies)
+            points.append(LostPoint(group.label, index, len(pairs), *spreads, of=of))
     return points
 
 
@@ -618,7 +669,7 @@ def plot_accuracy_vs_lost(runs: Sequence[Run], path: str | Path, *, dpi: float =
             markersize=7,
             linestyle="none",
             capsize=3,
-            label=group_label(point.label, point.seeds),
+            label=group_label(point.label, point.seeds, point.of),
         )
     several = any(point.seeds > 1 for point in points)
     note = "mean over seeds, error bars: min to max over seeds" if several else ""
@@ -654,9 +705,10 @@ def speedup_lines(
     the points; runs that reached it but lack a W = 1 run that did are in
     neither). Speedups are ``report.speedups``: over the W = 1 run of the
     same algorithm, dataset and target loss. A line is named after the
-    algorithm, with the dataset / target added when the runs span several.
+    algorithm, with the dataset / target added when the runs span several. Runs
+    stopped early are in neither.
     """
-    summaries = [run.summary for run in runs]
+    summaries = [run.summary for run in _finished(runs)]
     entries = []
     for summary, (iteration, time) in zip(summaries, speedups(summaries), strict=True):
         workers = _finite(summary.get("workers"))
@@ -844,12 +896,13 @@ def algorithm_points(
 ) -> dict[str, list[tuple[float, float]]]:
     """(x, y) points of each run's summary, grouped into lines by algorithm.
 
-    Runs where x_of or y_of gives None are left out. A line is named after the
-    algorithm, with the dataset added when the points span several datasets
-    (a line should not mix datasets). Lines keep the order of first appearance.
+    Runs where x_of or y_of gives None are left out, as are runs stopped early. A
+    line is named after the algorithm, with the dataset added when the points span
+    several datasets (a line should not mix datasets). Lines keep the order of first
+    appearance.
     """
     points = []
-    for run in runs:
+    for run in _finished(runs):
         x, y = x_of(run.summary), y_of(run.summary)
         if x is None or y is None:
             continue

@@ -48,6 +48,7 @@ __all__ = [
     "SingleProcess",
     "FullExchange",
     "Staleness",
+    "StopSummary",
     "SummaryExtra",
     "TestColumns",
 ]
@@ -353,13 +354,25 @@ class SummaryExtra(_ExtraFields, FaultCounts, total=False):
     """A distributed parameter server's worker: which it is."""
 
 
+class StopSummary(TypedDict):
+    """Why a rule stopped a run early (its summary's ``stopped``): the rule's name
+    ("chance", "non-finite", ...), the iteration and one line saying why."""
+
+    rule: Annotated[str, TEXT]
+    iteration: Annotated[int, COUNT]
+    reason: Annotated[str, TEXT]
+
+
 class RunSummary(_FinishedFields, SummaryExtra, total=False):
     """summary.json of a finished run (:meth:`murmur.metrics.records.RunResult.to_dict`,
     with ``"status": "finished"`` in the file): every field of the result, and the
     algorithm-specific ones where a run wrote them (``virtual_seconds``, ``layers``,
-    ``staleness``, ``failed_agents``, the fault counts, ...)."""
+    ``staleness``, ``failed_agents``, the fault counts, ...). A run that a rule stopped
+    early (``"status": "diverged"`` or ``"collapsed"``) writes the same fields, of its
+    last evaluation, and ``stopped``."""
 
-    status: Literal["finished"]
+    status: Literal["finished", "diverged", "collapsed"]
+    stopped: Annotated[StopSummary, object_of(StopSummary)]
 
 
 class FailedSummary(TypedDict, total=False):

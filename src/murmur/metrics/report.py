@@ -10,7 +10,10 @@ field of the wrong type (see :mod:`murmur.metrics.run_schema`). Fields that an
 algorithm does not produce (a centralized run sends no messages) may be
 missing or null; they are shown as ``-``. A run that failed during training
 (``"status": "failed"`` in its summary) is no row of the table: reports list
-it with its error (see :func:`failed_line`).
+it with its error (see :func:`failed_line`). A run that a rule stopped early
+(``"collapsed"`` or ``"diverged"``, :mod:`murmur.metrics.stops`) is a row that shows
+its status where the final mean accuracy would stand ("collapsed at 400"), and
+reports list it with the rule and its reason (see :func:`stopped_line`).
 
 Layer-wise runs (SSFN, dSSFN) add fields such as ``layers``,
 ``train_accuracy``, ``virtual_seconds`` and ``mean_degree``; the table and
@@ -49,6 +52,7 @@ from murmur.metrics.record_types import (
     SingleProcess,
 )
 from murmur.metrics.run_schema import check_record, check_summary
+from murmur.metrics.stops import status_text, stop_line, stop_of
 from murmur.metrics.versus_dsgd import QUANTITIES, Quantity, dsgd_baselines, versus_dsgd
 from murmur.textfiles import read_utf8
 
@@ -57,6 +61,7 @@ __all__ = [
     "Run",
     "read_run",
     "failed_line",
+    "stopped_line",
     "format_table",
     "run_label",
     "has_target",
@@ -143,6 +148,18 @@ def _record(where: str, value: dict[str, Any]) -> EvaluationRecord:
 def failed_line(run: FailedRun) -> str:
     """How a report lists a run that failed: "failed: <name> (<folder>): <why>"."""
     return f"failed: {run_label(run.summary)} ({run.path}): {run.summary['error']}"
+
+
+def stopped_line(summary: RunSummary) -> str | None:
+    """How a report lists a run that a rule stopped early: "<name> (seed <n>, <folder>):
+    collapsed at iteration 400 (chance): <why>"; None for a run that was not stopped."""
+    stop = stop_of(summary)
+    if stop is None:
+        return None
+    where = ", ".join(
+        [*([f"seed {summary['seed']}"] if "seed" in summary else []), str(summary.get("run_dir"))]
+    )
+    return f"{run_label(summary)} ({where}): {stop_line(stop)}"
 
 
 def _read_records(metrics_path: Path) -> list[EvaluationRecord]:
@@ -486,7 +503,7 @@ def _accuracy_columns(summaries: list[RunSummary]) -> list[_Column]:
     """Test accuracy over agents at the final evaluation; the last-k mean, the average
     model's and the mean training accuracy when some run has them."""
     columns = [
-        _Column("final acc mean %", lambda s: _percent(_accuracy(s.get("accuracy"), "mean")), True),
+        _Column("final acc mean %", _final_mean, True),
         _Column("final acc min %", lambda s: _percent(_accuracy(s.get("accuracy"), "min")), True),
         _Column("final acc max %", lambda s: _percent(_accuracy(s.get("accuracy"), "max")), True),
     ]
@@ -503,6 +520,14 @@ def _accuracy_columns(summaries: list[RunSummary]) -> list[_Column]:
             )
         )
     return columns
+
+
+def _final_mean(summary: RunSummary) -> str:
+    """The final mean accuracy, or for a run stopped early its status: "collapsed at 400"."""
+    stop = stop_of(summary)
+    if stop is not None:
+        return status_text(stop)
+    return _percent(_accuracy(summary.get("accuracy"), "mean"))
 
 
 def _single_process(
@@ -563,11 +588,12 @@ def format_table(summaries: list[RunSummary], markdown: bool = False) -> str:
 
     Accuracies and shares are percentages with two decimals. "final acc
     mean/min/max %" are the test accuracy over agents at the run's last
-    evaluation; "last-k acc %" (where summaries have ``accuracy_last_k``) the
-    agents' mean over the last ``run.last_k`` evaluations, and "avg model acc %"
-    (``model_accuracy``) that of the agents' average model. A "seed" column
-    appears when two runs of one name differ in seed. The plain form also shows
-    each run's folder.
+    evaluation (a run that a rule stopped early shows its status in "final acc mean
+    %", "collapsed at 400", see :mod:`murmur.metrics.stops`); "last-k acc %" (where
+    summaries have ``accuracy_last_k``) the agents' mean over the last
+    ``run.last_k`` evaluations, and "avg model acc %" (``model_accuracy``) that of the
+    agents' average model. A "seed" column appears when two runs of one name differ
+    in seed. The plain form also shows each run's folder.
 
     "events / messages / bytes vs DSGD %" (after "bytes") are the run's counts
     over those of its DSGD baseline (:mod:`murmur.metrics.versus_dsgd`): 100 for

@@ -26,9 +26,11 @@ from murmur.metrics.report import (
     last_k_accuracy,
     read_run,
     run_label,
+    stopped_line,
 )
 from murmur.metrics.seed_groups import group_runs
-from murmur.metrics.seed_table import format_results
+from murmur.metrics.seed_table import STOPPED_HEADING, format_results
+from murmur.metrics.stops import stop_of
 from murmur.metrics.versus_dsgd import versus_dsgd_note
 
 _PLOTS: tuple[tuple[str, str, str], ...] = (
@@ -83,11 +85,14 @@ def write_report(
     out_dir untouched. Re-running overwrites the report and plots.
 
     Runs that failed during training are left out of the table and plots and
-    listed below the table with their error. Every report has the accuracy,
-    messages and events plots and accuracy against cumulative bytes (log axis),
-    messages and wall time. accuracy_vs_virtual_time, train_loss and
-    consensus_distance are written (and linked) only when some run's records have
-    virtual seconds, a training loss or (with several agents) a consensus distance;
+    listed below the table with their error. Runs that a rule stopped early are rows
+    that show their status, in no mean across seeds, and are listed below the table
+    with the rule and its reason; their curves end where they stopped, at an x.
+    Every report has the accuracy, messages and events plots and accuracy against
+    cumulative bytes (log axis), messages and wall time. accuracy_vs_virtual_time,
+    train_loss and consensus_distance are written (and linked) only when some run's
+    records have virtual seconds, a training loss or (with several agents) a consensus
+    distance;
     time_vs_nodes and accuracy_vs_degree only when some algorithm has runs at two or
     more node counts / mean degrees, accuracy_vs_lost when the runs lost two or
     more shares of their messages, speedup_vs_workers only when some algorithm has a
@@ -160,6 +165,9 @@ def _report_markdown(
         parts += [format_results(groups, markdown=True), ""]
     if any(len(group) > 1 for group in groups):
         parts += ["### Each seed", "", format_table(summaries, markdown=True), ""]
+    stopped = [f"- {line}" for summary in summaries if (line := stopped_line(summary))]
+    if stopped:
+        parts += [STOPPED_HEADING, "", *stopped, ""]
     if failed:
         parts += [*failed, ""]
     note = versus_dsgd_note(summaries)
@@ -201,6 +209,9 @@ def _overview(
         )
     if any(len(group) > 1 for group in groups):
         overview += " " + _seeds_note(groups)
+    stopped = sum(stop_of(summary) is not None for summary in summaries)
+    if stopped:
+        overview += " " + _stopped_note(stopped)
     if failed:
         listed = "is" if failed == 1 else "are"
         overview += (
@@ -214,9 +225,21 @@ def _seeds_note(groups: Sequence[Sequence[RunSummary]]) -> str:
     return (
         f"Runs that differ only in seed form {len(groups)} group{'s' * (len(groups) != 1)}, "
         "one row each: a figure is the mean ± the sample standard deviation across the "
-        "group's seeds (seeds: how many), and 95 % CI the 95 % confidence interval of the "
-        "mean final accuracy, mean ± t(0.975, n - 1) · sd / √n (within 0 to 100 %); the "
-        "rows of each seed follow the table."
+        "group's finished seeds (seeds: how many in the group), and 95 % CI the 95 % "
+        "confidence interval of the mean final accuracy, mean ± t(0.975, n - 1) · sd / √n "
+        "(within 0 to 100 %); the rows of each seed follow the table."
+    )
+
+
+def _stopped_note(stopped: int) -> str:
+    """What the report does with the runs that a rule stopped early."""
+    runs = f"{stopped} run{'s' * (stopped != 1)}"
+    return (
+        f"{runs} stopped early (collapsed or diverged): a row shows a stopped run's status "
+        "where its final mean accuracy would stand, every mean across seeds is over the "
+        "finished seeds alone (how many: the mean's count and the stopped column), the "
+        "stopped runs are listed below the table with their rule and its reason, and "
+        "their curves end at an x where they stopped."
     )
 
 

@@ -6,7 +6,9 @@ the folder it reads); algorithm-specific fields (``virtual_seconds``,
 ``layers``, ``staleness``, ``failed_agents``, ``dropped_messages``, ...) are
 checked only where a run wrote them. A summary with ``"status": "failed"`` is a
 run that stopped during training: it needs only its ``error``, a line saying
-why. A summary without ``status`` is a finished run written before runs had one.
+why. A run that a rule stopped early (``"diverged"`` or ``"collapsed"``) writes every
+field of a finished run and ``stopped`` (the rule, the iteration, why). A summary
+without ``status`` is a finished run written before runs had one.
 
 Each line of metrics.jsonl is an evaluation record with its ``iteration``; the
 other fields the report reads are checked where present. A value of the wrong
@@ -39,7 +41,10 @@ FAILED, FAILED_OPTIONAL = fields_of(FailedSummary)
 """Fields every failed run writes (besides its status); what it writes of its run
 when it can."""
 
-STATUS = Field('"finished" or "failed"', lambda v: v in ("finished", "failed"))
+STATUS = Field(
+    '"finished", "diverged", "collapsed" or "failed"',
+    lambda v: v in ("finished", "diverged", "collapsed", "failed"),
+)
 
 RECORD, RECORD_OPTIONAL = fields_of(EvaluationRecord)
 """Fields every evaluation record holds; those the report and its plots read,

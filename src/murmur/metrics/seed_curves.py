@@ -15,19 +15,34 @@ values (``numpy.interp``), which changes nothing where the members share their x
 values (evaluations at the same iterations); where they do not (virtual or wall
 time, bytes, messages) it puts every seed on the same grid. The curve is the mean
 of the members and the band runs from the lowest to the highest member at each x.
+
+:func:`group_lines` keeps a group's runs that a rule stopped early
+(:mod:`murmur.metrics.stops`) out of that mean: the group's curve is over its
+finished seeds ("dsgd (3 of 5 seeds)"), and each stopped run is a curve of its own
+that ends where the run stopped, named once per group: "dsgd (collapsed at 400)" for
+a run alone, "dsgd: 2 of 5 seeds collapsed (chance, at 400 and 500)" for seeds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from murmur.metrics.report import Run, run_label
 from murmur.metrics.seed_groups import SeedGroup, group_runs
+from murmur.metrics.stops import Stop, status_text, stop_of, stops_note
 
-__all__ = ["Curve", "plot_groups", "group_label", "seed_curve"]
+__all__ = [
+    "Curve",
+    "GroupLine",
+    "plot_groups",
+    "group_label",
+    "group_lines",
+    "seed_curve",
+    "stopped_label",
+]
 
 Values = Sequence[float] | np.ndarray
 Series = tuple[Values, Values]
@@ -47,6 +62,19 @@ class Curve:
     measured: bool = True
     """Whether every point is a measurement of every member (one run, or seeds that
     share their x values); False where members were interpolated."""
+    stopped: bool = False
+    """The curve of one run that a rule stopped early: it ends where the run stopped."""
+
+
+@dataclass(frozen=True)
+class GroupLine:
+    """One line a plot draws for a seed group: its legend entry ("_nolegend_": none),
+    its curve and the runs behind it (the finished seeds of a mean, or one run that
+    stopped early)."""
+
+    label: str
+    curve: Curve
+    runs: tuple[Run, ...]
 
 
 def plot_groups(runs: Sequence[Run]) -> list[SeedGroup]:
@@ -67,9 +95,47 @@ def _has_seed(run: Run) -> bool:
     return isinstance(seed, int) and not isinstance(seed, bool)
 
 
-def group_label(label: str, seeds: int) -> str:
-    """A legend entry: the label, with ``(n seeds)`` for a curve over several."""
+def group_label(label: str, seeds: int, of: int | None = None) -> str:
+    """A legend entry: the label, with ``(n seeds)`` for a curve over several, and
+    ``(n of m seeds)`` for a curve over n of a group's m seeds (the others stopped)."""
+    if of is not None and of > seeds:
+        return f"{label} ({seeds} of {of} seeds)"
     return f"{label} ({seeds} seeds)" if seeds > 1 else label
+
+
+def stopped_label(group: SeedGroup) -> str:
+    """The legend entry of a group's runs that stopped early: "dsgd (collapsed at 400)"
+    for a run alone, "dsgd: 2 of 5 seeds collapsed (chance, at 400 and 500)" for seeds."""
+    stops = _stops(group)
+    if len(group.runs) == 1 and stops:
+        return f"{group.label} ({status_text(stops[0])})"
+    return f"{group.label}: {stops_note(stops, len(group.runs))}"
+
+
+def group_lines(group: SeedGroup, series: Sequence[Series | None]) -> list[GroupLine]:
+    """A group's lines from its runs' series (``series[i]`` of ``group.runs[i]``; None:
+    the run has none): the curve over its finished seeds, then a curve for each run
+    that stopped early, the first named by :func:`stopped_label`."""
+    members = zip(group.runs, series, strict=True)
+    pairs = [(run, member) for run, member in members if member is not None]
+    done = [(run, member) for run, member in pairs if stop_of(run.summary) is None]
+    lines = []
+    curve = seed_curve([member for _, member in done])
+    if curve is not None:
+        of = len(group.runs) if _stops(group) else None
+        runs = tuple(run for run, member in done if _clean(member)[0].size)
+        lines.append(GroupLine(group_label(group.label, curve.seeds, of), curve, runs))
+    for run, member in pairs:
+        alone = seed_curve([member]) if stop_of(run.summary) is not None else None
+        if alone is not None:
+            named = any(line.curve.stopped for line in lines)
+            label = "_nolegend_" if named else stopped_label(group)
+            lines.append(GroupLine(label, replace(alone, stopped=True), (run,)))
+    return lines
+
+
+def _stops(group: SeedGroup) -> list[Stop]:
+    return [stop for run in group.runs if (stop := stop_of(run.summary)) is not None]
 
 
 def seed_curve(series: Sequence[Series]) -> Curve | None:

@@ -17,6 +17,14 @@ seed's DSGD run (:mod:`murmur.metrics.versus_dsgd`), the speed-ups against that
 seed's W = 1 run. Runs with a target loss show "reached" (how many of the seeds
 reached it) beside the iterations and virtual seconds to it, which are spread over
 the seeds that did.
+
+Seeds that a rule stopped early (collapsed or diverged, :mod:`murmur.metrics.stops`)
+are in no figure: every mean, sd, interval and comparison is over the group's
+finished seeds. Then the mean accuracy says how many those are ("93.10 ± 0.40 (3 of
+5 seeds)"), and a "stopped" column, shown when some run stopped, says what happened
+to the others ("2 of 5 seeds collapsed (chance, at 400 and 500)"). A group whose
+every seed stopped shows its status instead of a mean ("collapsed (5 of 5 seeds)")
+and "-" for every figure.
 """
 
 from __future__ import annotations
@@ -42,8 +50,10 @@ from murmur.metrics.report import (
     render_table,
     run_label,
     speedups,
+    stopped_line,
 )
 from murmur.metrics.statistics import Spread, spread
+from murmur.metrics.stops import Stop, finished, group_status, stop_of, stops_note
 from murmur.metrics.versus_dsgd import QUANTITIES, Quantity, versus_dsgd, versus_dsgd_note
 
 __all__ = ["comparison_markdown", "format_results", "format_seed_table", "figure_spread"]
@@ -96,6 +106,8 @@ def _virtual_decimals(mean: float) -> int:
 
 
 FINAL_MEAN = _Figure("final acc mean %", _accuracy("mean"), _percent)
+STOPPED_HEADING = "Stopped early, in no mean:"
+"""The heading of the list of runs that a rule stopped early, under a table."""
 
 
 def figure_spread(
@@ -241,13 +253,35 @@ def _text(value: object) -> str:
     return MISSING if value is None or value == "" else str(value)
 
 
+def _stops(group: Group) -> list[Stop]:
+    return [stop for summary in group if (stop := stop_of(summary)) is not None]
+
+
+def _final_mean(group: Group, plus_minus: str) -> str:
+    """The mean final accuracy over the group's finished seeds, with their count when
+    some stopped; the group's status when every seed did."""
+    done, stops = finished(group), _stops(group)
+    if not done:
+        return group_status(stops, len(group))
+    cell = _cell(done, FINAL_MEAN, plus_minus)
+    return f"{cell} ({len(done)} of {len(group)} seeds)" if stops else cell
+
+
+def _stopped(group: Group) -> str:
+    """What happened to the group's seeds that stopped early; "-" when none did."""
+    stops = _stops(group)
+    return stops_note(stops, len(group)) if stops else MISSING
+
+
 def format_seed_table(groups: Sequence[Group], markdown: bool = False) -> str:
     """One row per group of runs (one configuration over several seeds): the mean and
-    sd across seeds of each figure, the interval of the mean accuracy, the seeds."""
+    sd across its finished seeds of each figure, the interval of the mean accuracy, the
+    seeds, and where some run stopped early, what happened to it."""
     summaries = [summary for group in groups for summary in group]
     figures = _figures(summaries)
     targets = any(has_target(summary) for summary in summaries)
     mixing = has_column(summaries, "mixing")
+    stopped = any(stop_of(summary) is not None for summary in summaries)
     plus_minus = "±" if markdown else "+-"
     headers = [
         *((header, False) for header in ("name", "algorithm", "dataset")),
@@ -258,20 +292,22 @@ def format_seed_table(groups: Sequence[Group], markdown: bool = False) -> str:
         ("seeds", True),
         (FINAL_MEAN.header, True),
         ("95 % CI", True),
+        *([("stopped", False)] if stopped else []),
         *((figure.header, True) for figure in figures[1:]),
         *([("reached", True)] if targets else []),
         *([] if markdown else [("run folder", False)]),
     ]
     rows = []
     for group in groups:
-        first = group[0]
+        first, done = group[0], finished(group)
         cells = [run_label(first), _text(first.get("algorithm")), _text(first.get("dataset"))]
         cells += [_text(first.get("agents")), _text(first.get("topology"))]
         cells += [mixing_text(first)] if mixing else []
         cells += [_text(first.get("iterations")), str(len(group))]
-        cells += [_cell(group, FINAL_MEAN, plus_minus), _interval(group)]
-        cells += [_cell(group, figure, plus_minus) for figure in figures[1:]]
-        cells += [_reached(group)] if targets else []
+        cells += [_final_mean(group, plus_minus), _interval(done)]
+        cells += [_stopped(group)] if stopped else []
+        cells += [_cell(done, figure, plus_minus) for figure in figures[1:]]
+        cells += [_reached(done)] if targets else []
         rows.append(cells if markdown else [*cells, _folder(group)])
     return render_table(headers, rows, markdown)
 
@@ -286,11 +322,16 @@ def format_results(groups: Sequence[Group], markdown: bool = False) -> str:
 
 def comparison_markdown(groups: Sequence[Group], failed: Sequence[str] = ()) -> str:
     """A comparison's ``comparison.md``: the results table; with seeds, then a row for
-    each seed ("Each seed:"); then the runs that failed, one line each ("Failed:")."""
+    each seed ("Each seed:"); then the runs that a rule stopped early, one line each
+    with its rule and reason ("Stopped early, in no mean:"); then the runs that failed
+    ("Failed:")."""
     text = format_results(groups, markdown=True) + "\n" if groups else ""
     summaries = [summary for group in groups for summary in group]
     if any(len(group) > 1 for group in groups):
         text += f"\nEach seed:\n\n{format_table(summaries, markdown=True)}\n"
+    stopped = [line for summary in summaries if (line := stopped_line(summary)) is not None]
+    if stopped:
+        text += f"\n{STOPPED_HEADING}\n\n" + "".join(f"- {line}\n" for line in stopped)
     note = versus_dsgd_note(summaries)
     if note:
         text += f"\n{note}\n"

@@ -10,7 +10,8 @@ The baseline of a run is, in this order:
 
 1. the first DSGD run (``algorithm`` "dsgd") of the same seed, dataset, topology,
    number of agents and iterations among the summaries compared: each seed has its
-   own DSGD run;
+   own DSGD run. A DSGD run that a rule stopped early (:mod:`murmur.metrics.stops`)
+   sent less than DSGD does and is no baseline;
 2. else the run's own ``full_exchange``: what DSGD would send on the run's graph in
    its iterations, written by every decentralized SGD run on a fixed graph;
 3. else none, and its cells are "-": runs of one learner, of a parameter server,
@@ -28,6 +29,7 @@ from numbers import Real
 from typing import Literal
 
 from murmur.metrics.record_types import RunSummary
+from murmur.metrics.stops import stop_of
 
 __all__ = [
     "QUANTITIES",
@@ -95,7 +97,7 @@ def dsgd_baselines(summaries: Sequence[RunSummary]) -> list[Baseline | None]:
     """Each summary's baseline (see the module's docstring), None where it has none."""
     measured: dict[tuple[str, ...], Baseline] = {}
     for summary in summaries:
-        if summary.get("algorithm") == "dsgd":
+        if summary.get("algorithm") == "dsgd" and stop_of(summary) is None:
             counted = _counts(summary, measured=True)
             if counted is not None:
                 measured.setdefault(_setup(summary), counted)
