@@ -45,6 +45,19 @@ def test_the_short_table_keeps_the_readme_columns_of_the_first_table(results_tab
     assert len(lines) == 4  # the per-seed table is not read
 
 
+def test_the_short_table_keeps_the_stopped_column(results_tables):
+    full = FULL.replace("| 95 % CI |", "| 95 % CI | stopped |", 1)
+    full = full.replace("|---:|---:|---:|", "|---:|---:|---|---:|", 1)
+    full = full.replace(
+        " | [93.08, 94.87] |",
+        " | [93.08, 94.87] | 2 of 5 seeds collapsed (chance, at 400 and 500) |",
+    )
+    full = full.replace(" | [85.17, 86.27] |", " | [85.17, 86.27] | - |")
+    lines = results_tables.short(full).splitlines()
+    assert lines[0].startswith("| name | seeds | mean acc % | stopped | worst agent % |")
+    assert "| 2 of 5 seeds collapsed (chance, at 400 and 500) |" in lines[2]
+
+
 def test_the_readme_form_picks_columns_by_name_and_refuses_unknown_ones(
     results_tables, tmp_path, monkeypatch
 ):
