@@ -4,8 +4,9 @@ A run is described by seven sections::
 
     [run]        seed, iterations, eval_every, threads, checkpoint_every
     [data]       dataset, root, partition, labels_per_agent, dirichlet_alpha, batch_size,
-                 allow_missing_classes; a file of your own: path, test_path,
-                 test_fraction, label_column, task, standardize, sha256
+                 allow_missing_classes, validation, validation_seed; a file of your
+                 own: path, test_path, test_fraction, validation_path, label_column,
+                 task, standardize, sha256
     [model]      name, hidden
     [topology]   graph, agents, degree, probability, rows, edges_file, varying, every
     [timing]     the virtual clock: compute speed, stragglers, latency, bandwidth

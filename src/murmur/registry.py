@@ -83,6 +83,11 @@ class Capabilities:
     """Whether it takes an ``algorithm.optimizer`` other than sgd, or a weight decay."""
     no_optimizers: str = ""
     """Why it takes none."""
+    validation: bool = True
+    """Whether its evaluations measure a validation split (``data.validation``,
+    ``data.validation_path``) beside the test set."""
+    no_validation: str = ""
+    """Why they do not."""
 
 
 @dataclass(frozen=True)
@@ -315,6 +320,9 @@ LAYERWISE: Family[LayerSolver] = Family(
         faults=frozenset(),
         no_varying="layer-wise SSFN solves each layer over one fixed graph",
         checkpoints=SIMULATOR,
+        validation=False,
+        no_validation="layer-wise SSFN carries the test set alone through its layers and "
+        "measures each layer on it",
     ),
 )
 LAYERWISE.add(

@@ -111,6 +111,16 @@ class DataConfig:
     allow_missing_classes: bool = False
     """Let ``partition = "labels"`` leave classes out of every agent (agents x
     labels_per_agent < classes), which caps the test accuracy; refused otherwise."""
+    validation: float = 0.0
+    """Share of the training set, in [0, 1), held out as a validation split before the
+    rest is split among the agents: every evaluation then measures the agents on it too
+    (``validation_accuracy``, ``validation_loss``), for choosing steps and iterations
+    while the test set stays for reporting. Drawn per class (each class gives its share)
+    from ``validation_seed``, so that it is the same rows whatever ``run.seed``; 0: no
+    validation split, the whole training set is split among the agents."""
+    validation_seed: int = 0
+    """Seed of the rows ``validation`` holds out (not ``run.seed``: every seed of an
+    experiment holds out the same rows)."""
     path: str = ""
     """``dataset = "file"``: an ``.npz`` of x_train, y_train, x_test, y_test, or a ``.csv``
     with a header row (features, as they are, and the ``label_column``)."""
@@ -120,6 +130,10 @@ class DataConfig:
     test_fraction: float = 0.2
     """Share of a ``.csv``'s rows held out as the test split when ``test_path`` is empty
     (the same rows whatever ``run.seed``)."""
+    validation_path: str = ""
+    """``dataset = "file"``: a file of the same kind as ``path``, as the validation split
+    instead of ``validation``'s share of the training rows: a ``.csv`` of the same columns,
+    or an ``.npz`` of x_validation and y_validation."""
     label_column: str = "label"
     """The ``.csv`` column of the class labels (integers 0..C-1) or regression targets."""
     task: Literal["classification", "regression"] = "classification"
@@ -128,8 +142,9 @@ class DataConfig:
     """Z-score the file's features with the training split's mean and standard deviation;
     false uses them as they are."""
     sha256: str = ""
-    """SHA-256 of the data: of ``path`` (followed by ``test_path``'s bytes when set), or of
-    the arrays given from Python. The plan fills it in; set, a different file is refused."""
+    """SHA-256 of the data: of ``path`` (followed by ``test_path``'s and then
+    ``validation_path``'s bytes when set), or of the arrays given from Python. The plan
+    fills it in; set, a different file is refused."""
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "data.batch_size must be at least 1")
@@ -138,6 +153,20 @@ class DataConfig:
         require(
             0 < self.test_fraction < 1,
             f"data.test_fraction must be between 0 and 1, not {self.test_fraction}",
+        )
+        require(
+            0 <= self.validation < 1,
+            f"data.validation must be from 0 (no validation split) to below 1, "
+            f"not {self.validation}",
+        )
+        require(
+            self.validation_seed >= 0,
+            f"data.validation_seed must be >= 0, not {self.validation_seed}",
+        )
+        require(
+            self.validation == 0 or self.validation_path == "",
+            "data.validation and data.validation_path both give a validation split; "
+            "set one of them",
         )
         require(
             self.sha256 == "" or _is_sha256(self.sha256),

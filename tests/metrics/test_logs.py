@@ -110,6 +110,17 @@ def test_tensorboard_shows_each_measure_at_its_iteration(tmp_path):
     log.close()
 
 
+def test_tensorboard_shows_the_validation_means_where_the_record_has_them():
+    record = {
+        "iteration": 10,
+        "validation_accuracy": [0.5, 1.0],
+        "validation_loss": [0.25, 0.75],
+    }
+    assert tensorboard_scalars(record) == {"accuracy/validation": 0.75, "loss/validation": 0.5}
+    regression = {"iteration": 10, "validation_accuracy": None, "validation_loss": [1.0]}
+    assert tensorboard_scalars(regression) == {"loss/validation": 1.0}
+
+
 def test_a_run_writes_csv_and_tensorboard_rows_matching_its_records(tmp_path):
     result = run(_config(BOTH), tmp_path / "run")
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]

@@ -50,13 +50,14 @@ from murmur.algorithms.asysg import (
     inconsistent_read,
 )
 from murmur.algorithms.optimizers import LocalOptimizer
-from murmur.metrics.evaluation import test_set_metrics
+from murmur.metrics.evaluation import test_set_metrics, validation_columns
 from murmur.metrics.record_types import (
     ModelColumns,
     ServerRecord,
     Staleness,
     SummaryExtra,
     TestColumns,
+    ValidationColumns,
 )
 from murmur.metrics.records import Outcome
 
@@ -74,7 +75,7 @@ class Times(TypedDict, total=False):
     virtual_seconds: float
 
 
-class ModelMetrics(TestColumns, ModelColumns, total=False):
+class ModelMetrics(TestColumns, ValidationColumns, ModelColumns, total=False):
     """The model's part of a server record (:func:`model_metrics`)."""
 
     train_loss: Required[float]
@@ -389,9 +390,11 @@ def model_metrics(
     test: tuple[torch.Tensor, torch.Tensor],
     *,
     gradient_norm: bool = False,
+    validation: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> ModelMetrics:
     """The model's part of an evaluation record of the one model ``x``: test-set
-    metrics, training loss and accuracy on ``train`` (inputs, targets), and with
+    metrics, the validation split's where there is one (``validation``: inputs,
+    targets), training loss and accuracy on ``train`` (inputs, targets), and with
     ``gradient_norm`` also ``gradient_norm_squared``, ||grad f(x)||^2 of the mean
     training loss f on all of ``train`` (the quantity of AsySG's ergodic rate)."""
     flat = x.view(1, -1)
@@ -399,6 +402,7 @@ def model_metrics(
     test_columns = test_set_metrics(model, flat, *test)
     metrics: ModelMetrics = {
         **test_columns,
+        **validation_columns(model, flat, validation),
         "model_accuracy": test_columns["accuracy_mean"],  # the one model
         "model_loss": test_columns["test_loss"][0],
         "train_loss": float(train_loss[0]),

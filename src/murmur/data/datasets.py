@@ -36,7 +36,8 @@ Source = Literal["bundled", "on disk", "generated", "file", "python"]
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """A train/test split ready for training.
+    """A train/test split ready for training, and a validation split where the run
+    holds one out (``data.validation``, ``data.validation_path``).
 
     ``x_*`` are float32 of shape (samples, features). For classification
     ``y_*`` are int64 class indices of shape (samples,); for regression they
@@ -50,6 +51,16 @@ class Dataset:
     y_test: torch.Tensor
     task: Task
     num_classes: int
+    x_validation: torch.Tensor | None = None
+    """The validation split, apart from the training and test splits; None: none."""
+    y_validation: torch.Tensor | None = None
+
+    @property
+    def validation(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The validation split's inputs and targets; None where there is none."""
+        if self.x_validation is None or self.y_validation is None:
+            return None
+        return self.x_validation, self.y_validation
 
     @property
     def features(self) -> int:
@@ -280,13 +291,14 @@ def _load_bundled(name: str) -> Dataset:
     )
 
 
-def _standardize(x_train: torch.Tensor, x_test: torch.Tensor) -> list[torch.Tensor]:
-    """Z-score both splits with the training mean and (population) standard deviation."""
+def _standardize(x_train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tensor]:
+    """Z-score the training split and the ``others`` with the training mean and
+    (population) standard deviation."""
     train = x_train.double()
     mean = train.mean(dim=0)
     std = train.std(dim=0, correction=0)
     std = torch.where(std > 0, std, torch.ones_like(std))
-    return [((x.double() - mean) / std).float() for x in (x_train, x_test)]
+    return [((x.double() - mean) / std).float() for x in (x_train, *others)]
 
 
 # ---- MNIST-format IDX files on disk -------------------------------------------------------

@@ -10,6 +10,7 @@ one line that names the array.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +25,8 @@ from murmur.errors import UsageError
 TASKS: tuple[Task, ...] = ("classification", "regression")
 SPLITS = ("x_train", "y_train", "x_test", "y_test")
 """The names of a dataset's four arrays, in their order (also the keys of its .npz)."""
+VALIDATION_SPLIT = ("x_validation", "y_validation")
+"""The names of a validation split's two arrays (the keys of its .npz)."""
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -91,6 +94,46 @@ def build_dataset(
         return Dataset(name, xs[0], ys[0], xs[1], ys[1], "regression", 0)
     labels, classes = _labels(y_train, y_test, num_classes, where)
     return Dataset(name, xs[0], labels[0], xs[1], labels[1], "classification", classes)
+
+
+def with_validation(dataset: Dataset, x: Any, y: Any, where: str) -> Dataset:
+    """``dataset`` with the validation split ``(x, y)``, checked as :func:`from_arrays`
+    checks a split (numbers, finite, one target per sample, the training features, and
+    the classes or target width of ``dataset``); UsageError, in one line starting with
+    ``where``, for arrays that do not make one."""
+    x_values, y_values = (
+        _numeric(array, label, where) for array, label in zip((x, y), VALIDATION_SPLIT, strict=True)
+    )
+    features = _features(x_values, "x_validation", where)
+    if features.shape[1] != dataset.features:
+        raise UsageError(
+            f"{where}: x_validation has {features.shape[1]} features per sample but x_train "
+            f"has {dataset.features}; both splits need the same features"
+        )
+    if y_values.shape[0] != features.shape[0]:
+        raise UsageError(
+            f"{where}: x_validation holds {features.shape[0]} samples but y_validation holds "
+            f"{y_values.shape[0]}; give one target per sample"
+        )
+    if dataset.task == "regression":
+        targets = _targets(y_values, "y_validation", where)
+        if targets.shape[1] != dataset.outputs:
+            raise UsageError(
+                f"{where}: y_validation has {targets.shape[1]} targets per sample but y_train "
+                f"has {dataset.outputs}"
+            )
+        return dataclasses.replace(dataset, x_validation=features, y_validation=targets)
+    labels = _integers(y_values, "y_validation", where)
+    outside = (labels < 0) | (labels >= dataset.num_classes)
+    if outside.any():
+        index = int(np.argmax(outside))
+        raise UsageError(
+            f"{where}: y_validation[{index}] is {int(labels[index])}, outside the classes "
+            f"0..{dataset.num_classes - 1} of the training split"
+        )
+    return dataclasses.replace(
+        dataset, x_validation=features, y_validation=torch.from_numpy(labels)
+    )
 
 
 def from_torch_dataset(

@@ -8,11 +8,15 @@
   column is a feature. The test split is ``data.test_path`` (a CSV of the same
   columns) or, without one, ``data.test_fraction`` of the rows, drawn with a fixed
   seed (the same rows whatever the run's seed).
+- ``data.validation_path``: a validation split of the same kind, a ``.csv`` of the
+  same columns or an ``.npz`` of ``x_validation`` and ``y_validation``, checked
+  against the training split (its features, classes or target width).
 
 Features are used as the file holds them unless ``data.standardize`` z-scores them
 with the training split's statistics. The SHA-256 of the file's bytes (followed by
-the test file's) identifies the data: :func:`read_file_data` refuses a file whose
-hash is not ``data.sha256`` when that is set, and keeps what it parsed, by path and
+the test file's, then the validation file's) identifies the data:
+:func:`read_file_data` refuses a file whose hash is not ``data.sha256`` when that is
+set, and keeps what it parsed, by path and
 hash, so a process parses a file once: every read hashes the bytes again (a file
 changed since the plan read it is refused), the run reuses what the plan parsed.
 """
@@ -20,6 +24,7 @@ changed since the plan read it is refused), the run reuses what the plan parsed.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import zipfile
@@ -31,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from murmur.data.datasets import Dataset, _standardize
-from murmur.data.user_arrays import SPLITS, build_dataset
+from murmur.data.user_arrays import SPLITS, VALIDATION_SPLIT, build_dataset, with_validation
 from murmur.errors import UsageError
 from murmur.sections import DataConfig
 
@@ -39,7 +44,15 @@ FILE = "file"
 """``data.dataset`` of a user's file."""
 ARRAYS = "arrays"
 """``data.dataset`` of a Dataset given from Python."""
-FILE_KEYS = ("path", "test_path", "test_fraction", "label_column", "task", "standardize")
+FILE_KEYS = (
+    "path",
+    "test_path",
+    "test_fraction",
+    "validation_path",
+    "label_column",
+    "task",
+    "standardize",
+)
 """The keys of ``[data]`` that only ``data.dataset = "file"`` reads."""
 SPLIT_SEED = 20242
 """Seed of the rows a CSV without ``data.test_path`` holds out as its test split."""
@@ -58,10 +71,10 @@ class FileData:
     dataset: Dataset
     sha256: str
     paths: tuple[Path, ...]
-    """The file, and the test file when there is one."""
+    """The file, then the test file and the validation file where there are."""
 
 
-_Key = tuple[str, str, float, str, str, bool]
+_Key = tuple[str, str, str, float, str, str, bool]
 _Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 _CACHE: OrderedDict[tuple[_Key, str], FileData] = OrderedDict()
 
@@ -71,13 +84,19 @@ def read_file_data(data: DataConfig) -> FileData:
     UsageError, in one line naming the file, for a file that is not one, or whose
     SHA-256 is not ``data.sha256`` when that is set."""
     paths = file_paths(data)
+    validation = validation_file(data)
     test = str(paths[1].resolve()) if len(paths) > 1 else ""
+    held = str(validation.resolve()) if validation is not None else ""
     options = (data.test_fraction, data.label_column, data.task, data.standardize)
-    key: _Key = (str(paths[0].resolve()), test, *options)
+    key: _Key = (str(paths[0].resolve()), test, held, *options)
+    if validation is not None:
+        paths = (*paths, validation)
     contents = [_read_bytes(path) for path in paths]
     digest = hashlib.sha256(b"".join(contents)).hexdigest()
     if data.sha256 and digest != data.sha256:
         test = f" (with data.test_path {data.test_path})" if data.test_path else ""
+        if data.validation_path:
+            test += f" (with data.validation_path {data.validation_path})"
         raise UsageError(
             f"data.path {data.path}{test} changed since the run: sha256 {digest}, expected "
             f'{data.sha256}; restore the file, or set data.sha256 = "" to use it as it is'
@@ -118,6 +137,21 @@ def file_paths(data: DataConfig) -> tuple[Path, ...]:
     return path, test
 
 
+def validation_file(data: DataConfig) -> Path | None:
+    """``data.validation_path`` (None where it is not set); UsageError unless it is a
+    file of the kind of ``data.path``."""
+    if not data.validation_path:
+        return None
+    path = _path(data.validation_path, "data.validation_path")
+    kind = Path(data.path).suffix.lower()
+    if path.suffix.lower() != kind:
+        raise UsageError(
+            f"data.validation_path {data.validation_path} is not a {kind} file like data.path "
+            f"{data.path}; give the validation split in the kind of file of the training data"
+        )
+    return path
+
+
 def _path(text: str, key: str) -> Path:
     try:
         return Path(text).expanduser()
@@ -137,19 +171,34 @@ def _read_bytes(path: Path) -> bytes:
 
 
 def _parse(data: DataConfig, paths: tuple[Path, ...], contents: list[bytes]) -> Dataset:
-    """The dataset of the files' ``contents``, standardized when ``data`` asks."""
+    """The dataset of the files' ``contents`` (the validation file's last, where
+    ``data.validation_path`` is set), standardized when ``data`` asks."""
+    split = len(paths) - 1 if data.validation_path else len(paths)
+    held: tuple[np.ndarray, np.ndarray] | None = None
     if paths[0].suffix.lower() == ".npz":
         arrays = _npz_arrays(paths[0], contents[0])
+        if split < len(paths):
+            held = _npz_validation(paths[-1], contents[-1])
     else:
-        arrays = _csv_arrays(data, paths, contents)
+        arrays, header = _csv_arrays(data, paths[:split], contents[:split])
+        if split < len(paths):
+            held = _csv_validation(data, paths[-1], contents[-1], header)
     dataset = build_dataset(
         arrays, task=data.task, num_classes=None, name=FILE, where=str(paths[0])
     )
+    if held is not None:
+        dataset = with_validation(dataset, *held, where=str(paths[-1]))
     if not data.standardize:
         return dataset
-    x_train, x_test = _standardize(dataset.x_train, dataset.x_test)
-    return Dataset(
-        FILE, x_train, dataset.y_train, x_test, dataset.y_test, dataset.task, dataset.num_classes
+    validation = dataset.validation
+    x_train, x_test, *x_validation = _standardize(
+        dataset.x_train, dataset.x_test, *([validation[0]] if validation is not None else [])
+    )
+    return dataclasses.replace(
+        dataset,
+        x_train=x_train,
+        x_test=x_test,
+        x_validation=x_validation[0] if x_validation else None,
     )
 
 
@@ -174,6 +223,24 @@ def _npz_arrays(path: Path, content: bytes) -> _Arrays:
         raise UsageError(f"{path} is not a readable .npz file ({error})") from None
 
 
+def _npz_validation(path: Path, content: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """The x_validation and y_validation arrays of ``data.validation_path``'s .npz."""
+    try:
+        with np.load(io.BytesIO(content), allow_pickle=False) as arrays:
+            missing = [key for key in VALIDATION_SPLIT if key not in arrays.files]
+            if missing:
+                held = ", ".join(arrays.files) or "no arrays"
+                raise UsageError(
+                    f"{path} lacks {', '.join(missing)} (it holds {held}); the .npz of "
+                    "data.validation_path holds x_validation and y_validation"
+                )
+            return arrays["x_validation"], arrays["y_validation"]
+    except UsageError:
+        raise
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as error:
+        raise UsageError(f"{path} is not a readable .npz file ({error})") from None
+
+
 # ---- .csv ---------------------------------------------------------------------------------
 
 
@@ -187,8 +254,11 @@ class _Table:
     lines: list[int]
 
 
-def _csv_arrays(data: DataConfig, paths: tuple[Path, ...], contents: list[bytes]) -> _Arrays:
-    """(x_train, y_train, x_test, y_test) of one CSV split by rows, or of two CSVs."""
+def _csv_arrays(
+    data: DataConfig, paths: tuple[Path, ...], contents: list[bytes]
+) -> tuple[_Arrays, list[str]]:
+    """(x_train, y_train, x_test, y_test) of one CSV split by rows, or of two CSVs; and
+    the header of the first."""
     tables = [_read_csv(path, content) for path, content in zip(paths, contents, strict=True)]
     column = _label_index(tables[0], data.label_column)
     if len(tables) == 2 and tables[1].header != tables[0].header:
@@ -208,7 +278,24 @@ def _csv_arrays(data: DataConfig, paths: tuple[Path, ...], contents: list[bytes]
     if data.task == "classification":
         _check_two_classes(splits[0][1], paths[0], data.label_column)
     (x_train, y_train, _), (x_test, y_test, _) = splits
-    return x_train, y_train, x_test, y_test
+    return (x_train, y_train, x_test, y_test), tables[0].header
+
+
+def _csv_validation(
+    data: DataConfig, path: Path, content: bytes, header: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The features and labels of ``data.validation_path``'s .csv, whose columns must be
+    ``header``, data.path's."""
+    table = _read_csv(path, content)
+    if table.header != header:
+        raise UsageError(
+            f"data.validation_path {path} has the columns {', '.join(table.header)} but "
+            f"data.path has {', '.join(header)}; give both the same columns"
+        )
+    column = _label_index(table, data.label_column)
+    if data.task == "classification":
+        _check_labels(table, column)
+    return np.delete(table.values, column, axis=1), table.values[:, column]
 
 
 def _read_csv(path: Path, content: bytes) -> _Table:

@@ -1,7 +1,8 @@
 """The evaluation records of a distributed SGD run, made as the run goes.
 
 At each evaluation every rank measures its block of agents (one row of
-:data:`ROW_COLUMNS` per agent: test accuracy and loss, counts) and adds, in one
+:data:`ROW_COLUMNS` per agent: test accuracy and loss, counts, then, where the run
+holds a validation split out, :data:`VALIDATION_COLUMNS`) and adds, in one
 all-reduce, a vector of every agent's rows (its own block filled, zeros
 elsewhere), the sum of its block's parameter rows, the sum of their squared
 norms and, on rank 0, how many records it has written. The sum gives every rank
@@ -42,7 +43,7 @@ import torch.distributed as dist
 
 from murmur.distributed.mailbox import PeerFailure, first_line
 from murmur.distributed.transport import DistributedTransport
-from murmur.metrics.record_types import ModelColumns, SgdRecord
+from murmur.metrics.record_types import ModelColumns, SgdRecord, ValidationColumns
 from murmur.training.reducer import AgentRows, sgd_record
 from murmur.training.sgd_loop import Evaluation
 
@@ -58,6 +59,8 @@ ROW_COLUMNS = (
     "bytes",
 )
 """One agent's measurements at an evaluation, as the ranks sum them."""
+VALIDATION_COLUMNS = ("validation_accuracy", "validation_loss")
+"""What a run with a validation split adds to each agent's row (after ROW_COLUMNS)."""
 
 POLL_SECONDS = 0.001
 """How often a rank waiting for a sum at the end looks whether it is in."""
@@ -91,8 +94,11 @@ class RankRecords:
         timeout: float,
         on_record: Callable[[SgdRecord], None],
         score_average: ScoreAverage | None,
+        columns: tuple[str, ...] = ROW_COLUMNS,
     ) -> None:
         self.transport = transport
+        self.columns = columns
+        """The columns of each agent's row: ROW_COLUMNS, then the validation's."""
         self.agents = agents
         self.width = width
         """Parameters per agent."""
@@ -113,7 +119,7 @@ class RankRecords:
 
     @property
     def _rows_end(self) -> int:
-        return self.agents * len(ROW_COLUMNS)
+        return self.agents * len(self.columns)
 
     def add(self, at: Evaluation, rows: list[list[float]]) -> None:
         """Start the sum of the evaluation ``at``, this rank's ``rows`` (one per agent of its
@@ -121,7 +127,7 @@ class RankRecords:
         self.collect()
         params = at.params
         vector = torch.zeros(self._rows_end + self.width + 2, dtype=torch.float64)
-        first = self.transport.agents[0] * len(ROW_COLUMNS)
+        first = self.transport.agents[0] * len(self.columns)
         block = torch.tensor(rows, dtype=torch.float64).reshape(-1)
         vector[first : first + block.numel()] = block
         vector[self._rows_end : -2] = params.sum(dim=0, dtype=torch.float64)
@@ -167,7 +173,8 @@ class RankRecords:
             del self.held[index]  # rank 0 has its record
         mean = summed[self._rows_end : -2] / self.agents
         spread = max(float(summed[-2] - mean.square().sum() * self.agents), 0.0)
-        record = agents_record(summed[: self._rows_end].view(self.agents, -1), spread / self.agents)
+        rows = summed[: self._rows_end].view(self.agents, -1)
+        record = agents_record(rows, spread / self.agents, self.columns)
         if self.score_average is not None:
             record.update(self.score_average(mean.view(1, -1)))
             self.written += 1
@@ -218,10 +225,13 @@ def agree_records(saved: Mapping[str, Any] | None) -> int:
     return int(torch.cat(parts).max())
 
 
-def agents_record(rows: torch.Tensor, consensus: float) -> SgdRecord:
-    """One evaluation's record from every agent's row of :data:`ROW_COLUMNS`, (agents,
+def agents_record(
+    rows: torch.Tensor, consensus: float, columns: tuple[str, ...] = ROW_COLUMNS
+) -> SgdRecord:
+    """One evaluation's record from every agent's row of ``columns`` (:data:`ROW_COLUMNS`,
+    then :data:`VALIDATION_COLUMNS` where the run has a validation split), (agents,
     columns); without the average model."""
-    column = {name: rows[:, i] for i, name in enumerate(ROW_COLUMNS)}
+    column = {name: rows[:, i] for i, name in enumerate(columns)}
     accuracy = column["accuracy"]
     agent_rows = AgentRows(
         test_accuracy=None if bool(accuracy.isnan().any()) else accuracy.tolist(),
@@ -239,4 +249,17 @@ def agents_record(rows: torch.Tensor, consensus: float) -> SgdRecord:
         train_loss=None if iteration == 0 else float(column["train_loss"].mean()),
         consensus_distance=consensus,
         model=None,
+        validation=_validation(column),
     )
+
+
+def _validation(column: Mapping[str, torch.Tensor]) -> ValidationColumns | None:
+    """The validation columns of the agents' rows (None: the run has no validation
+    split); a regression run's accuracy is NaN in the rows, None in the record."""
+    if "validation_loss" not in column:
+        return None
+    accuracy = column["validation_accuracy"]
+    return {
+        "validation_accuracy": None if bool(accuracy.isnan().any()) else accuracy.tolist(),
+        "validation_loss": column["validation_loss"].tolist(),
+    }

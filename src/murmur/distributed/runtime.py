@@ -69,7 +69,13 @@ from murmur.distributed.mailbox import (
     PeerFailure,
     first_line,
 )
-from murmur.distributed.rank_records import RankRecords, ScoreAverage, agree_records
+from murmur.distributed.rank_records import (
+    ROW_COLUMNS,
+    VALIDATION_COLUMNS,
+    RankRecords,
+    ScoreAverage,
+    agree_records,
+)
 from murmur.distributed.server import newest_server_checkpoint, server_runner
 from murmur.distributed.transport import (
     DEFAULT_TIMEOUT,
@@ -440,6 +446,7 @@ def _train_rank(
         timeout,
         on_record,
         _average_scorer(problem, setup.initial.dtype) if rank == 0 else None,
+        ROW_COLUMNS + VALIDATION_COLUMNS if problem.validation is not None else ROW_COLUMNS,
     )
     resumed = None
     if restored is not None:
@@ -536,7 +543,11 @@ def _train(
 
     def evaluate(at: Evaluation) -> None:
         accuracy, loss = problem.model.evaluate(at.params, problem.x_test, problem.y_test)
-        records.add(at, _block_rows(at, accuracy, loss, transport.counters, block))
+        rows = _block_rows(at, accuracy, loss, transport.counters, block)
+        if problem.validation is not None:
+            held = problem.model.evaluate(at.params, *problem.validation)
+            rows = [row + _validation_row(*held, i) for i, row in enumerate(rows)]
+        records.add(at, rows)
 
     def snapshot(at: SgdProgress) -> SgdSnapshot:
         saved = sgd_snapshot(at, transport, problem.sampler)
@@ -584,6 +595,12 @@ def _block_rows(
         ]
         for i in range(block)
     ]
+
+
+def _validation_row(accuracy: torch.Tensor | None, loss: torch.Tensor, agent: int) -> list[float]:
+    """The block's ``agent``-th validation columns (``VALIDATION_COLUMNS``); a regression
+    run's accuracy as NaN."""
+    return [float(accuracy[agent]) if accuracy is not None else float("nan"), float(loss[agent])]
 
 
 def _gather(

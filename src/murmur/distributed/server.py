@@ -559,6 +559,7 @@ class _Server:
             train,
             test,
             gradient_norm=self.server.config.gradient_norm,
+            validation=problem.validation,
         )
         record = self.server.record(clock, metrics)
         self.on_record(record)

@@ -16,6 +16,7 @@ from murmur.metrics.record_types import (
     ModelColumns,
     SummaryExtra,
     TestColumns,
+    ValidationColumns,
 )
 from murmur.seeding import generator
 
@@ -71,6 +72,22 @@ def test_set_metrics(
     }
 
 
+def validation_columns(
+    model: StackedModel,
+    params: torch.Tensor,
+    validation: tuple[torch.Tensor, torch.Tensor] | None,
+) -> ValidationColumns:
+    """The validation-set part of an evaluation record, for stacked parameters (N, P):
+    nothing where the run has no validation split (``validation`` None)."""
+    if validation is None:
+        return {}
+    accuracy, loss = model.evaluate(params, *validation)
+    return {
+        "validation_accuracy": accuracy.tolist() if accuracy is not None else None,
+        "validation_loss": loss.tolist(),
+    }
+
+
 def model_columns(accuracy: torch.Tensor | None, loss: torch.Tensor) -> ModelColumns:
     """A record's average-model columns from one model's evaluation (``accuracy`` None
     for regression; the first row of each)."""
@@ -103,6 +120,42 @@ def accuracy_over_run(records: Sequence[EvaluationRecord], last_k: int) -> Summa
     scored = [score for score in map(_scores, records) if score is not None]
     if not scored:
         return {}
+    last_k_accuracy, best = _last_k_and_best(scored, last_k)
+    return {"accuracy_last_k": last_k_accuracy, "accuracy_best": best}
+
+
+def validation_over_run(records: Sequence[EvaluationRecord], last_k: int) -> SummaryExtra:
+    """The summary's validation fields of a run's ``records`` (oldest first), where they
+    measure a validation split: ``validation_accuracy`` (mean, min, max, per agent) and
+    ``validation_loss`` (mean over agents) of the last evaluation, and for
+    classification ``validation_last_k`` and ``validation_best``, made of the validation
+    accuracy as :func:`accuracy_over_run` makes ``accuracy_last_k`` and
+    ``accuracy_best`` of the test accuracy; the best with the test accuracy mean of its
+    evaluation. Nothing for a run without a validation split."""
+    measured = [record for record in records if "validation_loss" in record]
+    if not measured:
+        return {}
+    losses = measured[-1]["validation_loss"]
+    extra: SummaryExtra = {
+        "validation_accuracy": accuracy_summary(measured[-1].get("validation_accuracy")),
+        "validation_loss": sum(losses) / len(losses),
+    }
+    scored = [score for score in map(_validation_scores, measured) if score is not None]
+    if not scored:
+        return extra
+    extra["validation_last_k"], best = _last_k_and_best(scored, last_k)
+    test = {record["iteration"]: record.get("accuracy_mean") for record in measured}
+    extra["validation_best"] = {**best, "test_mean": test[best["iteration"]]}
+    return extra
+
+
+_Score = tuple[int, float, float, float]
+"""An evaluation's iteration and accuracy mean, min and max over agents."""
+
+
+def _last_k_and_best(scored: list[_Score], last_k: int) -> tuple[LastKAccuracy, BestAccuracy]:
+    """The mean of the last ``last_k`` scores' mean, min and max, and the score of the
+    highest mean (the first, on ties)."""
     last = scored[-last_k:]
     last_k_accuracy: LastKAccuracy = {
         "k": len(last),
@@ -111,11 +164,10 @@ def accuracy_over_run(records: Sequence[EvaluationRecord], last_k: int) -> Summa
         "max": sum(score[3] for score in last) / len(last),
     }
     iteration, mean, low, high = max(scored, key=lambda score: score[1])  # the first of ties
-    best: BestAccuracy = {"iteration": iteration, "mean": mean, "min": low, "max": high}
-    return {"accuracy_last_k": last_k_accuracy, "accuracy_best": best}
+    return last_k_accuracy, {"iteration": iteration, "mean": mean, "min": low, "max": high}
 
 
-def _scores(record: EvaluationRecord) -> tuple[int, float, float, float] | None:
+def _scores(record: EvaluationRecord) -> _Score | None:
     """A record's iteration and accuracy mean, min and max; None where it has none."""
     mean, low, high = (
         record.get("accuracy_mean"),
@@ -125,3 +177,12 @@ def _scores(record: EvaluationRecord) -> tuple[int, float, float, float] | None:
     if mean is None or low is None or high is None:
         return None
     return record["iteration"], mean, low, high
+
+
+def _validation_scores(record: EvaluationRecord) -> _Score | None:
+    """A record's iteration and validation accuracy mean, min and max; None where it has
+    none (regression, or no validation split)."""
+    accuracy = record.get("validation_accuracy")
+    if not accuracy:
+        return None
+    return record["iteration"], sum(accuracy) / len(accuracy), min(accuracy), max(accuracy)

@@ -40,17 +40,20 @@ TENSORBOARD_TAGS = {
     "accuracy/min": "accuracy_min",
     "accuracy/max": "accuracy_max",
     "accuracy/model": "model_accuracy",
+    "accuracy/validation": "validation_accuracy",
     "loss/test": "test_loss",
     "loss/model": "model_loss",
     "loss/train": "train_loss",
+    "loss/validation": "validation_loss",
     "consensus_distance": "consensus_distance",
     "messages": "messages",
     "bytes": "bytes",
     "time/virtual_seconds": "virtual_seconds",
     "time/wall_seconds": "wall_seconds",
 }
-"""TensorBoard's tag of each record key it shows (``loss/test``: the mean over agents);
-a key a record lacks, or holds no number in, is left out of that step."""
+"""TensorBoard's tag of each record key it shows (``loss/test``, ``accuracy/validation``,
+``loss/validation``: the mean over agents); a key a record lacks, or holds no number
+in, is left out of that step."""
 
 
 def check_logs(log: Sequence[str]) -> None:

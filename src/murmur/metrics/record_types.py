@@ -51,6 +51,8 @@ __all__ = [
     "StopSummary",
     "SummaryExtra",
     "TestColumns",
+    "ValidationBest",
+    "ValidationColumns",
 ]
 
 _FRACTIONS = nullable(list_of(FRACTION))
@@ -119,6 +121,15 @@ class TestColumns(TypedDict):
     accuracy_max: float | None
 
 
+class ValidationColumns(TypedDict, total=False):
+    """The validation-set part of a record, where the run holds a validation split out
+    (``data.validation``, ``data.validation_path``): per-agent accuracy (None for
+    regression) and loss, of the same agents as ``test_accuracy``."""
+
+    validation_accuracy: list[float] | None
+    validation_loss: list[float]
+
+
 class ModelColumns(TypedDict):
     """The average model's part of a mini-batch run's record: the test accuracy (None
     for regression) and loss of the mean of the agents' parameter rows, the model
@@ -151,9 +162,14 @@ class _RecordFields(TypedDict, total=False):
     bytes: Annotated[int, COUNT]
     events_per_agent: Annotated[list[int], list_of(COUNT)]
     test_loss: list[float]
+    validation_accuracy: Annotated[list[float] | None, _FRACTIONS]
+    """Where the run holds a validation split out (:class:`ValidationColumns`)."""
+    validation_loss: Annotated[list[float], list_of(nullable(NUMBER))]
+    """Its loss per agent (null in the file where it is not finite)."""
     measured_agents: Annotated[list[int], list_of(COUNT)]
-    """The agents ``test_accuracy`` and ``test_loss`` are of, in that order, where the run
-    measures a sample of its agents (``run.eval_agents``); absent: every agent."""
+    """The agents ``test_accuracy`` and ``test_loss`` (and the validation columns) are of,
+    in that order, where the run measures a sample of its agents (``run.eval_agents``);
+    absent: every agent."""
     wall_seconds: float
     virtual_seconds: float
     """The simulator's clock; distributed runs and Hogwild have none."""
@@ -277,6 +293,14 @@ class BestAccuracy(TypedDict):
     max: Annotated[float, FRACTION]
 
 
+class ValidationBest(BestAccuracy):
+    """The evaluation of the highest validation accuracy mean over agents (the first, on
+    ties), and the test accuracy mean it had: the iteration validation chooses, and
+    what to report of it."""
+
+    test_mean: Annotated[float | None, nullable(FRACTION)]
+
+
 class _ExtraFields(TypedDict, total=False):
     virtual_seconds: Annotated[float, SECONDS]
     measured_agents: Annotated[list[int], list_of(COUNT)]
@@ -310,6 +334,15 @@ class _ExtraFields(TypedDict, total=False):
     """Classification runs: the mean accuracy of the last ``run.last_k`` evaluations."""
     accuracy_best: Annotated[BestAccuracy, object_of(BestAccuracy)]
     """Classification runs: the evaluation of the highest mean accuracy."""
+    validation_accuracy: Annotated[AccuracySummary, ACCURACY]
+    """Runs with a validation split: its accuracy over agents at the last evaluation
+    (all None for regression)."""
+    validation_loss: Annotated[float | None, nullable(NUMBER)]
+    """Its loss at the last evaluation, mean over agents."""
+    validation_last_k: Annotated[LastKAccuracy, object_of(LastKAccuracy)]
+    """Classification runs with a validation split: ``accuracy_last_k`` of its accuracy."""
+    validation_best: Annotated[ValidationBest, object_of(ValidationBest)]
+    """Classification runs with a validation split: its best evaluation."""
     machine: Annotated[MachineSummary, object_of(MachineSummary)]
     """The torch, CPU kernels, BLAS and threads the run computed with (murmur.portable)."""
 

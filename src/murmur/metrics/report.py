@@ -494,6 +494,13 @@ def last_k_accuracy(summary: RunSummary) -> float | None:
     return as_number(last_k.get("mean")) if isinstance(last_k, dict) else None
 
 
+def validation_last_k_accuracy(summary: RunSummary) -> float | None:
+    """The agents' mean validation accuracy averaged over the run's last evaluations
+    (``validation_last_k``); None where the run held no validation split out."""
+    last_k = cast(dict[str, Any], summary).get("validation_last_k")
+    return as_number(last_k.get("mean")) if isinstance(last_k, dict) else None
+
+
 def model_accuracy(summary: RunSummary) -> float | None:
     """The test accuracy of the agents' average model (``model_accuracy``); None without."""
     return as_number(cast(dict[str, Any], summary).get("model_accuracy"))
@@ -509,6 +516,10 @@ def _accuracy_columns(summaries: list[RunSummary]) -> list[_Column]:
     ]
     if any(last_k_accuracy(summary) is not None for summary in summaries):
         columns.append(_Column("last-k acc %", lambda s: _percent(last_k_accuracy(s)), True))
+    if any(validation_last_k_accuracy(summary) is not None for summary in summaries):
+        columns.append(
+            _Column("last-k val acc %", lambda s: _percent(validation_last_k_accuracy(s)), True)
+        )
     if any(model_accuracy(summary) is not None for summary in summaries):
         columns.append(_Column("avg model acc %", lambda s: _percent(model_accuracy(s)), True))
     if has_column(summaries, "train_accuracy"):
@@ -591,9 +602,11 @@ def format_table(summaries: list[RunSummary], markdown: bool = False) -> str:
     evaluation (a run that a rule stopped early shows its status in "final acc mean
     %", "collapsed at 400", see :mod:`murmur.metrics.stops`); "last-k acc %" (where
     summaries have ``accuracy_last_k``) the agents' mean over the last
-    ``run.last_k`` evaluations, and "avg model acc %" (``model_accuracy``) that of the
-    agents' average model. A "seed" column appears when two runs of one name differ
-    in seed. The plain form also shows each run's folder.
+    ``run.last_k`` evaluations, "last-k val acc %" (``validation_last_k``) the same of
+    the validation accuracy, for runs with a validation split, and "avg model acc %"
+    (``model_accuracy``) that of the agents' average model. A "seed" column appears
+    when two runs of one name differ in seed. The plain form also shows each run's
+    folder.
 
     "events / messages / bytes vs DSGD %" (after "bytes") are the run's counts
     over those of its DSGD baseline (:mod:`murmur.metrics.versus_dsgd`): 100 for

@@ -27,6 +27,7 @@ from murmur.metrics.report import (
     read_run,
     run_label,
     stopped_line,
+    validation_last_k_accuracy,
 )
 from murmur.metrics.seed_groups import group_runs
 from murmur.metrics.seed_table import STOPPED_HEADING, format_results
@@ -206,6 +207,11 @@ def _overview(
         overview += (
             " last-k acc is the agents' mean accuracy averaged over each run's last "
             "run.last_k evaluations."
+        )
+    if any(validation_last_k_accuracy(summary) is not None for summary in summaries):
+        overview += (
+            " last-k val acc is the same of the validation split (data.validation), the "
+            "figure to choose by; the test accuracies are for reporting."
         )
     if any(len(group) > 1 for group in groups):
         overview += " " + _seeds_note(groups)

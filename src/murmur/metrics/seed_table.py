@@ -51,6 +51,7 @@ from murmur.metrics.report import (
     run_label,
     speedups,
     stopped_line,
+    validation_last_k_accuracy,
 )
 from murmur.metrics.statistics import Spread, spread
 from murmur.metrics.stops import Stop, finished, group_status, stop_of, stops_note
@@ -145,6 +146,7 @@ def _present(summaries: list[RunSummary], figures: list[_Figure]) -> list[_Figur
 def _figures(summaries: list[RunSummary]) -> list[_Figure]:
     optional = [
         _Figure("last-k acc %", last_k_accuracy, _percent),
+        _Figure("last-k val acc %", validation_last_k_accuracy, _percent),
         _Figure("avg model acc %", model_accuracy, _percent),
         _Figure("train acc %", _train_accuracy, _percent),
     ]

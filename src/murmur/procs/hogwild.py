@@ -49,7 +49,7 @@ from tqdm import tqdm
 from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.schedules import Decaying
 from murmur.data.batches import BatchSampler
-from murmur.metrics.evaluation import model_columns
+from murmur.metrics.evaluation import model_columns, validation_columns
 from murmur.metrics.record_types import EvaluationRecord, SgdRecord, SummaryExtra
 from murmur.metrics.records import Outcome
 from murmur.models.stacked import StackedModel, Task
@@ -406,4 +406,5 @@ def _record(
         train_loss=train_loss,
         consensus_distance=0.0,
         model=model_columns(accuracy, loss),  # the one model
+        validation=validation_columns(problem.model, params, problem.validation),
     )

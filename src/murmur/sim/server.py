@@ -274,7 +274,12 @@ class _ServerRun:
         }
         train, test = (problem.x_train, problem.y_train), (problem.x_test, problem.y_test)
         metrics = model_metrics(
-            problem.model, self.x, train, test, gradient_norm=self.server.config.gradient_norm
+            problem.model,
+            self.x,
+            train,
+            test,
+            gradient_norm=self.server.config.gradient_norm,
+            validation=problem.validation,
         )
         record = self.server.record(clock, metrics)
         record.update(self._fault_counts())

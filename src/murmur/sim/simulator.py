@@ -17,7 +17,11 @@ from typing import Any
 import torch
 
 from murmur.algorithms.protocols import Algorithm, Transport
-from murmur.metrics.evaluation import average_model_columns, consensus_distance
+from murmur.metrics.evaluation import (
+    average_model_columns,
+    consensus_distance,
+    validation_columns,
+)
 from murmur.metrics.record_types import EvaluationRecord, SgdRecord
 from murmur.sim.events import ComputeTimes, LinkDelays
 from murmur.training.checkpoint import Checkpoints
@@ -80,6 +84,7 @@ def simulate(
             consensus_distance=consensus_distance(at.params),
             model=average_model_columns(problem.model, at.params, *test, own=(accuracy, loss)),
             virtual_seconds=at.virtual_seconds,
+            validation=validation_columns(problem.model, rows, problem.validation),
         )
         if measured is not None:
             record["measured_agents"] = measured.tolist()

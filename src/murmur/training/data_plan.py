@@ -6,6 +6,10 @@ SHA-256 in ``data.sha256``), or ``"arrays"``: a Dataset given from Python
 (``murmur.run(config, data=...)``), hashed the same way. The plan also refuses a
 ``labels`` split that leaves classes out of every agent, unless
 ``data.allow_missing_classes`` says that is meant.
+
+A validation split (``data.validation``: a share of the training rows, held out
+before the agents' split; ``data.validation_path``: a file) comes with the run's
+dataset (:func:`run_dataset`); the plan checks the sizes of the training rows left.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from murmur.data import DATASETS, Dataset, DatasetInfo, dataset_sha256, load_dat
 from murmur.data.datasets import Source, Task
 from murmur.data.partition import covered_classes
 from murmur.data.user_files import ARRAYS, FILE, FILE_KEYS, read_file_data
+from murmur.data.validation import hold_out, validation_size
 from murmur.errors import UsageError
 from murmur.registry import Runtime
 from murmur.sections import DataConfig
@@ -56,29 +61,53 @@ def resolve_data(
                 f'{data.sha256}; give the same arrays, or set data.sha256 = ""'
             )
         resolved = _with_data(config, sha256=digest, task=dataset.task)
-        return resolved, dataset_info(dataset, "python", "arrays given from Python"), dataset
+        info = dataset_info(dataset, "python", "arrays given from Python")
+        return resolved, _training_left(info, data), dataset
     if data.dataset == FILE:
         loaded = read_file_data(data)
         info = dataset_info(loaded.dataset, "file", f"data.path {data.path}")
-        return _with_data(config, sha256=loaded.sha256), info, loaded.dataset
+        return _with_data(config, sha256=loaded.sha256), _training_left(info, data), loaded.dataset
     named = DATASETS.get(data.dataset)
     if named is None:
         raise UsageError(
             f"data.dataset={data.dataset!r} is not a dataset; choose one of: "
             f"{', '.join(DATASETS)}, {FILE} (data.path) or {ARRAYS} (from Python)"
         )
-    return config, named, None
+    return config, _training_left(named, data), None
 
 
 def run_dataset(config: Config, given: Dataset | None) -> Dataset:
     """The dataset of a planned run: the given one, the file's (parsed once per process,
-    its SHA-256 checked against the plan's), or the named one loaded."""
+    its SHA-256 checked against the plan's), or the named one loaded; with the
+    ``data.validation`` share of its training rows held out as its validation split."""
     data = config.data
     if data.dataset == ARRAYS:
-        return _given(given, "simulator")
-    if data.dataset == FILE:
-        return read_file_data(data).dataset
-    return load_dataset(data.dataset, root=data.root or None)
+        dataset = _given(given, "simulator")
+    elif data.dataset == FILE:
+        dataset = read_file_data(data).dataset
+    else:
+        dataset = load_dataset(data.dataset, root=data.root or None)
+    return hold_out(dataset, data.validation, data.validation_seed)
+
+
+def check_training_left(config: Config, decentralized: bool, info: DatasetInfo) -> None:
+    """UsageError when ``data.validation`` leaves fewer training rows (``info.train``)
+    than a decentralized run has agents, each of which needs one."""
+    data, agents = config.data, config.topology.agents
+    if data.validation == 0 or not decentralized or agents <= info.train:
+        return
+    raise UsageError(
+        f"data.validation = {data.validation:g} leaves {info.train} training "
+        f"row{'s' * (info.train != 1)} for "
+        f"topology.agents = {agents}, and every agent needs one: lower data.validation or "
+        "topology.agents"
+    )
+
+
+def _training_left(info: DatasetInfo, data: DataConfig) -> DatasetInfo:
+    """``info`` with the training rows ``data.validation`` leaves for the agents."""
+    held = validation_size(info.train, data.validation)
+    return dataclasses.replace(info, train=info.train - held) if held else info
 
 
 def given_data_config(config: Config) -> Config:

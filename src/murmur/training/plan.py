@@ -44,7 +44,7 @@ from murmur.registry import (
     Runtime,
 )
 from murmur.seeding import derive_seed
-from murmur.training.data_plan import check_classes_covered, resolve_data
+from murmur.training.data_plan import check_classes_covered, check_training_left, resolve_data
 from murmur.training.memory import check_memory, parameter_count
 
 COMPILE_WORTH = 1e10
@@ -141,6 +141,7 @@ def plan(
     _check_compiler(config)
     check_logs(config.run.log)
     config, info, dataset = resolve_data(config, data, runtime)
+    check_training_left(config, member.decentralized, info)
     parameters, memory = _sizes(member, config, info, module)
     check_classes_covered(config, member.decentralized, info, dataset)
     if member.kind == "layerwise" and info.classes == 0:
@@ -196,6 +197,7 @@ def check_capabilities(member: Member[object], config: Config, runtime: Runtime)
     _check_checkpoints(member, config, runtime)
     _check_compile(member, config, runtime)
     _check_optimizer(member, config)
+    _check_validation(member, config)
 
 
 def _check_optimizer(member: Member[object], config: Config) -> None:
@@ -209,6 +211,26 @@ def _check_optimizer(member: Member[object], config: Config) -> None:
         if algorithm.optimizer == "sgd":
             asked = f"algorithm.weight_decay = {algorithm.weight_decay:g}"
         raise UsageError(f"{member.name} cannot take {asked}: {member.capabilities.no_optimizers}")
+
+
+def _check_validation(member: Member[object], config: Config) -> None:
+    """UsageError when the run asks for a validation split that ``member``'s evaluations
+    do not measure."""
+    data = config.data
+    if member.capabilities.validation or (data.validation == 0 and not data.validation_path):
+        return
+    asked = (
+        f"data.validation = {data.validation:g}"
+        if data.validation
+        else f"data.validation_path = {data.validation_path}"
+    )
+    measured = ", ".join(
+        other.name for other in ALGORITHMS.values() if other.capabilities.validation
+    )
+    raise UsageError(
+        f"{member.name} measures no validation split ({asked}): "
+        f"{member.capabilities.no_validation}; the evaluations of {measured} measure one"
+    )
 
 
 def _check_faults(member: Member[object], config: Config, runtime: Runtime) -> None:

@@ -25,6 +25,7 @@ from murmur.metrics.record_types import (
     ModelColumns,
     SgdRecord,
     TestColumns,
+    ValidationColumns,
 )
 from murmur.metrics.records import Outcome, OutcomeExtra
 
@@ -106,16 +107,19 @@ def sgd_record(
     consensus_distance: float,
     model: ModelColumns | None,
     virtual_seconds: float | None = None,
+    validation: ValidationColumns | None = None,
 ) -> SgdRecord:
     """The record of one evaluation of a mini-batch run (``model``: the average
     model's test scores; ``virtual_seconds``: the simulator's clock; a distributed run
     leaves it out, and its ranks but rank 0, which writes the records, leave out the
-    ``model``)."""
+    ``model``; ``validation``: the agents' validation columns, where the run holds a
+    validation split out)."""
     record: SgdRecord = {
         "iteration": iteration,
         "samples": samples,
         "wall_seconds": wall_seconds,
         **_agent_columns(rows),
+        **(validation or {}),
         "train_loss": train_loss,
         "consensus_distance": consensus_distance,
         **_message_columns(rows),

@@ -33,7 +33,7 @@ from torch import nn
 from murmur import portable
 from murmur.config import Config, load_experiment, save_config
 from murmur.errors import RunFailed, UsageError, one_line
-from murmur.metrics.evaluation import accuracy_over_run, accuracy_summary
+from murmur.metrics.evaluation import accuracy_over_run, accuracy_summary, validation_over_run
 from murmur.metrics.record_types import EvaluationRecord, FullExchange
 from murmur.metrics.records import MetricsWriter, Outcome, RunResult, write_failure
 from murmur.training.checkpoint import CHECKPOINT, Checkpoints, header, read_checkpoint
@@ -217,7 +217,11 @@ def _result(
         samples_per_second=outcome.samples / max(outcome.train_seconds, 1e-9),
         run_dir=str(run_dir.resolve()) if run_dir is not None else None,
         parameters=outcome.parameters,
-        extra={**outcome.extra, **accuracy_over_run(records, config.run.last_k)},
+        extra={
+            **outcome.extra,
+            **accuracy_over_run(records, config.run.last_k),
+            **validation_over_run(records, config.run.last_k),
+        },
         records=records,
     )
 

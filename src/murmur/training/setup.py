@@ -50,6 +50,8 @@ class Problem:
     x_test: torch.Tensor
     y_test: torch.Tensor
     sampler: BatchSampler
+    validation: tuple[torch.Tensor, torch.Tensor] | None = None
+    """The validation split's inputs and targets (``data.validation``); None: none."""
 
 
 @dataclass(kw_only=True)
@@ -185,6 +187,7 @@ def _problem(
     device = torch.device(plan.device) if plan.device != "cpu" else None
     model = StackedModel(module, dataset.task, device=device)
     move = (lambda tensor: tensor.to(device)) if device is not None else (lambda tensor: tensor)
+    validation = dataset.validation
     return Problem(
         model=model,
         x_train=move(dataset.x_train),
@@ -192,6 +195,7 @@ def _problem(
         x_test=move(dataset.x_test),
         y_test=move(dataset.y_test),
         sampler=BatchSampler(shards, batch_size, seed=config.run.seed),
+        validation=(move(validation[0]), move(validation[1])) if validation else None,
     )
 
 
