@@ -11,6 +11,10 @@ the largest value shows the swings. A run is called growing when its distance at
 end is more than 1.75 times that around the middle and more than 0.5; a member is
 listed with how many of its seeds grew. Exit status 1 when any run grew or failed,
 0 otherwise.
+
+The medians and the test are those of the ``consensus-growing`` rule that stops runs
+(:mod:`murmur.training.health`), with a lower growth: this flags what a finished run
+did, the rule ends a run only at ``collapse.consensus_growth`` (3 times).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import json
 import statistics
 import sys
 from pathlib import Path
+
+from murmur.training.health import consensus_medians, grew
 
 GROWTH = 1.75
 FLOOR = 0.5
@@ -38,12 +44,10 @@ def check(run: Path) -> tuple[float, float, float, bool]:
     """The distance around the middle and at the end, the largest in the second half,
     and whether the run grew."""
     curve = distances(run)
-    last = curve[-1][0]
-    nearest = sorted(curve, key=lambda point: abs(point[0] - last / 2))[:WINDOW]
-    middle = statistics.median(value for _, value in nearest)
-    end = statistics.median(value for _, value in curve[-WINDOW:])
-    peak = max(value for iteration, value in curve if iteration >= last / 2)
-    return middle, end, peak, end > GROWTH * middle and end > FLOOR
+    iterations = [iteration for iteration, _ in curve]
+    middle, end = consensus_medians(iterations, [value for _, value in curve], WINDOW)
+    peak = max(value for iteration, value in curve if iteration >= iterations[-1] / 2)
+    return middle, end, peak, grew(middle, end, GROWTH, FLOOR)
 
 
 def members(folder: Path) -> dict[str, list[Path]]:

@@ -6,9 +6,10 @@ every command's ``--help``.
     python scripts/reference_docs.py           # rewrite both
     python scripts/reference_docs.py --check   # exit 1 if either is stale
 
-The sections ``run``, ``data``, ``model``, ``topology``, ``timing`` and ``faults`` come
-first, then each algorithm's keys (``algorithm.name = "..."``), with the keys it
-shares with others (steps, local optimizer, compression) listed under it too.
+The sections ``run``, ``data``, ``model``, ``topology``, ``timing``, ``faults`` and
+``collapse`` come first, then each algorithm's keys (``algorithm.name = "..."``), with
+the keys it shares with others (steps, local optimizer, compression) listed under it
+too.
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 
 The rule (docs/guides/running-experiments.md): bad input ends with exit status 2, exactly one line
 ``murmur: error: ...`` on stderr, no traceback and nothing left behind; good input
-ends with exit status 0 and, for a real run, a complete run folder. A run that
-starts and then fails while training may exit 2 with one line and keep its folder,
-whose summary.json says ``"status": "failed"`` with an ``"error"``.
+ends with exit status 0 and, for a real run, a complete run folder: its summary.json
+says ``"status": "finished"``, or ``"diverged"`` or ``"collapsed"`` with ``stopped``
+where a rule of ``[collapse]`` ended it early. A run that starts and then fails while
+training may exit 2 with one line and keep its folder, whose summary.json says
+``"status": "failed"`` with an ``"error"``.
 
 :func:`invoke` calls :func:`murmur.cli.main` with stdout and stderr encoded as a
 terminal would (stdout strict UTF-8, stderr with backslash escapes), Python
@@ -294,10 +296,16 @@ def _finished_folder(out: Path) -> list[str]:
             problems.append(f"exit 0 but {folder.name} lacks {', '.join(missing)}")
             continue
         summary = _summary(folder)
-        if summary is None or summary.get("status") != "finished":
-            status = None if summary is None else summary.get("status")
+        status = None if summary is None else summary.get("status")
+        if summary is None or status not in ("finished", *STOPPED):
             problems.append(f"exit 0 but summary.json status is {status!r}, not 'finished'")
+        elif status in STOPPED and not isinstance(summary.get("stopped"), dict):
+            problems.append(f"exit 0 and status {status!r} but summary.json has no 'stopped'")
     return problems
+
+
+STOPPED = ("diverged", "collapsed")
+"""The statuses of a run that a rule of ``[collapse]`` stopped early: a result."""
 
 
 def _failed_folder(out: Path) -> list[str]:

@@ -24,6 +24,7 @@ from murmur.config import SECTIONS, preset_names, read_preset
 from murmur.data import DATASETS
 from murmur.registry import ALGORITHMS
 from murmur.sections import (
+    CollapseConfig,
     DataConfig,
     FaultsConfig,
     ModelConfig,
@@ -40,6 +41,7 @@ SECTION_CLASSES = {
     "topology": TopologyConfig,
     "timing": TimingConfig,
     "faults": FaultsConfig,
+    "collapse": CollapseConfig,
 }
 
 # ---------------------------------------------------------------- presets and keys

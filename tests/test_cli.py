@@ -122,6 +122,16 @@ def read_records(folder: Path) -> list[dict]:
         ("detsgrad", ["timing.flops_per_second=1e-300"], "flops_per_second must be at least 1"),
         ("detsgrad", ["timing.bandwidth=1e-300"], "bandwidth must be at least 1 byte per"),
         ("detsgrad", ["timing.noise_sigma=100"], "timing.noise_sigma must be from 0 to 10"),
+        ("dsgd", ["collapse.enabled=1"], "collapse.enabled must be true or false, not 1"),
+        ("dsgd", ["collapse.warmup=1"], "collapse.warmup must be in [0, 1), not 1.0"),
+        ("dsgd", ["collapse.patience=0"], "collapse.patience must be at least 1, not 0"),
+        ("dsgd", ["collapse.chance_margin=-0.1"], "collapse.chance_margin must be in [0, 1)"),
+        ("dsgd", ["collapse.loss_factor=0.5"], "collapse.loss_factor must be at least 1, not"),
+        ("dsgd", ["collapse.consensus_evaluations=0"], "collapse.consensus_evaluations must"),
+        ("dsgd", ["collapse.consensus_growth=0.9"], "collapse.consensus_growth must be at least"),
+        ("dsgd", ["collapse.consensus_floor=-1"], "collapse.consensus_floor must be >= 0, not"),
+        ("dsgd", ["collapse.patience=many"], "collapse.patience must be an integer, not 'many'"),
+        ("dsgd", ["collapse.patiense=3"], "unknown key collapse.patiense; valid keys: enabled"),
     ],
 )
 def test_bad_run_input_is_one_line_and_creates_no_folder(
@@ -160,16 +170,39 @@ def test_a_bad_comparison_member_is_refused_before_any_member_runs(capsys, tmp_p
     assert not out.exists()
 
 
-def test_a_comparison_member_that_diverges_fails_alone_and_the_others_are_reported(
-    capsys, tmp_path
-):
-    """The steep member's folder says why it stopped, the members after it still run,
-    the table and comparison.md show them and name the failed one, and the exit is 2."""
+def test_a_comparison_member_that_diverges_is_stopped_and_the_exit_status_stays_0(capsys, tmp_path):
+    """A rule stops the steep member at its first evaluation: a result, not an error.
+    Its folder says so, the members after it still run, stderr has one line for it."""
     config = tmp_path / "pair.toml"
     steep = '{ preset = "dsgd", label = "steep", set = ["algorithm.a=1e30"] }'
     config.write_text(f'compare = ["dsgd", {steep}, "detsgrad"]\n')
     out = tmp_path / "out"
-    assert main(["run", str(config), *FAST, "--quiet", "--out", str(out)]) == 2
+    assert main(["run", str(config), *FAST, "--quiet", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        "murmur: steep diverged at iteration 10: the test loss is no longer finite"
+    ]
+    summary = json.loads((out / "steep" / "summary.json").read_text(), parse_constant=pytest.fail)
+    assert summary["status"] == "diverged" and summary["stopped"]["rule"] == "non-finite"
+    assert summary["iterations"] == 10 and summary["messages"] == 10 * 2 * AGENTS
+    for label in ("dsgd", "detsgrad"):
+        assert read_summary(out / label)["status"] == "finished"
+        assert label in captured.out
+    run_ok(capsys, "report", str(out), "--out", str(tmp_path / "report"))
+
+
+def test_a_comparison_member_that_diverges_fails_alone_and_the_others_are_reported(
+    capsys, tmp_path
+):
+    """With the rules off, a loss that is no longer a number fails the run: the steep
+    member's folder says why it stopped, the members after it still run, the table and
+    comparison.md show them and name the failed one, and the exit is 2."""
+    config = tmp_path / "pair.toml"
+    steep = '{ preset = "dsgd", label = "steep", set = ["algorithm.a=1e30"] }'
+    config.write_text(f'compare = ["dsgd", {steep}, "detsgrad"]\n')
+    out = tmp_path / "out"
+    off = ["--set", "collapse.enabled=false"]
+    assert main(["run", str(config), *FAST, *off, "--quiet", "--out", str(out)]) == 2
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
     assert lines[0].startswith("murmur: error: steep failed: training diverged by iteration")
@@ -185,8 +218,10 @@ def test_a_comparison_member_that_diverges_fails_alone_and_the_others_are_report
 
 @pytest.mark.parametrize("preset", ["detsgrad", "asysg-con"])
 def test_a_diverging_run_keeps_its_folder_with_a_failed_summary(capsys, tmp_path, preset):
+    """With the rules off (``collapse.enabled = false``), as in the distributed runtime."""
     out = tmp_path / "out"
     argv = ["run", preset, *FAST, "--set", "algorithm.a=1e30", "--out", str(out)]
+    argv += ["--set", "collapse.enabled=false"]
     line = assert_one_line_error(capsys, main(argv))
     assert "training diverged by iteration 10" in line
     summary = json.loads(

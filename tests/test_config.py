@@ -14,6 +14,7 @@ from murmur.algorithms.centralized import CentralizedConfig
 from murmur.algorithms.detsgrad import DetsgradConfig
 from murmur.algorithms.dsgd import DsgdConfig
 from murmur.config import (
+    CollapseConfig,
     Config,
     DataConfig,
     FaultsConfig,
@@ -248,6 +249,47 @@ def test_bad_fault_and_varying_settings_are_refused_in_one_line(setting, message
         single("dsgd", [setting])
 
 
+def test_collapse_defaults_are_read_from_overrides_and_saved_with_the_config():
+    assert dataclasses.asdict(CollapseConfig()) == {
+        "enabled": True,
+        "warmup": 0.2,
+        "patience": 3,
+        "chance_margin": 0.02,
+        "loss_factor": 10.0,
+        "consensus_evaluations": 5,
+        "consensus_growth": 3.0,
+        "consensus_floor": 0.5,
+    }
+    config = single("dsgd", ["collapse.enabled=false", "collapse.patience=5"])
+    assert config.collapse == CollapseConfig(enabled=False, patience=5)
+    assert config.to_dict()["collapse"]["patience"] == 5
+    assert build_config(config.to_dict()) == config
+    without = {key: value for key, value in config.to_dict().items() if key != "collapse"}
+    assert build_config(without).collapse == CollapseConfig()  # older config.toml files
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("collapse.warmup=-0.1", r"^collapse.warmup must be in \[0, 1\), not -0.1$"),
+        ("collapse.warmup=1.0", r"^collapse.warmup must be in \[0, 1\), not 1.0$"),
+        ("collapse.patience=0", r"^collapse.patience must be at least 1, not 0$"),
+        ("collapse.chance_margin=1", r"^collapse.chance_margin must be in \[0, 1\), not 1.0$"),
+        ("collapse.loss_factor=0.99", r"^collapse.loss_factor must be at least 1, not 0.99$"),
+        (
+            "collapse.consensus_evaluations=0",
+            r"^collapse.consensus_evaluations must be at least 1, not 0$",
+        ),
+        ("collapse.consensus_growth=0", r"^collapse.consensus_growth must be at least 1, not 0.0$"),
+        ("collapse.consensus_floor=-0.5", r"^collapse.consensus_floor must be >= 0, not -0.5$"),
+        ("collapse.enabled=yes", r"^collapse.enabled must be true or false, not 'yes'$"),
+    ],
+)
+def test_bad_collapse_settings_are_refused_in_one_line(setting, message):
+    with pytest.raises(UsageError, match=message):
+        single("dsgd", [setting])
+
+
 def test_an_agent_must_rejoin_after_it_crashed():
     with pytest.raises(
         UsageError,
@@ -409,7 +451,9 @@ def test_unknown_section_is_refused_with_the_valid_sections():
         single("detsgrad", ["training.seed=3"])
     message = str(error.value)
     assert "unknown config section 'training'" in message
-    assert "valid sections: run, data, model, topology, timing, faults, algorithm" in message
+    assert "valid sections: run, data, model, topology, timing, faults, collapse, algorithm" in (
+        message
+    )
 
 
 @pytest.mark.parametrize("item", ["run.seed", "runseed=3", "=3", ".seed=3", "run.=3", ""])

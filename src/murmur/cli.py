@@ -23,6 +23,7 @@ named here so that ``--help`` needs no import of the runs."""
 if TYPE_CHECKING:
     from murmur.config import Config, Experiment
     from murmur.metrics.record_types import RunSummary
+    from murmur.metrics.records import RunResult
     from murmur.training.setup import Setup
 
 
@@ -479,6 +480,7 @@ def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progre
             _error_line(failed[-1])
             continue
         groups.setdefault(label, []).append(result.to_dict())
+        _say_stopped(name, result)
         _warn_caps(label, groups[label][-1], config)
     if groups:
         print(format_results(list(groups.values())))
@@ -557,6 +559,7 @@ def _resume(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"resuming {args.resume}", file=sys.stderr)
     result = resume(args.resume, progress=not args.quiet)
+    _say_stopped(result.name, result)
     print(format_table([result.to_dict()]))
     return 0
 
@@ -581,6 +584,16 @@ def _plan_line(label: str, setup: Setup) -> str:
 def _steps(steps: dict[str, float]) -> str:
     """The chosen step sizes as ``--check`` prints them: ``, b = 0.6667``."""
     return "".join(f", {name} = {value:.4g}" for name, value in steps.items())
+
+
+def _say_stopped(name: str, result: RunResult) -> None:
+    """One line on stderr for a run that a rule of ``[collapse]`` stopped early: a
+    result, not an error, so the exit status stays 0."""
+    if result.stopped is not None:
+        stop = result.stopped
+        sys.stderr.write(
+            f"murmur: {name} {result.status} at iteration {stop['iteration']}: {stop['reason']}\n"
+        )
 
 
 def _warn_caps(label: str, summary: RunSummary, config: Config) -> None:

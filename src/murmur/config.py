@@ -1,6 +1,6 @@
 """Typed configuration: dataclass sections, TOML presets, ``--set`` overrides.
 
-A run is described by seven sections::
+A run is described by eight sections::
 
     [run]        seed, iterations, eval_every, threads, checkpoint_every
     [data]       dataset, root, partition, labels_per_agent, dirichlet_alpha, batch_size,
@@ -12,6 +12,8 @@ A run is described by seven sections::
     [timing]     the virtual clock: compute speed, stragglers, latency, bandwidth
     [faults]     faults the simulator injects: drop (lost messages), link_down,
                  link_up (links that fail), crashes, crash_at, rejoin_at, rejoin_from
+    [collapse]   the rules that stop a run early once it diverged or collapsed: enabled,
+                 warmup, patience, chance_margin, loss_factor, consensus_*
     [algorithm]  name, then that algorithm's own parameters (the mini-batch ones: the
                  step, and the local optimizer: optimizer, momentum, weight_decay, ...)
 
@@ -48,6 +50,7 @@ from murmur.errors import UsageError
 from murmur.registry import ALGORITHMS
 from murmur.sections import (
     AlgorithmConfig,
+    CollapseConfig,
     DataConfig,
     FaultsConfig,
     ModelConfig,
@@ -60,7 +63,7 @@ from murmur.textfiles import read_utf8
 FLOAT32_MAX = 3.4028234663852886e38
 """Largest float32: parameters and data are float32, so every number must fit."""
 
-SECTIONS = ("run", "data", "model", "topology", "timing", "faults", "algorithm")
+SECTIONS = ("run", "data", "model", "topology", "timing", "faults", "collapse", "algorithm")
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class Config:
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
+    collapse: CollapseConfig = field(default_factory=CollapseConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
@@ -155,6 +159,7 @@ def build_config(raw: Mapping[str, Any]) -> Config:
         ("topology", TopologyConfig),
         ("timing", TimingConfig),
         ("faults", FaultsConfig),
+        ("collapse", CollapseConfig),
     ):
         sections[name] = _build_section(name, cls, raw.get(name, {}))
     algorithm = dict(raw.get("algorithm", {}))

@@ -407,6 +407,75 @@ class FaultsConfig:
             )
 
 
+@dataclass(frozen=True)
+class CollapseConfig:
+    """The rules that stop a run early once it has diverged or collapsed.
+
+    They read each evaluation as the run makes it (docs/guides/collapse.md).
+    ``non-finite`` (a loss that is no longer a number) and ``loss-blowup`` (the loss
+    ``loss_factor`` times its first value) end a run as ``diverged``;
+    ``consensus-growing`` (the agents' distance to their average keeps growing) too,
+    for decentralized mini-batch runs without ``[faults]``; ``chance`` (the mean
+    accuracy at chance level for ``patience`` evaluations) ends it as ``collapsed``.
+    The last two judge only evaluations after the warm-up. The simulator's runs only:
+    the distributed runtime keeps the non-finite check, which fails the run.
+    """
+
+    enabled: bool = True
+    """Apply the rules; false lets every run train to its end (a loss that is no longer a
+    number still fails it, as nothing can be learned after it)."""
+    warmup: float = 0.2
+    """Share of the run, in [0, 1), before the ``chance`` and ``consensus-growing`` rules
+    judge an evaluation: iterations for mini-batch runs, layers for layer-wise ones."""
+    patience: int = 3
+    """Consecutive evaluations after the warm-up whose mean accuracy is at chance level
+    before the ``chance`` rule stops the run as collapsed."""
+    chance_margin: float = 0.02
+    """How far above chance level, in [0, 1), an accuracy still counts as at chance:
+    chance level is the share of the most common class in the split measured (the
+    validation split where the records hold ``validation_accuracy``, else the test set;
+    1/classes for a balanced one)."""
+    loss_factor: float = 10.0
+    """The ``loss-blowup`` rule stops a run whose loss (the training loss where the
+    records hold one, else the test loss, mean over agents) is more than this many times
+    the loss at its first evaluation; at least 1."""
+    consensus_evaluations: int = 5
+    """The ``consensus-growing`` rule's window: it compares the median consensus
+    distance of the last this many evaluations with that of the this many nearest the
+    middle of the run so far, from twice this many evaluations on."""
+    consensus_growth: float = 3.0
+    """The ``consensus-growing`` rule stops a decentralized run whose distance over its
+    last evaluations is more than this many times the one around its middle (at least 1)
+    and above ``consensus_floor``."""
+    consensus_floor: float = 0.5
+    """A consensus distance below which the ``consensus-growing`` rule never fires:
+    agents that close are in consensus whatever the ratio."""
+
+    def __post_init__(self) -> None:
+        require(0 <= self.warmup < 1, f"collapse.warmup must be in [0, 1), not {self.warmup}")
+        require(self.patience >= 1, f"collapse.patience must be at least 1, not {self.patience}")
+        require(
+            0 <= self.chance_margin < 1,
+            f"collapse.chance_margin must be in [0, 1), not {self.chance_margin}",
+        )
+        require(
+            self.loss_factor >= 1,
+            f"collapse.loss_factor must be at least 1, not {self.loss_factor}",
+        )
+        require(
+            self.consensus_evaluations >= 1,
+            f"collapse.consensus_evaluations must be at least 1, not {self.consensus_evaluations}",
+        )
+        require(
+            self.consensus_growth >= 1,
+            f"collapse.consensus_growth must be at least 1, not {self.consensus_growth}",
+        )
+        require(
+            self.consensus_floor >= 0,
+            f"collapse.consensus_floor must be >= 0, not {self.consensus_floor}",
+        )
+
+
 MIN_SPEED = 1e-6
 """Slowest relative speed of an agent (and so the largest straggler factor is 1e6)."""
 MAX_NOISE_SIGMA = 10.0

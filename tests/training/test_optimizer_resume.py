@@ -44,7 +44,8 @@ def _records(folder: Path) -> list[dict]:
         ("sparq-sgd", ADAM),
         ("centralized", ["algorithm.optimizer=momentum", "algorithm.weight_decay=0.01"]),
         ("asysg-con", [*SERVER, *ADAM]),
-        ("asysg-incon", [*SERVER, "algorithm.optimizer=momentum"]),
+        # its loss climbs to 150 times the first by iteration 60: no rule may stop it
+        ("asysg-incon", [*SERVER, "algorithm.optimizer=momentum", "collapse.enabled=false"]),
     ],
 )
 def test_a_resumed_run_with_an_optimizer_ends_as_the_run_never_stopped(

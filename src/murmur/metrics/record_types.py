@@ -269,8 +269,9 @@ class ModelSummary(TypedDict):
     outputs: Annotated[int, POSITIVE]
     test_accuracy: Annotated[float | None, nullable(FRACTION)]
     """The average model's accuracy on the test split (None for regression)."""
-    test_loss: Annotated[float, NUMBER]
-    """Its cross-entropy, or mean squared error, on the test split."""
+    test_loss: Annotated[float, nullable(NUMBER)]
+    """Its cross-entropy, or mean squared error, on the test split (null in the file
+    where it is not finite: a run stopped as diverged)."""
 
 
 class LastKAccuracy(TypedDict):

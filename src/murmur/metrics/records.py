@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import torch
 
@@ -16,6 +16,7 @@ from murmur.metrics.record_types import (
     AccuracySummary,
     EvaluationRecord,
     RunSummary,
+    StopSummary,
     SummaryExtra,
 )
 
@@ -122,6 +123,11 @@ class RunResult:
     run_dir: str | None = None
     extra: SummaryExtra = field(default_factory=lambda: SummaryExtra())
     """Algorithm-specific results, merged into the top level of summary.json."""
+    status: Literal["finished", "diverged", "collapsed"] = "finished"
+    """``finished``, or what a rule of ``[collapse]`` found when it stopped the run early
+    (every figure above is then of its last evaluation)."""
+    stopped: StopSummary | None = None
+    """The rule that stopped the run, at which iteration and why (None: it finished)."""
     parameters: torch.Tensor | None = field(default=None, repr=False, compare=False)
     """Final stacked parameters (agents, P); not written to summary.json."""
     records: list[EvaluationRecord] = field(default_factory=list, repr=False, compare=False)
@@ -129,7 +135,8 @@ class RunResult:
     metrics.jsonl); not written to summary.json."""
 
     def to_dict(self) -> RunSummary:
-        return {
+        summary: RunSummary = {
+            "status": self.status,
             "name": self.name,
             "preset": self.preset,
             "algorithm": self.algorithm,
@@ -153,9 +160,12 @@ class RunResult:
             "run_dir": self.run_dir,
             **self.extra,
         }
+        if self.stopped is not None:
+            summary["stopped"] = self.stopped
+        return summary
 
     def write(self, path: Path) -> None:
-        path.write_text(to_json({"status": "finished", **self.to_dict()}, indent=2) + "\n")
+        path.write_text(to_json(self.to_dict(), indent=2) + "\n")
 
 
 def write_failure(path: Path, reason: str, **fields: Any) -> None:

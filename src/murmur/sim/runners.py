@@ -91,6 +91,7 @@ def run_sgd(
         checkpoints=checkpoints,
         snapshot=snapshot,
         measured=measured,
+        stop=setup.stop_requested,
     )
     return _sgd_outcome(setup, trained, records, _fault_counts(transport, schedule), transport)
 
@@ -133,7 +134,7 @@ def _sgd_outcome(
     transport: InMemoryTransport | LossyTransport,
 ) -> Outcome:
     """What a simulated SGD run hands back: its last record and totals."""
-    iterations = setup.config.run.iterations
+    iterations = trained.iterations  # fewer than run.iterations where a rule stopped it
     return run_outcome(
         records[-1],
         AgentTotals.of(transport.counters),

@@ -115,6 +115,7 @@ class _ServerRun:
         the worker's ``life``-th life (``lives``)."""
         self.scheduled = 0
         self.checkpoints = setup.checkpoints
+        self.stop_requested = setup.stop_requested
         self.save_due = False
         self.bar = progress_bar(progress, run.iterations)
         self.started = time.perf_counter()
@@ -137,8 +138,8 @@ class _ServerRun:
         else:
             self._resume(resumed["state"])
         while True:
-            self.loop.run(stop=lambda: server.done or self.save_due)
-            if server.done or not self.save_due or self.checkpoints is None:
+            self.loop.run(stop=lambda: self._over() or self.save_due)
+            if self._over() or not self.save_due or self.checkpoints is None:
                 break
             self.save_due = False
             self.checkpoints.save(server.version, self._snapshot())
@@ -153,6 +154,11 @@ class _ServerRun:
             **self._fault_counts(),
         }
         return server.outcome(train_seconds, extra)
+
+    def _over(self) -> bool:
+        """Whether the run is over: its updates applied, its target reached, or stopped
+        by a rule of ``[collapse]`` at the evaluation just made."""
+        return self.server.done or self.stop_requested()
 
     # --------------------------------------------------------------- faults
 

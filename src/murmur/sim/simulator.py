@@ -64,12 +64,13 @@ def simulate(
     checkpoints: Checkpoints | None = None,
     snapshot: Callable[[SgdProgress], Mapping[str, Any]] | None = None,
     measured: torch.Tensor | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> SgdTrained:
     """Run ``iterations`` steps of ``algorithm`` from stacked ``initial`` parameters
     (every agent), handing each evaluation's record to ``on_record``; ``start``,
     ``checkpoints`` and ``snapshot`` as in :func:`~murmur.training.sgd_loop.train_sgd`;
     ``measured``: the agents each evaluation measures (None: all), besides the average
-    model of all of them."""
+    model of all of them; ``stop``: asked before every step, true ends the run there."""
 
     def evaluate(at: Evaluation) -> SgdRecord:
         test = (problem.x_test, problem.y_test)
@@ -105,4 +106,5 @@ def simulate(
         start=start,
         checkpoints=checkpoints,
         snapshot=snapshot,
+        stop=stop,
     )

@@ -194,12 +194,15 @@ def train_layerwise(
     checkpoints: Checkpoints | None = None,
     snapshot: Callable[[LayerProgress], Mapping[str, Any]] | None = None,
     on_layer: Callable[[LayerProgress], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> LayerwiseResult:
     """Train layer 0 and then ``config.layers`` layers (fewer when growing stops).
 
     ``start``: continue after this layer of an earlier run (its records are written).
     ``checkpoints``: where to save, when due, what ``snapshot`` makes of the progress.
     ``on_layer``: given the progress after each layer trained, its record's.
+    ``stop()``: asked before every layer; true ends the run at the layer just kept (a
+    rule of ``[collapse]`` stopped it).
     """
     started = time.perf_counter()
     state = _LayerState.first(x_train, y_train, x_test, y_test, shards, classes)
@@ -213,12 +216,11 @@ def train_layerwise(
     at = start.copy()
     bar = progress_bar(progress, config.layers, initial=start.layer, unit="layer")
     for layer in range(start.layer + 1, config.layers + 1):
-        outputs = at.history[-1]
-        if growing is not None:
-            grown = _grow_layer(state, outputs, solver, network, growing, layer, radius, seed)
-        else:
-            grown = _next_layer(state, outputs, solver, network, config, layer, radius, seed)
-        next_state, solution, iterations = grown
+        if stop is not None and stop():
+            break
+        next_state, solution, iterations = _layer_after(
+            state, at.history[-1], solver, network, config, layer, radius, seed
+        )
         record, rows = next_state.evaluate(
             layer, solution, network, started, at.iterations + iterations, at.rows[-1]
         )
@@ -307,6 +309,7 @@ def train_layerwise_run(
         checkpoints=setup.checkpoints,
         snapshot=snapshot,
         on_layer=on_layer,
+        stop=setup.stop_requested,
     )
 
 
@@ -466,6 +469,24 @@ def _solve(
             "or raise algorithm.gossip_rounds for dssfn"
         )
     return solution
+
+
+def _layer_after(
+    state: _LayerState,
+    outputs: torch.Tensor,
+    solver: LayerSolver,
+    network: LayerNetwork,
+    config: LayerwiseConfig,
+    layer: int,
+    radius: float,
+    seed: int,
+) -> tuple[_LayerState, LayerSolution, int]:
+    """Layer ``layer``, after the one whose output matrices are ``outputs``: grown node
+    by node where ``config`` grows (SSFN's ``grow``), else of ``config.nodes`` random
+    nodes; its features, its solution and the iterations it took."""
+    if isinstance(config, SsfnConfig) and config.grow:
+        return _grow_layer(state, outputs, solver, network, config, layer, radius, seed)
+    return _next_layer(state, outputs, solver, network, config, layer, radius, seed)
 
 
 def _next_layer(

@@ -31,6 +31,7 @@ from torch.nn import functional
 from murmur.config import load_experiment
 from murmur.errors import UsageError
 from murmur.metrics.record_types import ModelSummary
+from murmur.metrics.stops import STOPPED
 from murmur.models import build_model
 from murmur.models.flat import ParamLayout
 
@@ -159,7 +160,7 @@ def _model_summary(run_dir: Path) -> ModelSummary:
         summary = json.loads(path.read_text())
     except (OSError, ValueError):
         raise UsageError(f"{run_dir} holds no finished run (no readable summary.json)") from None
-    if not isinstance(summary, dict) or summary.get("status") != "finished":
+    if not isinstance(summary, dict) or summary.get("status") not in ("finished", *STOPPED):
         raise UsageError(f"{run_dir} holds no finished run: nothing to load")
     model = summary.get("model")
     if not isinstance(model, dict):

@@ -3,9 +3,13 @@
 A runtime trains (a *runner*: the simulator's, a rank's, Hogwild's processes)
 and hands back an :class:`~murmur.metrics.records.Outcome`; :func:`train_run`
 writes the resolved config first, every record as it comes, and the
-:class:`~murmur.metrics.records.RunResult` last; a run that stops early (a
-diverging step, a lost peer, an interrupt) leaves a ``summary.json`` with
-``"status": "failed"`` and the reason. A run never overwrites another.
+:class:`~murmur.metrics.records.RunResult` last. It holds each record to the rules of
+``[collapse]`` (:mod:`murmur.training.health`): a run one of them stops ends at that
+evaluation, and its summary says ``"status": "diverged"`` or ``"collapsed"`` and
+``stopped`` beside every figure of a finished run. A run that fails (a lost peer, an
+interrupt, a loss that is no longer a number where no rule applies) leaves a
+``summary.json`` with ``"status": "failed"`` and the reason. A run never overwrites
+another.
 
 A finished mini-batch run also leaves its trained models, ``model.pt`` (the agents'
 average, a plain ``state_dict``) and ``agents.pt`` (:mod:`murmur.training.model_file`).
@@ -36,7 +40,9 @@ from murmur.errors import RunFailed, UsageError, one_line
 from murmur.metrics.evaluation import accuracy_over_run, accuracy_summary, validation_over_run
 from murmur.metrics.record_types import EvaluationRecord, FullExchange
 from murmur.metrics.records import MetricsWriter, Outcome, RunResult, write_failure
+from murmur.metrics.stops import STOPPED
 from murmur.training.checkpoint import CHECKPOINT, Checkpoints, header, read_checkpoint
+from murmur.training.health import HealthWatch, Stop, health_watch
 from murmur.training.model_file import write_model_files
 from murmur.training.plan import plan
 from murmur.training.setup import RoundsSetup, Setup, SgdSetup, prepare
@@ -70,6 +76,7 @@ def train_run(
     started = time.perf_counter()
     config = setup.config
     run_dir, writer = _open_folder(config, out_dir, resume)
+    watch = health_watch(setup)
     checkpoints = Checkpoints(
         every=config.run.checkpoint_every,
         path=run_dir / CHECKPOINT if run_dir is not None else None,
@@ -78,36 +85,70 @@ def train_run(
         resumed=resume,
         kept=list(writer.records),
     )
-
-    def on_record(record: EvaluationRecord) -> None:
-        check_finite_record(record)
-        writer.write(record)
-
+    stop_requested = watch.stopping if watch is not None else setup.stop_requested
+    run_setup = dataclasses.replace(setup, checkpoints=checkpoints, stop_requested=stop_requested)
     try:
-        outcome = runner(dataclasses.replace(setup, checkpoints=checkpoints), on_record, progress)
+        outcome = runner(run_setup, _record_taker(writer, watch), progress)
     except BaseException as error:
         if run_dir is not None:
-            write_failure(
-                run_dir / "summary.json",
-                failure_reason(error),
-                name=name or config.algorithm.name,
-                preset=preset,
-                algorithm=config.algorithm.name,
-                dataset=config.data.dataset,
-                seed=config.run.seed,
-                evaluations=len(writer.records),
-                wall_seconds=time.perf_counter() - started,
-                run_dir=str(run_dir.resolve()),
-            )
+            seconds = time.perf_counter() - started
+            _write_failure(run_dir, error, config, name, preset, len(writer.records), seconds)
         raise
     finally:
         writer.close()
     _add_extras(setup, outcome, run_dir)
     seconds = time.perf_counter() - started
     result = _result(config, outcome, name, preset, seconds, run_dir, writer.records)
+    if watch is not None and watch.stopped is not None:
+        result = _stopped(result, watch.stopped)
     if run_dir is not None:
         result.write(run_dir / "summary.json")
     return result
+
+
+def _record_taker(writer: MetricsWriter, watch: HealthWatch | None) -> OnRecord:
+    """What the runner hands each record to: ``writer`` writes it, and the rules of
+    ``[collapse]`` (``watch``) judge it after those a resumed run kept; where no rule
+    applies, a record whose test loss is no longer finite fails the run unwritten."""
+    if watch is None:
+
+        def checked(record: EvaluationRecord) -> None:
+            check_finite_record(record)
+            writer.write(record)
+
+        return checked
+    for kept in writer.records:
+        watch.observe(kept)
+
+    def judged(record: EvaluationRecord) -> None:
+        writer.write(record)
+        watch.observe(record)
+
+    return judged
+
+
+def _write_failure(
+    run_dir: Path,
+    error: BaseException,
+    config: Config,
+    name: str,
+    preset: str,
+    evaluations: int,
+    wall_seconds: float,
+) -> None:
+    """summary.json of a run that ``error`` stopped after ``evaluations`` records."""
+    write_failure(
+        run_dir / "summary.json",
+        failure_reason(error),
+        name=name or config.algorithm.name,
+        preset=preset,
+        algorithm=config.algorithm.name,
+        dataset=config.data.dataset,
+        seed=config.run.seed,
+        evaluations=evaluations,
+        wall_seconds=wall_seconds,
+        run_dir=str(run_dir.resolve()),
+    )
 
 
 def _add_extras(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
@@ -120,7 +161,7 @@ def _add_extras(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
     weights = setup.config.algorithm.mixing_weights()
     if weights is not None:
         outcome.extra["mixing"] = weights
-    exchange = full_exchange(setup)
+    exchange = full_exchange(setup, outcome.iterations)
     if exchange is not None:
         outcome.extra["full_exchange"] = exchange
     if isinstance(setup, SgdSetup) and outcome.parameters is not None:
@@ -133,15 +174,15 @@ def _add_extras(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
         )
 
 
-def full_exchange(setup: Setup) -> FullExchange | None:
-    """What DSGD would send in ``setup``'s run: every agent its whole model to each of
-    its neighbours at each iteration; None for a run that is not decentralized SGD on a
+def full_exchange(setup: Setup, iterations: int) -> FullExchange | None:
+    """What DSGD would send in ``iterations`` of ``setup``'s run (all of them, or those
+    it made before a rule stopped it): every agent its whole model to each of its
+    neighbours at each iteration; None for a run that is not decentralized SGD on a
     fixed graph (one learner, a server, layer-wise training, a varying graph)."""
     if not isinstance(setup, RoundsSetup) or not setup.plan.decentralized:
         return None
     if setup.config.topology.varying != "none":
         return None
-    iterations = setup.config.run.iterations
     links = int(setup.graph.degrees().sum())
     model_bytes = setup.initial.shape[1] * setup.initial.element_size()
     return {
@@ -226,8 +267,15 @@ def _result(
     )
 
 
+def _stopped(result: RunResult, stop: Stop) -> RunResult:
+    """``result`` of a run that ``stop`` ended early: its status and why."""
+    return dataclasses.replace(result, status=stop.status, stopped=stop.summary())
+
+
 def check_finite_record(record: EvaluationRecord) -> None:
-    """Stop a run whose test loss is no longer a number: its steps diverged."""
+    """Fail a run whose test loss is no longer a number (its steps diverged) where no
+    rule of ``[collapse]`` watches it: the distributed runtime's, or one with
+    ``collapse.enabled = false``."""
     losses = record.get("test_loss")
     if isinstance(losses, list) and not all(
         isinstance(loss, float) and math.isfinite(loss) for loss in losses
@@ -268,8 +316,7 @@ def check_resumable(run_dir: Path) -> tuple[Config, dict[str, Any]]:
                 f"resume each unfinished one, e.g. --resume {run_dir / members[0]}"
             )
         raise UsageError(f"{run_dir} has no config.toml: it is not a run folder")
-    if finished(run_dir / "summary.json"):
-        raise UsageError(f"{run_dir} holds a finished run; there is nothing to resume")
+    _check_unfinished(run_dir)
     experiment = load_experiment(str(config_file))
     config = experiment.runs[0][1]
     checkpoint = read_checkpoint(run_dir / CHECKPOINT, config)
@@ -290,12 +337,33 @@ def check_resumable(run_dir: Path) -> tuple[Config, dict[str, Any]]:
     return config, checkpoint
 
 
-def finished(summary: Path) -> bool:
-    """Whether ``summary`` (a run folder's summary.json) says the run finished."""
+def _check_unfinished(run_dir: Path) -> None:
+    """UsageError where ``run_dir``'s summary says its run is over: there is nothing to
+    resume."""
+    status = run_status(run_dir / "summary.json")
+    if status == "finished":
+        raise UsageError(f"{run_dir} holds a finished run; there is nothing to resume")
+    if status in STOPPED:
+        raise UsageError(
+            f"{run_dir} holds a run that a rule stopped ({status}); there is nothing to "
+            "resume (run it again with collapse.enabled = false to train it to its end)"
+        )
+
+
+def run_status(summary: Path) -> str | None:
+    """The ``status`` that ``summary`` (a run folder's summary.json) gives; None where it
+    gives none or cannot be read."""
     try:
-        return json.loads(summary.read_text()).get("status") == "finished"
+        status = json.loads(summary.read_text()).get("status")
     except (OSError, ValueError, AttributeError):
-        return False
+        return None
+    return status if isinstance(status, str) else None
+
+
+def finished(summary: Path) -> bool:
+    """Whether ``summary`` (a run folder's summary.json) says the run is over: it
+    finished, or a rule of ``[collapse]`` stopped it."""
+    return run_status(summary) in ("finished", *STOPPED)
 
 
 def keep_records(path: Path, count: int) -> list[EvaluationRecord]:

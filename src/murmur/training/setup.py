@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,10 @@ class Setup:
     checkpoints: Checkpoints | None = None
     """Where the run saves its state and the checkpoint it resumes from (``train_run``
     sets them); None: it saves none."""
+    stop_requested: Callable[[], bool] = lambda: False
+    """Whether a rule of ``[collapse]`` has stopped the run at the evaluation just made
+    (``train_run`` sets it; :mod:`murmur.training.health`): the runner then ends there,
+    as if it were the last."""
 
     @property
     def steps(self) -> dict[str, float]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
 import torch
+from tqdm import tqdm
 
 from murmur.algorithms.protocols import Algorithm, Transport
 from murmur.metrics.record_types import EvaluationRecord
@@ -49,6 +50,9 @@ class SgdTrained:
     """Real seconds of the training steps alone (evaluations left out)."""
     samples: int
     virtual_seconds: float
+    iterations: int
+    """The iterations the block made: all it was asked for, or fewer where ``stop``
+    ended the loop at an evaluation."""
 
 
 class LoopCounts(TypedDict):
@@ -124,6 +128,7 @@ def train_sgd(
     checkpoints: Checkpoints | None = None,
     snapshot: Callable[[SgdProgress], Mapping[str, Any]] | None = None,
     after_step: Callable[[], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> SgdTrained:
     """Step ``algorithm`` ``iterations`` times from the block's ``initial`` parameters.
 
@@ -137,6 +142,8 @@ def train_sgd(
     ``snapshot`` makes of the loop's progress: the runtime's whole state.
     ``after_step()``: called at the end of every iteration (a distributed rank collects
     the evaluations the ranks have finished summing).
+    ``stop()``: asked before every step; true ends the loop there, after the evaluation
+    that made it so (a rule of ``[collapse]`` stopped the run).
     """
     started = time.perf_counter()
     if start is None:
@@ -146,16 +153,15 @@ def train_sgd(
     batch = BatchRows(problem.x_train, problem.y_train)
     bar = progress_bar(progress, iterations, initial=start.done)
     for iteration in range(start.done, iterations):
+        if stop is not None and stop():
+            break
         _step(at, problem, algorithm, transport, batch, draw, iteration, round_seconds)
         evaluating = at.done % eval_every == 0 or at.done == iterations
         saving = _checkpoint_due(checkpoints, snapshot, at.done, iterations)
         if evaluating or saving:
             _settle(at, round_seconds)
         if evaluating:
-            record = evaluate(_evaluation(at, algorithm, time.perf_counter() - started))
-            at.loss_sum, at.loss_steps = 0.0, 0
-            if record is not None and record["accuracy_mean"] is not None:
-                bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}", msgs=record["messages"])
+            _evaluate(at, algorithm, evaluate, time.perf_counter() - started, bar)
         if saving and checkpoints is not None and snapshot is not None:
             checkpoints.save(at.done, snapshot(replace(at)))
         if after_step is not None:
@@ -163,7 +169,24 @@ def train_sgd(
         bar.update(1)
     bar.close()
     _settle(at, round_seconds)
-    return SgdTrained(algorithm.params(at.state), at.train_seconds, at.samples, at.virtual_seconds)
+    return SgdTrained(
+        algorithm.params(at.state), at.train_seconds, at.samples, at.virtual_seconds, at.done
+    )
+
+
+def _evaluate(
+    at: SgdProgress,
+    algorithm: Algorithm,
+    evaluate: Callable[[Evaluation], EvaluationRecord | None],
+    wall: float,
+    bar: tqdm,
+) -> None:
+    """Evaluate the block where ``at`` stands, ``wall`` seconds into the run; the
+    training loss counts from here again, and the progress bar shows the accuracy."""
+    record = evaluate(_evaluation(at, algorithm, wall))
+    at.loss_sum, at.loss_steps = 0.0, 0
+    if record is not None and record["accuracy_mean"] is not None:
+        bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}", msgs=record["messages"])
 
 
 def _step(
