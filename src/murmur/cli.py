@@ -1,4 +1,4 @@
-"""The ``murmur`` command: run | launch | presets | datasets | report | reproduce.
+"""The ``murmur`` command: run | launch | presets | datasets | report | reproduce | tune.
 
 Bad input ends with one line on stderr and exit status 2, never a traceback.
 """
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("presets", help="list the presets shipped with murmur")
     _add_datasets(commands)
     _add_report(commands)
+    _add_tune(commands)
     return parser
 
 
@@ -203,6 +204,87 @@ def _add_report(commands: argparse._SubParsersAction[_Parser]) -> None:
     _add_portable(reproduce)
 
 
+def _add_tune(commands: argparse._SubParsersAction[_Parser]) -> None:
+    tune = commands.add_parser(
+        "tune",
+        help="choose each member's steps on a validation split (Optuna); writes tuned.toml",
+    )
+    tune.add_argument(
+        "target", help="preset name, comparison preset (e.g. default) or path to a .toml file"
+    )
+    _add_overrides(tune, "override one config value of every member (repeatable)")
+    tune.add_argument(
+        "--members",
+        metavar="LABELS",
+        help="tune only these members of a comparison, e.g. dsgd,detsgrad (default: all)",
+    )
+    tune.add_argument(
+        "--seeds",
+        default="0",
+        metavar="SEEDS",
+        help="each trial runs once per seed and scores their mean, e.g. 0-1 (default: 0)",
+    )
+    tune.add_argument(
+        "--trials",
+        type=_positive_count,
+        metavar="N",
+        help="trials per member in all, earlier commands' included (default: 12 with tpe, "
+        "the whole grid with grid)",
+    )
+    tune.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="per member: no trial starts after this many seconds of this command",
+    )
+    tune.add_argument(
+        "--sampler",
+        choices=("tpe", "grid"),
+        default="tpe",
+        help="tpe: Optuna's TPE, seeded (default); grid: every point of the declared grids",
+    )
+    tune.add_argument(
+        "--range",
+        dest="ranges",
+        action="append",
+        default=[],
+        metavar="algorithm.KEY=LOW:HIGH",
+        help="search KEY from LOW to HIGH instead of its declared range (repeatable), "
+        "e.g. --range algorithm.a=0.01:0.5",
+    )
+    tune.add_argument(
+        "--no-pruning",
+        action="store_true",
+        help="run every trial to its end (default: prune trials that fall behind)",
+    )
+    tune.add_argument(
+        "--out",
+        help="the tune folder (default: runs/tune-TARGET-TIMESTAMP); the same command with "
+        "the same --out resumes an interrupted tune",
+    )
+    tune.add_argument("--quiet", action="store_true", help="no line per trial")
+
+
+def _positive_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1, not {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
+
+
 def _add_overrides(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument(
         "--set",
@@ -236,18 +318,9 @@ def _add_agents_per_rank(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_timeout(parser: argparse.ArgumentParser) -> None:
-    def seconds(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not value > 0 or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
-        return value
-
     parser.add_argument(
         "--timeout",
-        type=seconds,
+        type=_seconds,
         default=60.0,
         metavar="SECONDS",
         help="distributed runtime: how long to wait for a peer to join, send or finish "
@@ -344,6 +417,8 @@ def _command(args: argparse.Namespace) -> int:
         return _reproduce(
             args.paper, args.out, quick=args.quick, progress=not args.quiet, portable=args.portable
         )
+    if args.command == "tune":
+        return _tune(args)
     return _report(args.runs, args.out, args.format, args.dpi)
 
 
@@ -737,6 +812,52 @@ def _reproduce(paper: str, out: str | None, quick: bool, progress: bool, portabl
     path = reproduce(paper, target, quick=quick, progress=progress, portable=portable)
     print(f"report: {path}")
     return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    """``murmur tune``: every check first, then the studies, tuned.toml and tuning.md."""
+    from murmur.config import parse_seeds, shadowed_path
+    from murmur.tune import FILE, REPORT, check_folder, parse_range, plan_search, tune
+    from murmur.tune.report import overview
+
+    note = shadowed_path(args.target)
+    if note is not None:
+        print(f"murmur: {note}", file=sys.stderr)
+    search = plan_search(
+        args.target,
+        args.overrides,
+        members=_member_labels(args.members) if args.members is not None else None,
+        seeds=parse_seeds(args.seeds),
+        ranges=[parse_range(text) for text in args.ranges],
+        sampler=args.sampler,
+        trials=args.trials,
+        timeout=args.timeout,
+        pruning=not args.no_pruning,
+    )
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    root = Path(args.out) if args.out else Path("runs") / f"tune-{search.name}-{stamp}"
+    check_folder(search, root)  # before the first line: a folder it cannot use is one error
+    for line in search.notes:
+        print(f"murmur: {line}", file=sys.stderr)
+    results = tune(search, root, progress=not args.quiet)
+    for result in results:
+        if result.chosen is None:
+            print(
+                f"murmur: {result.member.label}: no trial completed; {FILE} keeps its own steps",
+                file=sys.stderr,
+            )
+    print("\n".join(overview(results)))
+    print(f"\ntuned: {root / FILE}; report: {root / REPORT}")
+    print(f"test figures: murmur run {root / FILE} --seeds 0-4")
+    return 0
+
+
+def _member_labels(text: str) -> list[str]:
+    """The labels of ``--members a,b``; UsageError where it names none."""
+    labels = [label.strip() for label in text.split(",") if label.strip()]
+    if not labels:
+        raise UsageError(f"--members {text!r} names no member; give labels, e.g. dsgd,detsgrad")
+    return labels
 
 
 def _run_folders(folder: Path) -> list[Path]:

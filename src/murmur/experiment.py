@@ -18,13 +18,14 @@ from torch import nn
 from murmur.config import Config
 from murmur.data import Dataset
 from murmur.errors import UsageError
+from murmur.metrics.record_types import EvaluationRecord
 from murmur.metrics.records import Outcome, RunResult
 from murmur.procs.hogwild import run_hogwild
 from murmur.sim.runners import run_layerwise, run_sgd
 from murmur.sim.server import run_server
 from murmur.training.data_plan import given_data_config
 from murmur.training.plan import Plan, plan
-from murmur.training.runs import OnRecord, check_resumable, train_run
+from murmur.training.runs import OnRecord, Runner, check_resumable, train_run
 from murmur.training.setup import (
     HogwildSetup,
     LayerSetup,
@@ -58,6 +59,7 @@ def run(
     setup: Setup | None = None,
     model: nn.Module | None = None,
     data: Dataset | None = None,
+    on_record: OnRecord | None = None,
 ) -> RunResult:
     """Train one run on this machine; write its folder when ``out_dir`` is given.
 
@@ -78,6 +80,10 @@ def run(
     ``data``: a Dataset (``murmur.data.from_arrays``, ``from_torch_dataset``) to train
     on instead of the one ``config.data`` names; the run's config says
     ``data.dataset = "arrays"`` with the arrays' SHA-256 in ``data.sha256``.
+
+    ``on_record``: called with each evaluation's record as the run makes it, once the
+    run has written it and the rules of ``[collapse]`` have judged it. An exception it
+    raises ends the run there and reaches the caller (the run's folder says it failed).
     """
     if model is not None or data is not None:
         base = config.config if isinstance(config, Plan) else config
@@ -88,7 +94,21 @@ def run(
         setup = prepare(plan(base, module=model, data=data), model, data)
     elif setup is None:
         setup = prepare(config if isinstance(config, Plan) else plan(config))
-    return train_run(setup, out_dir, name=name, preset=preset, progress=progress, runner=simulate)
+    runner = simulate if on_record is None else _also_calling(on_record)
+    return train_run(setup, out_dir, name=name, preset=preset, progress=progress, runner=runner)
+
+
+def _also_calling(extra: OnRecord) -> Runner:
+    """:func:`simulate`, handing each record to ``extra`` after the run's own handling."""
+
+    def runner(setup: Setup, on_record: OnRecord, progress: bool) -> Outcome:
+        def both(record: EvaluationRecord) -> None:
+            on_record(record)
+            extra(record)
+
+        return simulate(setup, both, progress)
+
+    return runner
 
 
 def resume(

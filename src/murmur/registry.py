@@ -18,6 +18,7 @@ refuses, in one line, what a run asks for that its algorithm or runtime cannot d
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
@@ -34,6 +35,7 @@ from murmur.algorithms.dssfn import DssfnConfig, SyncSolver
 from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.optimizers import with_optimizer
 from murmur.algorithms.protocols import Algorithm, BuildContext, LayerSolver
+from murmur.algorithms.schedules import Optimizer
 from murmur.algorithms.sparq import Sparq, SparqConfig
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
 from murmur.sections import AlgorithmConfig
@@ -47,6 +49,58 @@ Fault = Literal["drop", "link_down", "crashes"]
 FAULTS: tuple[Fault, ...] = ("drop", "link_down", "crashes")
 BOTH: tuple[Runtime, ...] = ("simulator", "distributed")
 SIMULATOR: tuple[Runtime, ...] = ("simulator",)
+
+
+@dataclass(frozen=True)
+class SearchRange:
+    """One key of ``[algorithm]`` that ``murmur tune`` searches: a number from ``low`` to
+    ``high``, drawn on a log scale (``log``) or a linear one. ``--sampler grid`` tries
+    ``points`` values spread evenly on that scale from ``low`` to ``high``."""
+
+    key: str
+    """The key in ``[algorithm]``: ``a``, ``v0``, ``gamma``."""
+    low: float
+    high: float
+    points: int = 3
+    log: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.low < self.high or (self.log and self.low <= 0):
+            scale = "a log scale from a positive low end" if self.log else "a range"
+            raise ValueError(
+                f"algorithm.{self.key}: {self.low:g} to {self.high:g} is not {scale} "
+                "up to a higher high end"
+            )
+        if self.points < 2:
+            raise ValueError(f"algorithm.{self.key}: a grid needs 2 points or more")
+
+    def grid(self) -> tuple[float, ...]:
+        """The values ``--sampler grid`` tries: ``points`` of them, ``low`` and ``high``
+        included, evenly spaced on the range's scale, each to 3 significant digits."""
+        ends = (math.log(self.low), math.log(self.high)) if self.log else (self.low, self.high)
+        values = []
+        for index in range(self.points):
+            place = ends[0] + (ends[1] - ends[0]) * index / (self.points - 1)
+            value = float(f"{math.exp(place) if self.log else place:.3g}")
+            values.append(min(max(value, self.low), self.high))
+        return tuple(values)
+
+
+STEP = SearchRange("a", 0.01, 1.0, points=5)
+"""The gradient step of a synchronous SGD algorithm: 0.01, 0.0316, 0.1, 0.316, 1."""
+SMALL_STEP = SearchRange("a", 0.005, 0.5, points=5)
+"""The gradient step of the parameter servers, Hogwild! and BEER, whose presets step a
+quarter as far: 0.005, 0.0158, 0.05, 0.158, 0.5."""
+GAMMA = SearchRange("gamma", 0.01, 1.0, points=3)
+"""The consensus step on the public estimates, in (0, 1]: 0.01, 0.1, 1."""
+OPTIMIZER_STEPS: dict[Optimizer, SearchRange] = {
+    "momentum": SearchRange("a", 0.001, 0.1, points=5),
+    "nesterov": SearchRange("a", 0.001, 0.1, points=5),
+    "adam": SearchRange("a", 1e-5, 1e-2, points=4),
+}
+"""The step ``a`` under a local optimizer (``algorithm.optimizer``), which replaces the
+algorithm's own range for ``a``: momentum's long-run step is a / (1 - mu), ten times
+a at mu = 0.9, and Adam moves each coordinate by about a."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +142,11 @@ class Capabilities:
     ``data.validation_path``) beside the test set."""
     no_validation: str = ""
     """Why they do not."""
+    tuned: tuple[SearchRange, ...] = ()
+    """What ``murmur tune`` searches, each key over its range: the algorithm's steps with
+    plain SGD (a local optimizer's own range replaces ``a``'s: :data:`OPTIMIZER_STEPS`)."""
+    no_tuning: str = ""
+    """Why it has nothing ``murmur tune`` searches."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +256,7 @@ SGD: Family[Algorithm] = RoundsFamily(
         compiles=True,
         blocks=True,
         cuda=True,
+        tuned=(STEP,),
     ),
 )
 SGD.add(
@@ -205,6 +265,8 @@ SGD.add(
     "event-triggered decentralized SGD",
     decentralized=True,
     varying=True,
+    # the threshold is v0 times the step: the two are tuned together
+    tuned=(STEP, SearchRange("v0", 0.5, 50.0)),
 )
 SGD.add(
     DsgdConfig,
@@ -219,24 +281,28 @@ SGD.add(
     DetsgradGt,
     "event-triggered decentralized SGD with gradient tracking",
     decentralized=True,
+    tuned=(STEP, SearchRange("v0", 1.5, 150.0), SearchRange("vy", 0.3, 30.0)),
 )
 SGD.add(
     ChocoConfig,
     Choco,
     "decentralized SGD with compressed gossip of differences to public estimates",
     decentralized=True,
+    tuned=(STEP, GAMMA),
 )
 SGD.add(
     BeerConfig,
     Beer,
     "decentralized SGD with compressed gradient tracking (model and tracker estimates)",
     decentralized=True,
+    tuned=(SMALL_STEP, GAMMA),
 )
 SGD.add(
     SparqConfig,
     Sparq,
     "local steps, event-triggered and compressed gossip (CHOCO-SGD with triggers)",
     decentralized=True,
+    tuned=(STEP, GAMMA),
 )
 SGD.add(
     CentralizedConfig,
@@ -260,6 +326,7 @@ SERVER: Family[WorkersConfig] = Family(
         "or down links",
         no_varying="its workers talk to one server, over no graph",
         cuda=True,
+        tuned=(SMALL_STEP,),
     ),
 )
 SERVER.add(
@@ -302,6 +369,7 @@ HOGWILD: Family[HogwildConfig] = Family(
         optimizers=False,
         no_optimizers="its processes write one shared model without locks and keep no "
         "optimizer state; asysg-con and sync-ps apply the optimizer on their server",
+        tuned=(SMALL_STEP,),
     ),
 )
 HOGWILD.add(
@@ -323,6 +391,7 @@ LAYERWISE: Family[LayerSolver] = Family(
         validation=False,
         no_validation="layer-wise SSFN carries the test set alone through its layers and "
         "measures each layer on it",
+        no_tuning="layer-wise SSFN takes no gradient steps and measures no validation split",
     ),
 )
 LAYERWISE.add(
