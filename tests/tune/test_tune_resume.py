@@ -12,7 +12,7 @@ from murmur.cli import main
 from murmur.tune import DATABASE
 from murmur.tune.study import open_storage, state_of
 
-TUNE = ["tune", "dsgd", *settings(SMALL), "--out", "t", "--quiet"]
+TUNE = ["tune", "dsgd", *settings(SMALL), "--seeds", "0", "--out", "t", "--quiet"]
 
 
 @pytest.fixture(autouse=True)
