@@ -1,8 +1,10 @@
 """scripts/results_tables.py's tables: the short table keeps the README's columns
-in order, and the README form picks columns by name."""
+in order, and the README form picks columns by name; a tuned table runs its tune, then
+its tuned file, and its page says how the steps were chosen."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 import sys
@@ -152,3 +154,170 @@ def test_embedding_remakes_a_marked_table_with_its_own_columns(
         "| dsgd | [93.08, 94.87] |\n| beer | [85.17, 86.27] |\n\nAfter.\n"
     )
     assert results_tables.embedded(remade) == remade
+
+
+TUNED_PAGES = {
+    "cnn",
+    "talk-less",
+    "talk-less-bytes",
+    "talk-less-digits",
+    "talk-less-iid",
+    "talk-less-letter",
+}
+
+
+@pytest.fixture
+def tuned_pair(results_tables, tmp_path, monkeypatch):
+    """A tuned table of DSGD and centralized SGD on blobs (2 trials of 40 iterations per
+    member), its results going to tmp_path/results, and the list of murmur commands the
+    script runs (each one is run)."""
+    from small_runs import SMALL_SGD
+
+    preset = tmp_path / "pair.toml"
+    preset.write_text('description = "two"\ncompare = ["dsgd", "centralized"]\n')
+    settings = (*SMALL_SGD, "run.iterations=40", "run.eval_every=10")
+    tuning = results_tables.Tuning(trials=2, minutes_per_run=0.1, seeds="0")
+    table = results_tables.Table("pair", str(preset), settings, "Two", tuning=tuning)
+    monkeypatch.setattr(results_tables, "RESULTS", tmp_path / "results")
+    calls = []
+    run_murmur = results_tables.murmur
+
+    def recorded(argv):
+        calls.append(argv)
+        return run_murmur(argv)
+
+    monkeypatch.setattr(results_tables, "murmur", recorded)
+    return table, calls
+
+
+def test_a_tuned_table_tunes_then_runs_the_tuned_file_and_says_how(
+    results_tables, tuned_pair, tmp_path
+):
+    from murmur.config import load_experiment
+
+    table, calls = tuned_pair
+    out = tmp_path / "runs"
+    written = results_tables.make(table, "0-1", out)
+    tuned = out / "pair-tune" / "tuned.toml"
+    assert [argv[:3] for argv in calls] == [
+        ["murmur", "tune", table.preset],
+        ["murmur", "run", str(tuned)],
+    ]
+    tune = " ".join(calls[0])
+    assert "--seeds 0 --trials 2 --sampler tpe" in tune
+    assert "--set run.portable=true" in tune and "--set run.iterations=40" in tune
+    assert "--portable" in calls[1] and calls[1][calls[1].index("--seeds") + 1] == "0-1"
+    assert all(config.run.portable for _, config in load_experiment(str(tuned)).runs)
+
+    text = written.read_text()
+    note = text.split("\n\n")[1]
+    assert note.startswith("Steps tuned on held-out data")
+    for words in ("data.validation = 0.1", "sampler tpe", "2 trials per member"):
+        assert words in note
+    assert "40 iterations per seed (0)" in note
+    for member in ("dsgd", "centralized"):
+        assert re.search(rf"\n- {member}: a = [\d.]+ \(validation [\d.]+ %\)", text), member
+    assert "[pair-tuning.md](pair-tuning.md)" in text
+    report = (tmp_path / "results" / "pair-tuning.md").read_text()
+    assert "| dsgd |" in report and "![" not in report
+    assert results_tables.readme_table("pair", ["name"]).splitlines()[2:] == [
+        "| dsgd |",
+        "| centralized |",
+    ]
+    assert "Made by `murmur tune " in text and ", then `murmur run runs/results/pair-tune/" in text
+
+
+def test_a_finished_tune_is_not_run_again_but_a_larger_budget_resumes_it(
+    results_tables, tuned_pair, tmp_path, monkeypatch
+):
+    table, calls = tuned_pair
+    out = tmp_path / "runs"
+    results_tables.make(table, "0-1", out)
+    calls.clear()
+    results_tables.make(table, "0-1", out)
+    assert [argv[1] for argv in calls] == ["run"]
+
+    calls.clear()
+    monkeypatch.setattr(results_tables, "TABLES", (table,))
+    monkeypatch.setattr(results_tables, "embed", list)
+    argv = ["--only", "pair", "--fill", "--seeds", "0-1", "--out", str(out)]
+    assert results_tables.main(argv) == 0
+    assert calls == []  # the tune finished and every run is there
+
+    more = dataclasses.replace(table, tuning=dataclasses.replace(table.tuning, trials=3))
+    monkeypatch.setattr(results_tables, "murmur", lambda argv: calls.append(argv) or 0)
+    assert results_tables.tune(more, out)
+    assert calls[0][calls[0].index("--trials") + 1] == "3"
+
+
+def test_what_only_the_tune_sets_is_set_back_for_the_page(results_tables, tmp_path):
+    tuning = results_tables.Tuning(
+        trials=3,
+        minutes_per_run=2.0,
+        settings=("run.iterations=1500", "collapse.warmup=0.5", "model.name=cnn"),
+    )
+    table = results_tables.Table("x", "default", ("model.name=cnn",), "X", tuning=tuning)
+    assert results_tables.page_settings(table) == (
+        "model.name=cnn",
+        "run.iterations=3000",
+        "collapse.warmup=0.2",
+    )
+    tune = " ".join(results_tables.tune_command(table, tmp_path))
+    assert "--set model.name=cnn --set run.iterations=1500 --set collapse.warmup=0.5" in tune
+    # 4 members x 3 trials x 2 seeds at half the page's iterations, 4 x 5 runs of the page
+    assert results_tables.estimate(table, "0-4") == (
+        "about 1 h 4 min on one core: the tune at most 24 min (4 members x 3 trials x 2 "
+        "seeds = 24 runs of 1500 iterations), the page 40 min (20 runs), at 2 min a run of "
+        "3000 iterations"
+    )
+
+
+def test_the_pages_remade_with_tuned_steps_tune_at_their_own_length(results_tables, capsys):
+    """Each tuned page's tune is one that murmur tune accepts, at the page's iterations;
+    --list prints it, the page's run of its tuned file and the time both take."""
+    from murmur.cli import build_parser
+    from murmur.config import parse_seeds
+    from murmur.tune import plan_search
+
+    tuned = [table for table in results_tables.TABLES if table.tuning is not None]
+    assert {table.name for table in tuned} == TUNED_PAGES
+    for table in tuned:
+        assert not any(s.startswith("run.iterations") for s in table.tuning.settings)
+        args = build_parser().parse_args(results_tables.tune_command(table, Path("r"))[1:])
+        assert args.overrides[-1] == "run.portable=true"
+        search = plan_search(
+            args.target,
+            args.overrides[:-1],  # this process computed before: it cannot pin its kernels
+            seeds=parse_seeds(args.seeds),
+            sampler=args.sampler,
+            trials=args.trials,
+        )
+        assert {member.config.run.iterations for member in search.members} == {3000}
+    assert results_tables.main(["--list", "--only", "cnn"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("cnn: murmur tune default --set model.name=cnn ")
+    assert lines[1].startswith("cnn: murmur run runs/results/cnn-tune/tuned.toml ")
+    assert lines[2].startswith("cnn: about ")
+
+
+def test_the_budgets_the_results_overview_shows_are_the_scripts(results_tables):
+    from murmur.config import load_experiment, parse_seeds
+
+    text = (results_tables.RESULTS / "index.md").read_text(encoding="utf-8")
+    shown = "| page | members |" + text.partition("| page | members |")[2].split("\n\n")[0]
+    rows = {row[0]: row for row in results_tables._table(shown)[1]}
+    assert set(rows) == TUNED_PAGES
+    for table in results_tables.TABLES:
+        if table.tuning is None:
+            continue
+        members = len(load_experiment(table.preset, list(table.settings)).runs)
+        seeds = parse_seeds(table.tuning.seeds)
+        hours = results_tables.estimate(table, "0-4").removeprefix("about ").split(" on one")[0]
+        assert rows[table.name] == [
+            table.name,
+            str(members),
+            str(table.tuning.trials),
+            ", ".join(map(str, seeds)),
+            str(members * table.tuning.trials * len(seeds)),
+            hours,
+        ]
