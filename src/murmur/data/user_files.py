@@ -30,6 +30,7 @@ import io
 import zipfile
 import zlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,35 +207,37 @@ def _parse(data: DataConfig, paths: tuple[Path, ...], contents: list[bytes]) -> 
 
 
 def _npz_arrays(path: Path, content: bytes) -> _Arrays:
-    try:
-        with np.load(io.BytesIO(content), allow_pickle=False) as arrays:
-            missing = [key for key in SPLITS if key not in arrays.files]
-            if missing:
-                held = ", ".join(arrays.files) or "no arrays"
-                raise UsageError(
-                    f"{path} lacks {', '.join(missing)} (it holds {held}); an .npz dataset "
-                    "holds x_train, y_train, x_test and y_test (murmur.data.save_npz writes one)"
-                )
-            x_train, y_train, x_test, y_test = (arrays[key] for key in SPLITS)
-            return x_train, y_train, x_test, y_test
-    except UsageError:
-        raise
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as error:
-        raise UsageError(f"{path} is not a readable .npz file ({error})") from None
+    x_train, y_train, x_test, y_test = _npz_read(
+        path,
+        content,
+        SPLITS,
+        "an .npz dataset holds x_train, y_train, x_test and y_test "
+        "(murmur.data.save_npz writes one)",
+    )
+    return x_train, y_train, x_test, y_test
 
 
 def _npz_validation(path: Path, content: bytes) -> tuple[np.ndarray, np.ndarray]:
     """The x_validation and y_validation arrays of ``data.validation_path``'s .npz."""
+    x, y = _npz_read(
+        path,
+        content,
+        VALIDATION_SPLIT,
+        "the .npz of data.validation_path holds x_validation and y_validation",
+    )
+    return x, y
+
+
+def _npz_read(path: Path, content: bytes, keys: Sequence[str], holds: str) -> list[np.ndarray]:
+    """The arrays ``keys`` of the .npz ``content``; UsageError naming what is missing
+    (``holds``: what such a file holds) or why the file cannot be read."""
     try:
         with np.load(io.BytesIO(content), allow_pickle=False) as arrays:
-            missing = [key for key in VALIDATION_SPLIT if key not in arrays.files]
+            missing = [key for key in keys if key not in arrays.files]
             if missing:
                 held = ", ".join(arrays.files) or "no arrays"
-                raise UsageError(
-                    f"{path} lacks {', '.join(missing)} (it holds {held}); the .npz of "
-                    "data.validation_path holds x_validation and y_validation"
-                )
-            return arrays["x_validation"], arrays["y_validation"]
+                raise UsageError(f"{path} lacks {', '.join(missing)} (it holds {held}); {holds}")
+            return [arrays[key] for key in keys]
     except UsageError:
         raise
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as error:
