@@ -72,6 +72,13 @@ def test_max_restarts_forks_every_rank_again(tmp_path):
     ]
 
 
+def _terminate_launcher() -> None:
+    """SIGTERM to the launcher's thread, as ``kill`` gives it to a launcher, which runs
+    no thread of its own: sent to the process, it may land on another thread of the
+    test process (pytest-xdist's), which would leave the launcher waiting unwoken."""
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+
+
 def test_a_signal_after_a_restart_still_stops_every_rank(tmp_path):
     def main(argv: list[str]) -> int:
         if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
@@ -83,7 +90,7 @@ def test_a_signal_after_a_restart_still_stops_every_rank(tmp_path):
     def stop_once_restarted() -> None:
         while len(os.listdir(tmp_path)) < 2:
             time.sleep(0.02)
-        os.kill(os.getpid(), signal.SIGTERM)
+        _terminate_launcher()
 
     threading.Thread(target=stop_once_restarted, daemon=True).start()
     started = time.monotonic()
@@ -99,7 +106,7 @@ def test_a_signal_to_the_launcher_stops_every_rank_and_restarts_none(tmp_path):
         return 0
 
     before = signal.getsignal(signal.SIGTERM)
-    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    threading.Timer(1.0, _terminate_launcher).start()
     started = time.monotonic()
     assert run_ranks(2, [], "127.0.0.1", 29999, 3, main) == 128 + signal.SIGTERM
     assert time.monotonic() - started < 30
