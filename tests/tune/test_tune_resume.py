@@ -99,3 +99,11 @@ def test_other_settings_in_the_same_folder_are_refused_and_change_nothing(tmp_pa
         assert len(err) == 1 and "holds a tune of dsgd with other" in err[0], err
     assert (tmp_path / "t" / DATABASE).stat().st_mtime_ns == stamp
     assert len(_trials(tmp_path)) == 1
+
+
+def test_a_new_tpe_study_starts_at_the_members_own_steps(tmp_path, runs):
+    assert main([*TUNE, "--set", "algorithm.a=0.07", "--trials", "2"]) == 0
+    first, second = _trials(tmp_path)
+    assert first.params == {"a": 0.07}  # the preset's step, as set, is tried first
+    assert second.params["a"] != 0.07
+    assert runs.made[0].algorithm.a == 0.07

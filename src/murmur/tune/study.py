@@ -127,6 +127,8 @@ def tune_member(
     )
     if SETTINGS not in study.user_attrs:
         study.set_user_attr(SETTINGS, settings_of(search, member))
+        if search.sampler == "tpe":
+            _start_at_own_steps(study, member)
     _requeue_cut_short(study)
     budget = search.trials_of(member)
     left = budget - sum(1 for trial in study.trials if counted(trial))
@@ -196,6 +198,19 @@ def _pruner(search: Search, member: Member) -> optuna.pruners.BasePruner:
         return optuna.pruners.NopPruner()
     warmup = math.ceil(PRUNING_WARMUP * member.config.run.iterations)
     return optuna.pruners.MedianPruner(n_startup_trials=PRUNE_AFTER, n_warmup_steps=warmup)
+
+
+def _start_at_own_steps(study: optuna.Study, member: Member) -> None:
+    """Queue the member's own steps (its preset's) as the new study's first trial, each
+    key whose value is a number within its range: TPE then never chooses a point that
+    scores below the steps the member came with."""
+    own = {}
+    for searched in member.space:
+        value = getattr(member.config.algorithm, searched.key, None)
+        if isinstance(value, int | float) and searched.low <= value <= searched.high:
+            own[searched.key] = float(value)
+    if own:
+        study.enqueue_trial(own)
 
 
 def _requeue_cut_short(study: optuna.Study) -> None:
