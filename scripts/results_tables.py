@@ -60,6 +60,10 @@ class Tuning:
     seeds: str = "0-1"
     """Each trial runs once per seed and scores their mean (``--seeds``)."""
     sampler: str = "tpe"
+    max_bytes: str | None = "own"
+    """``--max-bytes-vs-dsgd``: ``own`` (the default: each member's chosen steps send no
+    more bytes than its preset's, so that tuning cannot turn a method that talks less
+    into one that sends at every step), a percentage, or None (no limit)."""
     settings: tuple[str, ...] = ()
     """``--set`` of the tune alone (``run.iterations=1000`` for a shorter tune); the
     page's runs take the preset's values of these keys back."""
@@ -138,7 +142,7 @@ TABLES = (
         "talk-less-letter",
         (),
         "Talking less on letter: 16 agents on a 4 x 4 torus, Dirichlet split (alpha = 0.5)",
-        tuning=Tuning(trials=8, minutes_per_run=0.4),
+        tuning=Tuning(trials=8, minutes_per_run=0.2),
     ),
     Table(
         "faults-drop",
@@ -258,6 +262,7 @@ def tune_command(table: Table, out: Path) -> list[str]:
     return [
         *("murmur", "tune", table.preset, *sets, "--seeds", tuning.seeds),
         *("--trials", str(tuning.trials), "--sampler", tuning.sampler),
+        *(("--max-bytes-vs-dsgd", tuning.max_bytes) if tuning.max_bytes is not None else ()),
         *("--quiet", "--out", str(tune_folder(table, out))),
     ]
 
@@ -358,12 +363,25 @@ def tuning_note(table: Table, out: Path) -> str:
         "agents' split; the runs below train without them too), never on the test set, on "
         f"one budget for every member: sampler {tuning.sampler} (seeded), {tuning.trials} "
         f"trials per member, each trial one run of {iterations} iterations per seed ({seeds}) "
-        f"scored by the mean of their validation scores; {duration(seconds)} of trials on "
+        f"scored by the mean of their validation scores{_limit_words(tuning)}; "
+        f"{duration(seconds)} of trials on "
         f"this machine, in portable mode. The points chosen, with their validation scores:"
         f"\n{chosen}\n\n"
         f"Every trial, its point, score and state: [{table.name}-tuning.md]"
         f"({table.name}-tuning.md)."
     )
+
+
+def _limit_words(tuning: Tuning) -> str:
+    """The page's words for its tune's ``--max-bytes-vs-dsgd``."""
+    if tuning.max_bytes is None:
+        return ""
+    if tuning.max_bytes == "own":
+        return (
+            ", no point sending more bytes than the member's own (preset) steps do "
+            "(`--max-bytes-vs-dsgd own`)"
+        )
+    return f", no point sending more than {tuning.max_bytes} % of DSGD's bytes"
 
 
 def _choice(row: list[str], column: dict[str, int]) -> str:

@@ -254,6 +254,14 @@ def _add_tune(commands: argparse._SubParsersAction[_Parser]) -> None:
         "e.g. --range algorithm.a=0.01:0.5",
     )
     tune.add_argument(
+        "--max-bytes-vs-dsgd",
+        dest="max_bytes",
+        metavar="LIMIT",
+        help="choose no point that sends more bytes than this: own (no more than the "
+        "member's own steps, tpe only) or a percentage of DSGD's bytes, e.g. 25 "
+        "(default: no limit)",
+    )
+    tune.add_argument(
         "--no-pruning",
         action="store_true",
         help="run every trial to its end (default: prune trials that fall behind)",
@@ -819,6 +827,7 @@ def _tune(args: argparse.Namespace) -> int:
     """``murmur tune``: every check first, then the studies, tuned.toml and tuning.md."""
     from murmur.config import parse_seeds, shadowed_path
     from murmur.tune import FILE, REPORT, check_folder, parse_range, plan_search, tune
+    from murmur.tune.bytes_limit import parse_bytes_limit
     from murmur.tune.report import overview
 
     note = shadowed_path(args.target)
@@ -834,6 +843,7 @@ def _tune(args: argparse.Namespace) -> int:
         trials=args.trials,
         timeout=args.timeout,
         pruning=not args.no_pruning,
+        max_bytes=parse_bytes_limit(args.max_bytes) if args.max_bytes is not None else None,
     )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     root = Path(args.out) if args.out else Path("runs") / f"tune-{search.name}-{stamp}"
@@ -844,7 +854,9 @@ def _tune(args: argparse.Namespace) -> int:
     for result in results:
         if result.chosen is None:
             print(
-                f"murmur: {result.member.label}: no trial completed; {FILE} keeps its own steps",
+                f"murmur: {result.member.label}: no trial completed"
+                f"{' within the bytes limit' if search.max_bytes is not None else ''}; "
+                f"{FILE} keeps its own steps",
                 file=sys.stderr,
             )
     print("\n".join(overview(results)))

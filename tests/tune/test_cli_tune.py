@@ -33,6 +33,9 @@ def in_tmp_path(tmp_path, monkeypatch):
         (["dsgd", "--seeds", "3-1"], "runs backwards"),
         (["dsgd", "--set", "run.seeds=[0, 1]"], "takes its seeds from --seeds"),
         (["ssfn-vowel"], "ssfn has nothing murmur tune searches"),
+        (["dsgd", "--max-bytes-vs-dsgd", "0"], "a positive percentage of DSGD's bytes"),
+        (["dsgd", "--max-bytes-vs-dsgd", "half"], "a positive percentage of DSGD's bytes"),
+        (["dsgd", "--max-bytes-vs-dsgd", "own", "--sampler", "grid"], "which a grid does not"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_with_nothing_written(tmp_path, capsys, argv, words):
@@ -66,7 +69,7 @@ def test_the_help_names_every_option(capsys):
     out = capsys.readouterr().out
     for option in ("--set", "--members", "--seeds", "--trials", "--timeout", "--sampler"):
         assert option in out
-    for option in ("--range", "--no-pruning", "--out", "--quiet"):
+    for option in ("--range", "--max-bytes-vs-dsgd", "--no-pruning", "--out", "--quiet"):
         assert option in out
 
 

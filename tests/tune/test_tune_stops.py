@@ -102,5 +102,7 @@ def test_each_seed_reports_at_steps_of_its_own():
 
     scores = score_point(config, [0, 1], Objective("classification"), keep)
     assert [step for step, _ in steps] == [0, 10, 20, 30, 40, 41, 51, 61, 71, 81]
-    assert len(scores) == 2 and all(0 <= score <= 1 for score in scores)
+    assert len(scores) == 2 and all(0 <= seed.score <= 1 for seed in scores)
+    # DSGD sends every agent's model to each neighbour at every step: the full exchange.
+    assert [seed.bytes_vs_dsgd for seed in scores] == [1.0, 1.0]
     assert all(0 <= value <= 1 for _, value in steps)

@@ -28,6 +28,7 @@ from murmur.config import (
 from murmur.errors import UsageError
 from murmur.registry import SearchRange
 from murmur.training.plan import plan
+from murmur.tune.bytes_limit import BytesLimit
 from murmur.tune.objective import Objective, objective_of
 from murmur.tune.space import RangeSetting, check_ends, narrowed, search_space
 
@@ -70,6 +71,8 @@ class Search:
     timeout: float | None = None
     """Seconds per member, of one command: no trial starts after them."""
     pruning: bool = True
+    max_bytes: BytesLimit | None = None
+    """``--max-bytes-vs-dsgd``: a share of DSGD's bytes, ``own``, or None (no limit)."""
     notes: tuple[str, ...] = ()
     """Lines to tell the user: the validation split tune chose, ``--set`` notes."""
 
@@ -91,6 +94,7 @@ def plan_search(
     trials: int | None = None,
     timeout: float | None = None,
     pruning: bool = True,
+    max_bytes: BytesLimit | None = None,
 ) -> Search:
     """The checked tune of ``target`` (a preset, a comparison or a TOML file) with
     ``overrides``, of the members named ``members`` (None: all); the other arguments
@@ -98,6 +102,11 @@ def plan_search(
     run; nothing is trained or written."""
     if any(parse_override(item)[:2] == ("run", "seeds") for item in overrides):
         raise UsageError("murmur tune takes its seeds from --seeds; drop --set run.seeds")
+    if max_bytes == "own" and sampler == "grid":
+        raise UsageError(
+            "--max-bytes-vs-dsgd own measures the member's own steps in its first trial, "
+            "which a grid does not run; give a percentage of DSGD's bytes with --sampler grid"
+        )
     experiment = load_experiment(target, overrides)
     if experiment.seeded:
         raise UsageError(f"{target} lists run.seeds; murmur tune takes its seeds from --seeds")
@@ -126,6 +135,7 @@ def plan_search(
         trials=trials,
         timeout=timeout,
         pruning=pruning,
+        max_bytes=max_bytes,
         notes=tuple(notes),
     )
 

@@ -22,7 +22,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from murmur.config import Config
 from murmur.data import DATASETS
@@ -31,6 +31,7 @@ from murmur.experiment import run
 from murmur.metrics.record_types import EvaluationRecord
 from murmur.metrics.records import RunResult
 from murmur.training.runs import OnRecord
+from murmur.tune.bytes_limit import bytes_share
 
 Task = Literal["classification", "regression"]
 
@@ -102,12 +103,28 @@ class Stopped(Exception):
     """A trial that ended before its last run's end: a rule of ``[collapse]`` stopped one
     of its runs, or it fell behind the others (pruned)."""
 
-    def __init__(self, reason: str, iteration: int, rule: str | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        iteration: int,
+        rule: str | None = None,
+        bytes_vs_dsgd: float | None = None,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.iteration = iteration
         self.rule = rule
         """The rule that stopped the run (``collapse``'s), None where the pruner did."""
+        self.bytes_vs_dsgd = bytes_vs_dsgd
+        """What the stopped run sent up to its stop, over DSGD's in as many iterations
+        (None: the pruner stopped it, or it has no DSGD baseline)."""
+
+
+class SeedScore(NamedTuple):
+    """One seed's run of a trial: its score, and its bytes over DSGD's."""
+
+    score: float
+    bytes_vs_dsgd: float | None
 
 
 def step_of(config: Config, seed_index: int, iteration: int) -> int:
@@ -124,9 +141,9 @@ def train(config: Config, on_record: OnRecord) -> RunResult:
 
 def score_point(
     config: Config, seeds: Sequence[int], objective: Objective, report: Report
-) -> list[float]:
-    """The score of each seed's run of ``config``, one run after the other; Stopped
-    where a rule stopped one or ``report`` says the trial has fallen behind."""
+) -> list[SeedScore]:
+    """The score (and bytes) of each seed's run of ``config``, one run after the other;
+    Stopped where a rule stopped one or ``report`` says the trial has fallen behind."""
     scores = []
     for index, seed in enumerate(seeds):
         seeded = dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seed))
@@ -138,8 +155,9 @@ def score_point(
                 f"({stop['rule']}): {stop['reason']}",
                 stop["iteration"],
                 rule=stop["rule"],
+                bytes_vs_dsgd=bytes_share(result),
             )
-        scores.append(objective.of_run(result))
+        scores.append(SeedScore(objective.of_run(result), bytes_share(result)))
     return scores
 
 

@@ -15,8 +15,9 @@ from matplotlib.axes import Axes
 from optuna.trial import FrozenTrial
 
 from murmur.metrics.canvas import colour, finish, new_figure, save
+from murmur.tune.bytes_limit import BYTES, describe_limit
 from murmur.tune.members import Search
-from murmur.tune.study import Tuned, point_text, state_of, trial_seconds
+from murmur.tune.study import Tuned, point_text, state_of, trial_seconds, within_limit
 from murmur.tune.tuned_file import FILE, member_lines
 
 REPORT = "tuning.md"
@@ -40,11 +41,17 @@ def _preamble(search: Search) -> list[str]:
         if search.pruning
         else "no trial was pruned for falling behind"
     )
+    limit = (
+        f" Bytes limit (`--max-bytes-vs-dsgd`): {describe_limit(search.max_bytes)}; a trial "
+        "that sent more (its runs' bytes over DSGD's, mean over seeds) is not chosen."
+        if search.max_bytes is not None
+        else ""
+    )
     return [
         f"Each member's steps were chosen on its validation split, never on the test set: "
         f"the objective is its {objective}, the mean over {seeds}. "
         f"Sampler: {search.sampler}; {pruning}; a run that a rule of `[collapse]` stopped "
-        "scores nothing (pruned), nor does a run that failed.",
+        f"scores nothing (pruned), nor does a run that failed.{limit}",
         "",
         f"`{FILE}` runs each member at its chosen steps, on the same data split; its test "
         f"figures: `murmur run {FILE} --seeds 0-4`.",
@@ -78,10 +85,11 @@ def _member_section(search: Search, result: Tuned, folder: Path) -> list[str]:
         *(f"- {line.strip()}" for line in member_lines(search, result)),
     ]
     keys = [searched.key for searched in member.space]
+    sent = any(BYTES in trial.user_attrs for trial in result.trials)
     lines += [
         "",
-        f"| trial | {' | '.join(keys)} | validation | state | seconds |",
-        f"|---:|{'---:|' * len(keys)}---:|---|---:|",
+        f"| trial | {' | '.join(keys)} | validation |{' bytes vs DSGD |' * sent} state | seconds |",
+        f"|---:|{'---:|' * len(keys)}---:|{'---:|' * sent}---|---:|",
     ]
     for trial in result.trials:
         values = " | ".join(
@@ -92,8 +100,9 @@ def _member_section(search: Search, result: Tuned, folder: Path) -> list[str]:
             if result.chosen is not None and trial.number == result.chosen.number
             else ""
         )
+        sent_cell = f" {_bytes(trial)} |" if sent else ""
         lines.append(
-            f"| {trial.number} | {values} | {_score(result, trial)} | "
+            f"| {trial.number} | {values} | {_score(result, trial)} |{sent_cell} "
             f"{_state(result, trial)}{mark} | {trial_seconds(trial):.1f} |"
         )
     for key in keys:
@@ -110,8 +119,17 @@ def _score(result: Tuned, trial: FrozenTrial) -> str:
     return result.member.objective.shown(float(trial.value))
 
 
+def _bytes(trial: FrozenTrial) -> str:
+    """A trial's bytes over DSGD's, as a percentage (a pruned trial's: up to its stop)."""
+    share = trial.user_attrs.get(BYTES)
+    return f"{100 * float(share):.2f} %" if isinstance(share, int | float) else "-"
+
+
 def _state(result: Tuned, trial: FrozenTrial) -> str:
     state = state_of(trial)
+    if state == "complete" and not within_limit(trial):
+        limit = float(trial.user_attrs.get("bytes_limit", 0.0))
+        return f"complete, over the bytes limit ({100 * limit:.2f} % of DSGD's)"
     if state == "pruned":
         last = _last_reported(trial)
         figure = f" (last figure {result.member.objective.shown(last)})" if last is not None else ""

@@ -11,7 +11,9 @@ Every member has one study, named by its label, in the tune folder's SQLite file
   first :data:`PRUNING_WARMUP` of its first seed's run);
 - failed: a run failed (a loss that is no longer a number where no rule watches it).
 
-A pruned or failed trial scores nothing, so it is never the chosen point. A trial
+A pruned or failed trial scores nothing, so it is never the chosen point; nor is a
+complete trial that sent more than ``--max-bytes-vs-dsgd`` allows
+(:mod:`murmur.tune.bytes_limit`). A trial
 that an interrupt (Ctrl-C) or a kill cut short is none of these: running the same
 command again marks it failed without counting it, runs its point again first,
 then as many new trials as the member's budget has left. The study keeps what it
@@ -34,6 +36,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from murmur.config import same_config
 from murmur.errors import RunFailed, UsageError
+from murmur.training.setup import prepare
+from murmur.tune.bytes_limit import BYTES, CONSTRAINT, OWN_TRIAL, mean_share, over_limit
 from murmur.tune.members import Member, Search
 from murmur.tune.objective import Stopped, score_point
 from murmur.tune.space import as_record, describe, with_point
@@ -57,7 +61,8 @@ class Tuned:
     member: Member
     trials: tuple[FrozenTrial, ...]
     chosen: FrozenTrial | None
-    """The complete trial of the best score (the first of ties); None: none completed."""
+    """The complete trial of the best score within the bytes limit (the first of ties);
+    None: none completed within it."""
 
     @property
     def seconds(self) -> float:
@@ -80,6 +85,7 @@ def settings_of(search: Search, member: Member) -> dict[str, Any]:
         "space": as_record(member.space),
         "seeds": list(search.seeds),
         "sampler": search.sampler,
+        "max_bytes": search.max_bytes,
     }
 
 
@@ -108,7 +114,12 @@ def _difference(stored: Any, search: Search, member: Member) -> str | None:
     if not isinstance(config, str) or not same_config(config, member.config):
         return "config (target or --set)"
     wanted = settings_of(search, member)
-    words = {"space": "ranges (--range)", "seeds": "seeds (--seeds)", "sampler": "--sampler"}
+    words = {
+        "space": "ranges (--range)",
+        "seeds": "seeds (--seeds)",
+        "sampler": "--sampler",
+        "max_bytes": "--max-bytes-vs-dsgd",
+    }
     for key, word in words.items():
         if stored.get(key) != wanted[key]:
             return word
@@ -173,16 +184,43 @@ def _objective(search: Search, member: Member) -> Callable[[optuna.Trial], float
             trial.set_user_attr("stopped_at", stop.iteration)
             if stop.rule is not None:
                 trial.set_user_attr("rule", stop.rule)
+            _hold_to_limit(search, trial, stop.bytes_vs_dsgd)
             raise optuna.TrialPruned(stop.reason) from None
         except RunFailed as error:
             trial.set_user_attr("failure", str(error))
             raise
         finally:
             trial.set_user_attr("seconds", time.perf_counter() - started)
-        trial.set_user_attr("scores", scores)
-        return sum(scores) / len(scores)
+        trial.set_user_attr("scores", [seed.score for seed in scores])
+        _hold_to_limit(search, trial, mean_share([seed.bytes_vs_dsgd for seed in scores]))
+        return sum(seed.score for seed in scores) / len(scores)
 
     return objective
+
+
+def _hold_to_limit(search: Search, trial: optuna.Trial, share: float | None) -> None:
+    """Record the trial's bytes over DSGD's, and its constraint where a limit applies:
+    the search's share, or (``own``) what the member's own-steps trial sent."""
+    if share is None:
+        return
+    trial.set_user_attr(BYTES, share)
+    limit = search.max_bytes
+    if limit == "own":
+        limit = own_bytes(trial.study.get_trials(deepcopy=False))
+        if trial.user_attrs.get(OWN_TRIAL):
+            limit = share
+    if limit is not None:
+        trial.set_user_attr("bytes_limit", limit)
+        trial.set_constraint(CONSTRAINT, over_limit(share, limit))
+
+
+def own_bytes(trials: list[FrozenTrial]) -> float | None:
+    """What the trial of the member's own steps sent, over DSGD's; None: no such trial
+    has ended with a figure."""
+    for trial in trials:
+        if trial.user_attrs.get(OWN_TRIAL) and BYTES in trial.user_attrs:
+            return float(trial.user_attrs[BYTES])
+    return None
 
 
 def _sampler(search: Search, member: Member, held: int) -> optuna.samplers.BaseSampler:
@@ -202,15 +240,33 @@ def _pruner(search: Search, member: Member) -> optuna.pruners.BasePruner:
 
 def _start_at_own_steps(study: optuna.Study, member: Member) -> None:
     """Queue the member's own steps (its preset's) as the new study's first trial, each
-    key whose value is a number within its range: TPE then never chooses a point that
-    scores below the steps the member came with."""
+    key within its range: TPE then never chooses a point that scores below the steps the
+    member came with. A key set to ``"auto"`` takes the value its run chooses on the
+    graph of the first seed (CHOCO-SGD's gamma)."""
     own = {}
+    for key, value in own_steps(member).items():
+        searched = next(searched for searched in member.space if searched.key == key)
+        if searched.low <= value <= searched.high:
+            own[key] = value
+    if own:
+        study.enqueue_trial(own, user_attrs={OWN_TRIAL: True})
+
+
+def own_steps(member: Member) -> dict[str, float]:
+    """The value of each searched key in the member's own config, ``"auto"`` resolved;
+    keys that are neither a number nor resolved are left out."""
+    own: dict[str, float] = {}
+    automatic = []
     for searched in member.space:
         value = getattr(member.config.algorithm, searched.key, None)
-        if isinstance(value, int | float) and searched.low <= value <= searched.high:
+        if isinstance(value, int | float) and not isinstance(value, bool):
             own[searched.key] = float(value)
-    if own:
-        study.enqueue_trial(own)
+        elif value == "auto":
+            automatic.append(searched.key)
+    if automatic:
+        chosen = prepare(member.config).steps
+        own.update({key: float(chosen[key]) for key in automatic if key in chosen})
+    return own
 
 
 def _requeue_cut_short(study: optuna.Study) -> None:
@@ -222,7 +278,8 @@ def _requeue_cut_short(study: optuna.Study) -> None:
     requeued = list(study.user_attrs.get("requeued", []))
     for trial in study.get_trials(deepcopy=False):
         if state_of(trial) == "interrupted" and trial.number not in requeued and trial.params:
-            study.enqueue_trial(trial.params)
+            own = {OWN_TRIAL: True} if trial.user_attrs.get(OWN_TRIAL) else None
+            study.enqueue_trial(trial.params, user_attrs=own)
             requeued.append(trial.number)
     study.set_user_attr("requeued", requeued)
 
@@ -245,10 +302,18 @@ def state_of(trial: FrozenTrial) -> str:
     return "waiting" if trial.state == TrialState.WAITING else "running"
 
 
+def within_limit(trial: FrozenTrial) -> bool:
+    """Whether ``trial`` sent no more than ``--max-bytes-vs-dsgd`` allowed (True where
+    no limit applied)."""
+    return all(value <= 0 for value in trial.constraints.values())
+
+
 def chosen(trials: tuple[FrozenTrial, ...], member: Member) -> FrozenTrial | None:
-    """The complete trial of the best score, the first of ties; None where none
-    completed."""
-    complete = [trial for trial in trials if trial.state == TrialState.COMPLETE]
+    """The complete trial of the best score within the bytes limit, the first of ties;
+    None where none completed within it."""
+    complete = [
+        trial for trial in trials if trial.state == TrialState.COMPLETE and within_limit(trial)
+    ]
     if not complete:
         return None
     sign = 1.0 if member.objective.direction == "maximize" else -1.0

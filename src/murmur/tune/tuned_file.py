@@ -17,6 +17,7 @@ from typing import Any
 import tomli_w
 
 from murmur.config import SECTIONS, Config, load_experiment
+from murmur.tune.bytes_limit import BYTES, describe_limit
 from murmur.tune.members import Search
 from murmur.tune.space import describe, with_point
 from murmur.tune.study import Tuned, point_text
@@ -92,7 +93,7 @@ def _header(search: Search, results: list[Tuned], path: Path) -> list[str]:
         f"# Test figures: murmur run {path} --seeds 0-4",
         f"# sampler: {search.sampler} (seed 0), pruning: "
         f"{'median' if search.pruning else 'none'}, seeds: {seeds}, timeout per member: "
-        f"{timeout}",
+        f"{timeout}, bytes limit: {describe_limit(search.max_bytes)}",
     ]
     for result in results:
         lines += ["#", *(f"# {line}" for line in member_lines(search, result))]
@@ -119,10 +120,15 @@ def member_lines(search: Search, result: Tuned) -> list[str]:
     ]
     chosen = result.chosen
     if chosen is None:
-        lines.append("  no trial completed: its own steps are kept")
+        within = " within the bytes limit" if search.max_bytes is not None else ""
+        lines.append(f"  no trial completed{within}: its own steps are kept")
     else:
         score = member.objective.shown(float(chosen.value or 0.0))
-        lines.append(f"  chosen: {point_text(chosen)} (trial {chosen.number}), validation {score}")
+        share = chosen.user_attrs.get(BYTES)
+        sent = f", {100 * float(share):.2f} % of DSGD's bytes" if share is not None else ""
+        lines.append(
+            f"  chosen: {point_text(chosen)} (trial {chosen.number}), validation {score}{sent}"
+        )
     return lines
 
 
