@@ -238,6 +238,17 @@ def _add_tune(commands: argparse._SubParsersAction[_Parser]) -> None:
         metavar="SECONDS",
         help="per member: no trial starts after this many seconds of this command",
     )
+    _add_tune_search(tune)
+    tune.add_argument(
+        "--out",
+        help="the tune folder (default: runs/tune-TARGET-TIMESTAMP); the same command with "
+        "the same --out resumes an interrupted tune",
+    )
+    tune.add_argument("--quiet", action="store_true", help="no line per trial")
+
+
+def _add_tune_search(tune: argparse.ArgumentParser) -> None:
+    """How ``murmur tune`` searches: sampler, ranges, bytes limit, pruning."""
     tune.add_argument(
         "--sampler",
         choices=("tpe", "grid"),
@@ -266,12 +277,6 @@ def _add_tune(commands: argparse._SubParsersAction[_Parser]) -> None:
         action="store_true",
         help="run every trial to its end (default: prune trials that fall behind)",
     )
-    tune.add_argument(
-        "--out",
-        help="the tune folder (default: runs/tune-TARGET-TIMESTAMP); the same command with "
-        "the same --out resumes an interrupted tune",
-    )
-    tune.add_argument("--quiet", action="store_true", help="no line per trial")
 
 
 def _positive_count(text: str) -> int:
