@@ -9,8 +9,11 @@ nearest the middle iteration, and the last ones), so that one evaluation taken j
 after a swing (local steps, an agent pulled to its own data) does not count as growth;
 the largest value shows the swings. A run is called growing when its distance at the
 end is more than 1.75 times that around the middle and more than 0.5; a member is
-listed with how many of its seeds grew. Exit status 1 when any run grew or failed,
-0 otherwise.
+listed with how many of its seeds grew. A seed that a rule of ``[collapse]`` stopped
+(summary status ``collapsed`` or ``diverged``) is in no mean: it is counted in the
+last column, as the results pages show it. Exit status 1 when any finished run grew
+or any run failed, 0 otherwise (a stopped seed is reported, not a failure of this
+check: the page already shows it).
 
 The medians and the test are those of the ``consensus-growing`` rule that stops runs
 (:mod:`murmur.training.health`), with a lower growth: this flags what a finished run
@@ -50,6 +53,16 @@ def check(run: Path) -> tuple[float, float, float, bool]:
     return middle, end, peak, grew(middle, end, GROWTH, FLOOR)
 
 
+STOPPED = ("collapsed", "diverged")
+"""The summary statuses of runs that a rule of ``[collapse]`` stopped."""
+
+
+def _status(run: Path) -> str:
+    """A run folder's summary status; "running" while it has no summary."""
+    summary = run / "summary.json"
+    return str(json.loads(summary.read_text()).get("status")) if summary.is_file() else "running"
+
+
 def members(folder: Path) -> dict[str, list[Path]]:
     """Each member's seed folders (a comparison's LABEL/seed-N, or LABEL for one seed)."""
     found: dict[str, list[Path]] = {}
@@ -71,14 +84,20 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|---:|---:|")
     bad = False
     for label, runs in members(folder).items():
-        done = [run / "summary.json" for run in runs if (run / "summary.json").is_file()]
-        summaries = [json.loads(path.read_text()) for path in done]
-        failed = sum(summary.get("status") == "failed" for summary in summaries)
-        rows = [check(run) for run in runs]
+        statuses = [_status(run) for run in runs]
+        finished = [
+            run for run, status in zip(runs, statuses, strict=True) if status not in STOPPED
+        ]
+        failed = statuses.count("failed")
+        stopped = sum(status in STOPPED for status in statuses)
+        rows = [check(run) for run in finished]
         grew = sum(row[3] for row in rows)
-        mean = [statistics.fmean(row[i] for row in rows) for i in range(3)]
+        mean = [
+            f"{statistics.fmean(row[i] for row in rows):.3g}" if rows else "-" for i in range(3)
+        ]
         note = f"{grew}/{len(rows)}" + (f", {failed} failed" if failed else "")
-        print(f"| {label} | {len(rows)} | {mean[0]:.3g} | {mean[1]:.3g} | {mean[2]:.3g} | {note} |")
+        note += f", {stopped} stopped by a rule" if stopped else ""
+        print(f"| {label} | {len(runs)} | {mean[0]} | {mean[1]} | {mean[2]} | {note} |")
         bad = bad or grew > 0 or failed > 0
     return 1 if bad else 0
 

@@ -304,7 +304,12 @@ def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
         if table.tuning is not None:
             tune(table, out)
         started = time.perf_counter()
-        murmur(command(table, seeds, out))
+        argv = command(table, seeds, out)
+        if (status := murmur(argv)) != 0:
+            raise SystemExit(
+                f"{table.name}: {shlex.join(argv)} exited with {status}; its page is left as "
+                f"it was (remove {folder} to run it again)"
+            )
         timing.write_text(f"{(time.perf_counter() - started) / 60:.0f}\n")
     elif not folder.is_dir():
         raise SystemExit(f"{folder}: no such run folder; run the table first")

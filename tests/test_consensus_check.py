@@ -50,3 +50,12 @@ def test_only_settled_runs_pass_and_a_missing_folder_is_refused(check, tmp_path)
     _run(tmp_path / "a" / "seed-0", [1.0] * 30)
     assert check.main([str(tmp_path)]) == 0
     assert check.main([str(tmp_path / "nowhere")]) == 2
+
+
+def test_a_seed_stopped_by_a_rule_is_in_no_mean_and_is_counted(check, tmp_path, capsys):
+    _run(tmp_path / "m" / "seed-0", [1.0] * 30)
+    _run(tmp_path / "m" / "seed-1", [1e5] * 3)
+    (tmp_path / "m" / "seed-1" / "summary.json").write_text('{"status": "diverged"}')
+    assert check.main([str(tmp_path)]) == 0
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert row == "| m | 2 | 1 | 1 | 1 | 0/1, 1 stopped by a rule |"
