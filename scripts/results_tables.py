@@ -308,7 +308,7 @@ def make(table: Table, seeds: str, out: Path, *, run: bool = True) -> Path:
         if (status := murmur(argv)) != 0:
             raise SystemExit(
                 f"{table.name}: {shlex.join(argv)} exited with {status}; its page is left as "
-                f"it was (remove {folder} to run it again)"
+                f"it was (--fill trains only its missing runs; remove {folder} to run all)"
             )
         timing.write_text(f"{(time.perf_counter() - started) / 60:.0f}\n")
     elif not folder.is_dir():

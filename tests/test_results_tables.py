@@ -233,9 +233,15 @@ def test_a_finished_tune_is_not_run_again_but_a_larger_budget_resumes_it(
     table, calls = tuned_pair
     out = tmp_path / "runs"
     results_tables.make(table, "0-1", out)
+    page = results_tables.RESULTS / "pair.md"
+    written = page.read_text()
     calls.clear()
-    results_tables.make(table, "0-1", out)
-    assert [argv[1] for argv in calls] == ["run"]
+    page.write_text("kept")
+    with pytest.raises(SystemExit, match="--fill trains only its missing runs"):
+        results_tables.make(table, "0-1", out)  # the run's folder is there: murmur refuses
+    assert [argv[1] for argv in calls] == ["run"]  # the finished tune is not run again
+    assert page.read_text() == "kept"  # a failed run leaves the page as it was
+    page.write_text(written)
 
     calls.clear()
     monkeypatch.setattr(results_tables, "TABLES", (table,))
