@@ -78,7 +78,7 @@ class Table:
     settings: tuple[str, ...]
     title: str
     plots: tuple[str, ...] = ()
-    """Plots of :mod:`murmur.metrics.plots` (``accuracy_vs_bytes``, ...) drawn from the
+    """Plots of :mod:`murmur.reporting.plots` (``accuracy_vs_bytes``, ...) drawn from the
     runs into ``docs/results/NAME-PLOT.png`` and shown under the table."""
     tuning: Tuning | None = None
     """None: the page runs the preset's own steps."""
@@ -651,8 +651,8 @@ def draw(table: Table, seeds: str, out: Path) -> list[tuple[str, Path]]:
     into docs/results; returns each plot's name and file."""
     if not table.plots:
         return []
-    from murmur.metrics import plots
-    from murmur.metrics.report import read_run
+    from murmur.reporting import plots
+    from murmur.reporting.report import read_run
 
     places = [where for _, _, where in _runs(table, seeds, out)[1]]
     runs = [read_run(where) for where in places if (where / "summary.json").is_file()]
@@ -668,8 +668,8 @@ def draw(table: Table, seeds: str, out: Path) -> list[tuple[str, Path]]:
 def tables(table: Table, seeds: str, out: Path) -> str:
     """The comparison's tables (``comparison.md``, by the current code) from its run
     folders, in the order of its members; a run that failed is named under "Failed:"."""
-    from murmur.metrics.report import read_run
-    from murmur.metrics.seed_table import comparison_markdown
+    from murmur.reporting.report import read_run
+    from murmur.reporting.seed_table import comparison_markdown
 
     groups: dict[str, list] = {}
     failed = []

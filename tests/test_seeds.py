@@ -17,9 +17,9 @@ from test_cli_resume import kill_after_a_checkpoint
 
 from murmur.cli import main
 from murmur.config import load_experiment, parse_seeds
-from murmur.metrics.report import format_table, read_run
-from murmur.metrics.seed_table import format_results
-from murmur.metrics.statistics import spread
+from murmur.reporting.report import format_table, read_run
+from murmur.reporting.seed_table import format_results
+from murmur.reporting.statistics import spread
 
 SHORT = [*SMALL_SGD, "run.iterations=20", "run.eval_every=10"]
 SETS = [part for setting in SHORT for part in ("--set", setting)]

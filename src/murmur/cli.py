@@ -155,7 +155,7 @@ def _add_datasets(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 PLOT_FORMATS = ("png", "pdf", "svg")
-"""``murmur report --format``: murmur.metrics.canvas.FORMATS, named here so that the
+"""``murmur report --format``: murmur.reporting.canvas.FORMATS, named here so that the
 parser does not load matplotlib."""
 
 
@@ -544,7 +544,7 @@ def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progre
     runs go on, and the exit status is 2 once they are done."""
     from murmur.errors import RunFailed
     from murmur.experiment import run
-    from murmur.metrics.seed_table import comparison_markdown, format_results
+    from murmur.reporting.seed_table import comparison_markdown, format_results
 
     several = len(experiment.runs) > 1
     groups: dict[str, list[RunSummary]] = {}  # a member's runs, one per seed
@@ -587,8 +587,8 @@ def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progre
 
 def _print_stopped(summaries: Sequence[RunSummary]) -> None:
     """Under a table, each run that a rule stopped early, with its rule and reason."""
-    from murmur.metrics.report import stopped_line
-    from murmur.metrics.seed_table import STOPPED_HEADING
+    from murmur.reporting.report import stopped_line
+    from murmur.reporting.seed_table import STOPPED_HEADING
 
     lines = [line for summary in summaries if (line := stopped_line(summary)) is not None]
     if lines:
@@ -598,7 +598,7 @@ def _print_stopped(summaries: Sequence[RunSummary]) -> None:
 def _print_estimated(summaries: list[RunSummary]) -> None:
     """Under the table, where some row has no DSGD run to compare with: what its "vs
     DSGD" figures are over instead."""
-    from murmur.metrics.versus_dsgd import estimated, versus_dsgd_note
+    from murmur.reporting.versus_dsgd import estimated, versus_dsgd_note
 
     if estimated(summaries):
         print(f"\n{versus_dsgd_note(summaries)}")
@@ -615,7 +615,7 @@ def _run_name(experiment: Experiment, index: int) -> str:
 def _resume(args: argparse.Namespace) -> int:
     """``murmur run --resume DIR``: the folder's config is the config."""
     from murmur.experiment import resume
-    from murmur.metrics.report import format_table
+    from murmur.reporting.report import format_table
 
     given = [
         name
@@ -655,7 +655,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _plan_line(label: str, setup: Setup) -> str:
     """What ``murmur run --check`` says one run would do, and what its plan chose."""
-    from murmur.metrics.report import human_bytes
+    from murmur.units import human_bytes
 
     config, graph = setup.config, setup.graph
     learners = (
@@ -701,7 +701,7 @@ def _run_distributed(args: argparse.Namespace) -> int:
     from murmur.config import load_experiment
     from murmur.distributed.launch import default_run_dir, single_run
     from murmur.distributed.runtime import run_distributed
-    from murmur.metrics.report import format_table
+    from murmur.reporting.report import format_table
     from murmur.training.plan import Plan, read_plan_file
 
     config: Config | Plan
@@ -790,10 +790,10 @@ def _describe_file(args: argparse.Namespace) -> int:
 
 
 def _report(folders: list[str], out: str | None, fmt: str = "png", dpi: float = 150.0) -> int:
-    from murmur.metrics.report import Run, failed_line, read_run
-    from murmur.metrics.report_files import write_report
-    from murmur.metrics.seed_groups import group_runs
-    from murmur.metrics.seed_table import format_results
+    from murmur.reporting.report import Run, failed_line, read_run
+    from murmur.reporting.report_files import write_report
+    from murmur.reporting.seed_groups import group_runs
+    from murmur.reporting.seed_table import format_results
 
     run_dirs: list[Path] = []
     for folder in map(Path, folders):

@@ -15,7 +15,7 @@ from test_distributed import DSGD, write_config
 
 from murmur import load_model
 from murmur.data import load_dataset
-from murmur.metrics.run_schema import check_record
+from murmur.reporting.run_schema import check_record
 
 CSV = ["--set", 'run.log=["jsonl", "csv"]']
 

@@ -12,7 +12,7 @@ from test_distributed import DSGD, write_config
 
 from murmur.config import load_experiment
 from murmur.experiment import run
-from murmur.metrics.run_schema import check_record, check_summary
+from murmur.reporting.run_schema import check_record, check_summary
 
 VALIDATION = ["--set", "data.validation=0.2"]
 SYNC_PS = """

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from reproduced import PNG_MAGIC, claim_section, claim_verdict, quick, run_summary
 
-from murmur.metrics.report import read_run, speedups
+from murmur.reporting.report import read_run, speedups
 from murmur.reproduce import asysg
 from murmur.reproduce.report import VERDICT_PREFIX
 

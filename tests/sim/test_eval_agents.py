@@ -12,7 +12,7 @@ from murmur.config import load_experiment
 from murmur.errors import UsageError
 from murmur.experiment import run
 from murmur.metrics.evaluation import EVAL_AGENTS_AUTO, measured_agents
-from murmur.metrics.run_schema import check_record, check_summary
+from murmur.reporting.run_schema import check_record, check_summary
 from murmur.training.plan import plan
 
 SETTINGS = [*SMALL_SGD, "topology.agents=12", "faults.crashes=3", "faults.crash_at=20"]

@@ -11,7 +11,7 @@ import pytest
 from murmur.config import load_experiment
 from murmur.errors import UsageError
 from murmur.experiment import run
-from murmur.metrics.run_schema import check_summary
+from murmur.reporting.run_schema import check_summary
 from murmur.training.runs import check_run
 
 SMALL = [

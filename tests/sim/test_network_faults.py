@@ -17,8 +17,8 @@ from murmur.cli import main
 from murmur.config import load_experiment
 from murmur.errors import UsageError
 from murmur.experiment import run
-from murmur.metrics.run_schema import check_record, check_summary
 from murmur.registry import ALGORITHMS
+from murmur.reporting.run_schema import check_record, check_summary
 from murmur.sections import FaultsConfig, TopologyConfig
 from murmur.seeding import generator
 from murmur.sim.faults import FaultyAlgorithm, NetworkSchedule

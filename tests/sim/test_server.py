@@ -10,7 +10,7 @@ import torch
 from murmur.config import build_config
 from murmur.data.batches import BatchSampler
 from murmur.experiment import run
-from murmur.metrics.report import read_run
+from murmur.reporting.report import read_run
 from murmur.training.setup import prepare
 
 ITERATIONS = 30

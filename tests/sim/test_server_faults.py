@@ -12,7 +12,7 @@ from murmur.cli import main
 from murmur.config import load_experiment
 from murmur.errors import UsageError
 from murmur.experiment import run
-from murmur.metrics.run_schema import check_record, check_summary
+from murmur.reporting.run_schema import check_record, check_summary
 from murmur.training.runs import check_run
 
 SMALL = [

@@ -17,7 +17,7 @@ from murmur.algorithms.protocols import Wrapped
 from murmur.cli import main
 from murmur.config import load_experiment
 from murmur.experiment import run
-from murmur.metrics.run_schema import check_summary
+from murmur.reporting.run_schema import check_summary
 from murmur.sections import CollapseConfig
 from murmur.training.health import (
     ChanceLevels,

@@ -7,7 +7,6 @@ import pytest
 from murmur.config import build_config
 from murmur.data import DATASETS
 from murmur.errors import UsageError
-from murmur.metrics.report import human_bytes
 from murmur.models import build_model
 from murmur.training.memory import (
     EDGE_BYTES,
@@ -16,6 +15,7 @@ from murmur.training.memory import (
     machine_memory,
     parameter_count,
 )
+from murmur.units import human_bytes
 
 
 def config(**sections):

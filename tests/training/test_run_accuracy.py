@@ -16,7 +16,7 @@ from murmur.config import load_experiment
 from murmur.data import from_arrays, load_dataset
 from murmur.experiment import run
 from murmur.metrics.evaluation import accuracy_over_run
-from murmur.metrics.run_schema import check_record, check_summary
+from murmur.reporting.run_schema import check_record, check_summary
 
 
 def _config(preset: str, *settings: str):

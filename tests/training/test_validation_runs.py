@@ -16,7 +16,7 @@ from murmur.config import load_experiment
 from murmur.data import DATASETS, from_arrays, partition
 from murmur.experiment import run
 from murmur.metrics.evaluation import validation_over_run
-from murmur.metrics.run_schema import check_record, check_summary
+from murmur.reporting.run_schema import check_record, check_summary
 from murmur.seeding import derive_seed
 from murmur.training.plan import plan
 from murmur.training.setup import RoundsSetup, prepare

@@ -2,7 +2,7 @@
 and summary.json, as TypedDicts.
 
 A key the report reads carries its :class:`~murmur.metrics.fields.Field` as
-``Annotated`` metadata; :mod:`murmur.metrics.run_schema` checks run folders by
+``Annotated`` metadata; :mod:`murmur.reporting.run_schema` checks run folders by
 these, a required key where the type requires it, any other where present.
 
 This module does not use ``from __future__ import annotations``: a TypedDict

@@ -28,7 +28,7 @@ import numpy as np
 
 from murmur.metrics.record_types import EvaluationRecord
 from murmur.metrics.records import RunResult
-from murmur.metrics.report import read_run, speedups
+from murmur.reporting.report import read_run, speedups
 from murmur.reproduce.claims import Claim, Verdict, judge, percent
 from murmur.reproduce.figures import new_figure, save
 from murmur.reproduce.report import markdown_table

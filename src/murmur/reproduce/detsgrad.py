@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from murmur.metrics.records import RunResult
-from murmur.metrics.report import read_run
+from murmur.reporting.report import read_run
 from murmur.reproduce.claims import Claim, judge, percent
 from murmur.reproduce.figures import new_figure, save
 from murmur.reproduce.report import markdown_table

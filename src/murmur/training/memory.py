@@ -31,12 +31,12 @@ from murmur.algorithms.ssfn import LayerwiseConfig
 from murmur.config import Config
 from murmur.data import DatasetInfo
 from murmur.errors import UsageError
-from murmur.metrics.report import human_bytes
 from murmur.models.networks import build_model, layer_outputs
 from murmur.models.stacked import TRAIN_BLOCK
 from murmur.registry import ALGORITHMS
 from murmur.topology.graphs import exponential_offsets
 from murmur.topology.spectra import DENSE_LIMIT
+from murmur.units import human_bytes
 
 FLOAT32 = 4
 FLOAT64 = 8

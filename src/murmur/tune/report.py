@@ -14,7 +14,7 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from optuna.trial import FrozenTrial
 
-from murmur.metrics.canvas import colour, finish, new_figure, save
+from murmur.reporting.canvas import colour, finish, new_figure, save
 from murmur.tune.bytes_limit import BYTES, describe_limit
 from murmur.tune.members import Search
 from murmur.tune.study import Tuned, point_text, state_of, trial_seconds, within_limit

@@ -9,9 +9,9 @@ from small_runs import SMALL_SGD
 
 from murmur.config import load_experiment
 from murmur.experiment import run
-from murmur.metrics.report import read_run
-from murmur.metrics.seed_groups import group_runs
-from murmur.metrics.statistics import spread
+from murmur.reporting.report import read_run
+from murmur.reporting.seed_groups import group_runs
+from murmur.reporting.statistics import spread
 
 
 def test_spread_of_known_numbers():

@@ -4,7 +4,7 @@ import pytest
 from summaries import summary_for
 
 from murmur import load_experiment, run
-from murmur.metrics.versus_dsgd import (
+from murmur.reporting.versus_dsgd import (
     QUANTITIES,
     dsgd_baselines,
     estimated,

@@ -12,19 +12,19 @@ import pytest
 from summaries import summary_for, worker_summary
 
 from murmur.errors import UsageError
-from murmur.metrics import plots
 from murmur.metrics.records import to_json
-from murmur.metrics.report import (
+from murmur.reporting import plots
+from murmur.reporting.report import (
     failed_line,
     format_table,
     has_target,
-    human_bytes,
     read_run,
     run_label,
     speedups,
 )
-from murmur.metrics.report_files import write_report
-from murmur.metrics.versus_dsgd import versus_dsgd
+from murmur.reporting.report_files import write_report
+from murmur.reporting.versus_dsgd import versus_dsgd
+from murmur.units import human_bytes
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -17,10 +17,10 @@ from summaries import summary_for, worker_summary
 from murmur import cli
 from murmur.cli import main
 from murmur.errors import UsageError
-from murmur.metrics import plots
-from murmur.metrics.report import Run, read_run
-from murmur.metrics.report_files import write_report
-from murmur.metrics.seed_curves import plot_groups, seed_curve
+from murmur.reporting import plots
+from murmur.reporting.report import Run, read_run
+from murmur.reporting.report_files import write_report
+from murmur.reporting.seed_curves import plot_groups, seed_curve
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NEW_PLOTS = ("time_vs_nodes.png", "accuracy_vs_degree.png")

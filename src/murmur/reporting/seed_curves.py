@@ -1,7 +1,7 @@
 """The lines a plot draws: one per seed group, the mean across its seeds with a band.
 
 :func:`plot_groups` groups the runs of a plot as the report's tables do
-(:func:`murmur.metrics.seed_groups.group_runs`: runs whose saved configs differ only
+(:func:`murmur.reporting.seed_groups.group_runs`: runs whose saved configs differ only
 in ``run.seed`` and that carry the same label); a run without a seed in its summary
 is a group of its own. Groups keep the order of their first run in the list, so a
 line's colour is its group's position.
@@ -30,9 +30,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from murmur.metrics.report import Run, run_label
-from murmur.metrics.seed_groups import SeedGroup, group_runs
 from murmur.metrics.stops import Stop, status_text, stop_of, stops_note
+from murmur.reporting.report import Run, run_label
+from murmur.reporting.seed_groups import SeedGroup, group_runs
 
 __all__ = [
     "Curve",

@@ -9,7 +9,7 @@ vs nodes and accuracy vs mean degree, final accuracy vs the share of messages
 lost, and for worker-based runs speedup vs workers and the staleness histogram.
 
 Runs that differ only in their seed are one seed group
-(:mod:`murmur.metrics.seed_curves`): the line plots draw a group as one line, the
+(:mod:`murmur.reporting.seed_curves`): the line plots draw a group as one line, the
 mean across its seeds on a common x grid, with a band from the lowest to the
 highest seed, and one legend entry, "label (n seeds)"; the events bars and the
 lost-messages points show the mean with error bars from the lowest to the highest
@@ -27,7 +27,7 @@ legend "dsgd (collapsed at 400)" (a run alone) or "dsgd: 2 of 5 seeds collapsed
 (chance, at 400 and 500)" (seeds, one entry for all of them); the plots of final
 values across runs leave stopped runs out.
 
-The figures go through :mod:`murmur.metrics.canvas`: the legend outside the axes,
+The figures go through :mod:`murmur.reporting.canvas`: the legend outside the axes,
 the format from the file's suffix (PNG, PDF or SVG), PNGs at ``dpi``.
 """
 
@@ -44,12 +44,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from murmur.metrics.canvas import DPI, FORMATS, new_figure, save
-from murmur.metrics.canvas import colour as _colour
-from murmur.metrics.canvas import finish as _finish
 from murmur.metrics.record_types import EvaluationRecord, RunSummary
-from murmur.metrics.report import Run, has_target, lost_share, run_label, speedups
-from murmur.metrics.seed_curves import (
+from murmur.metrics.stops import stop_of
+from murmur.reporting.canvas import DPI, FORMATS, new_figure, save
+from murmur.reporting.canvas import colour as _colour
+from murmur.reporting.canvas import finish as _finish
+from murmur.reporting.report import Run, has_target, lost_share, run_label, speedups
+from murmur.reporting.seed_curves import (
     Curve,
     GroupLine,
     Series,
@@ -58,8 +59,7 @@ from murmur.metrics.seed_curves import (
     plot_groups,
     seed_curve,
 )
-from murmur.metrics.seed_groups import SeedGroup
-from murmur.metrics.stops import stop_of
+from murmur.reporting.seed_groups import SeedGroup
 
 __all__ = [
     "DPI",

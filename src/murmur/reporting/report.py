@@ -6,7 +6,7 @@ training; everything reads finished folders, so a report can be remade at any
 time from the same runs.
 
 :func:`read_run` refuses a file that lacks a field every run writes or holds a
-field of the wrong type (see :mod:`murmur.metrics.run_schema`). Fields that an
+field of the wrong type (see :mod:`murmur.reporting.run_schema`). Fields that an
 algorithm does not produce (a centralized run sends no messages) may be
 missing or null; they are shown as ``-``. A run that failed during training
 (``"status": "failed"`` in its summary) is no row of the table: reports list
@@ -27,7 +27,7 @@ the distributed runtime ``wall_seconds_to_target``, real seconds). Runs of the
 distributed runtime that lost ranks list them (``failed_agents``,
 ``failed_workers``) in a "failed ranks" column.
 The "events / messages / bytes vs DSGD %" columns compare each run with DSGD
-(:mod:`murmur.metrics.versus_dsgd`) and appear when some run has a baseline.
+(:mod:`murmur.reporting.versus_dsgd`) and appear when some run has a baseline.
 Their columns (W, staleness, time to target and the speedups over the W = 1
 run, see ``speedups``) and plots likewise appear only when some run has the
 fields; nothing here looks at algorithm names.
@@ -51,10 +51,11 @@ from murmur.metrics.record_types import (
     RunSummary,
     SingleProcess,
 )
-from murmur.metrics.run_schema import check_record, check_summary
 from murmur.metrics.stops import status_text, stop_line, stop_of
-from murmur.metrics.versus_dsgd import QUANTITIES, Quantity, dsgd_baselines, versus_dsgd
+from murmur.reporting.run_schema import check_record, check_summary
+from murmur.reporting.versus_dsgd import QUANTITIES, Quantity, dsgd_baselines, versus_dsgd
 from murmur.textfiles import read_utf8
+from murmur.units import human_bytes
 
 __all__ = [
     "FailedRun",
@@ -69,7 +70,6 @@ __all__ = [
 ]
 
 MISSING = "-"
-_BYTE_UNITS = ("KB", "MB", "GB", "TB", "PB")
 
 _DAMAGED = "the file is damaged, remake the run"
 """How a message about a run file that cannot be read ends."""
@@ -107,7 +107,7 @@ def read_run(run_dir: str | Path) -> Run | FailedRun:
     """Read a run folder; a missing folder or summary, or a damaged file, is a UsageError.
 
     summary.json and every line of metrics.jsonl must hold the fields the
-    report reads, as :mod:`murmur.metrics.run_schema` says. metrics.jsonl may
+    report reads, as :mod:`murmur.reporting.run_schema` says. metrics.jsonl may
     be absent (a run that stopped before its first evaluation); its records
     are then empty.
     """
@@ -262,20 +262,6 @@ def _layers(value: object) -> str:
     if len(set(texts)) == 1:
         return f"{len(texts)} x {texts[0]}"
     return ",".join(texts)
-
-
-def human_bytes(value: object) -> str:
-    """Bytes in decimal units (1 KB = 1000 B), as network traffic is counted."""
-    number = as_number(value)
-    if number is None:
-        return MISSING
-    if abs(number) < 1000:
-        return f"{round(number)} B"
-    for unit in _BYTE_UNITS:
-        number /= 1000
-        if abs(number) < 1000 or unit == _BYTE_UNITS[-1]:
-            break
-    return f"{number:.2f} {unit}"
 
 
 def _accuracy(
@@ -609,7 +595,7 @@ def format_table(summaries: list[RunSummary], markdown: bool = False) -> str:
     folder.
 
     "events / messages / bytes vs DSGD %" (after "bytes") are the run's counts
-    over those of its DSGD baseline (:mod:`murmur.metrics.versus_dsgd`): 100 for
+    over those of its DSGD baseline (:mod:`murmur.reporting.versus_dsgd`): 100 for
     DSGD itself, "-" for runs without one; the columns are left out when no run
     has one. "lost msgs %" (after them) is the share of a run's messages that
     were lost (``lost_share``), shown when some run lost messages under ``[faults]``.

@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from murmur.metrics.report import Run, run_label
+from murmur.reporting.report import Run, run_label
 
 
 @dataclass(frozen=True)

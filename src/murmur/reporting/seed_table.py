@@ -1,11 +1,11 @@
 """The results table across seeds: one row per group of runs that differ only in seed.
 
 Each figure of a group's row is the mean across its seeds and the sample standard
-deviation (``mean +- sd``; ``±`` in Markdown), see :mod:`murmur.metrics.statistics`;
+deviation (``mean +- sd``; ``±`` in Markdown), see :mod:`murmur.reporting.statistics`;
 "95 % CI" is the 95 % confidence interval of the mean final accuracy (Student's t
 with n - 1 degrees of freedom); "seeds" is n. A group of one run shows its value
 alone and "-" for the interval. When every group holds one run the table is
-:func:`murmur.metrics.report.format_table`'s, as without seeds.
+:func:`murmur.reporting.report.format_table`'s, as without seeds.
 
 The figures: the agents' mean, worst and best test accuracy at the final
 evaluation, the last-k mean accuracy, the average model's and the training
@@ -13,7 +13,7 @@ accuracy where summaries have them, messages, bytes, wall-clock seconds and
 virtual seconds where runs have a virtual clock. Figures that compare a run with
 another one are computed seed by seed, against the run of the same seed, then
 spread across seeds: "events / messages / bytes vs DSGD %" against that
-seed's DSGD run (:mod:`murmur.metrics.versus_dsgd`), the speed-ups against that
+seed's DSGD run (:mod:`murmur.reporting.versus_dsgd`), the speed-ups against that
 seed's W = 1 run. Runs with a target loss show "reached" (how many of the seeds
 reached it) beside the iterations and virtual seconds to it, which are spread over
 the seeds that did.
@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from murmur.metrics.record_types import RunSummary
-from murmur.metrics.report import (
+from murmur.metrics.stops import Stop, finished, group_status, stop_of, stops_note
+from murmur.reporting.report import (
     MISSING,
     as_number,
     format_table,
     has_column,
     has_target,
-    human_bytes,
     last_k_accuracy,
     lost_share,
     mixing_text,
@@ -53,9 +53,9 @@ from murmur.metrics.report import (
     stopped_line,
     validation_last_k_accuracy,
 )
-from murmur.metrics.statistics import Spread, spread
-from murmur.metrics.stops import Stop, finished, group_status, stop_of, stops_note
-from murmur.metrics.versus_dsgd import QUANTITIES, Quantity, versus_dsgd, versus_dsgd_note
+from murmur.reporting.statistics import Spread, spread
+from murmur.reporting.versus_dsgd import QUANTITIES, Quantity, versus_dsgd, versus_dsgd_note
+from murmur.units import human_bytes
 
 __all__ = ["comparison_markdown", "format_results", "format_seed_table", "figure_spread"]
 

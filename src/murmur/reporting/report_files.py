@@ -1,8 +1,8 @@
 """``murmur report``: report.md with the run table and plots (PNG, PDF or SVG), from
 run folders.
 
-Reading the folders and formatting the table are :mod:`murmur.metrics.report`;
-the plots are :mod:`murmur.metrics.plots` (matplotlib is loaded only here).
+Reading the folders and formatting the table are :mod:`murmur.reporting.report`;
+the plots are :mod:`murmur.reporting.plots` (matplotlib is loaded only here).
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from murmur.errors import UsageError
-from murmur.metrics import plots
 from murmur.metrics.record_types import RunSummary
-from murmur.metrics.report import (
+from murmur.metrics.stops import stop_of
+from murmur.reporting import plots
+from murmur.reporting.report import (
     FailedRun,
     Run,
     as_number,
@@ -29,10 +30,9 @@ from murmur.metrics.report import (
     stopped_line,
     validation_last_k_accuracy,
 )
-from murmur.metrics.seed_groups import group_runs
-from murmur.metrics.seed_table import STOPPED_HEADING, format_results
-from murmur.metrics.stops import stop_of
-from murmur.metrics.versus_dsgd import versus_dsgd_note
+from murmur.reporting.seed_groups import group_runs
+from murmur.reporting.seed_table import STOPPED_HEADING, format_results
+from murmur.reporting.versus_dsgd import versus_dsgd_note
 
 _PLOTS: tuple[tuple[str, str, str], ...] = (
     ("Mean test accuracy", "accuracy", "plot_accuracy"),
@@ -43,7 +43,7 @@ _PLOTS: tuple[tuple[str, str, str], ...] = (
     ("Mean test accuracy vs wall time", "accuracy_vs_wall_time", "plot_accuracy_vs_wall_time"),
 )
 """The plots of every report: (title, file name without the format's suffix, the
-function of :mod:`murmur.metrics.plots` that draws it)."""
+function of :mod:`murmur.reporting.plots` that draws it)."""
 _OPTIONAL_PLOTS: tuple[tuple[str, str, str], ...] = (
     (
         "Mean test accuracy vs virtual time",
@@ -101,7 +101,7 @@ def write_report(
     run has a staleness histogram; otherwise a stale copy (in ``fmt``) from an
     earlier report in out_dir is removed. When every run failed, report.md says so
     and no plot is drawn (stale ones are removed). Runs that differ only in seed
-    are drawn as one line or point per group (:mod:`murmur.metrics.plots`).
+    are drawn as one line or point per group (:mod:`murmur.reporting.plots`).
     """
     if not run_dirs:
         raise UsageError("no run folders given; pass one or more folders written by `murmur run`")

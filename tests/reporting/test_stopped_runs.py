@@ -13,16 +13,16 @@ from test_plots import drawn_figures
 from test_report import markdown_rows, plain_rows
 
 from murmur import cli
-from murmur.metrics import plots
-from murmur.metrics.report import read_run, stopped_line
-from murmur.metrics.seed_table import (
+from murmur.metrics.stops import Stop, group_status, status_text, stop_of, stops_note
+from murmur.reporting import plots
+from murmur.reporting.report import read_run, stopped_line
+from murmur.reporting.seed_table import (
     STOPPED_HEADING,
     comparison_markdown,
     format_results,
     format_seed_table,
 )
-from murmur.metrics.statistics import spread
-from murmur.metrics.stops import Stop, group_status, status_text, stop_of, stops_note
+from murmur.reporting.statistics import spread
 
 MEANS = [0.96, 0.10, 0.10, 0.95, 0.94]
 """Final mean accuracy of seeds 0 to 4; seeds 1 and 2 collapse at iterations 400, 500."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from summaries import summary_for, worker_summary
 from test_report import markdown_rows, plain_rows
 
-from murmur.metrics.report import format_table
-from murmur.metrics.seed_table import comparison_markdown, format_results, format_seed_table
-from murmur.metrics.statistics import spread
+from murmur.reporting.report import format_table
+from murmur.reporting.seed_table import comparison_markdown, format_results, format_seed_table
+from murmur.reporting.statistics import spread
 
 
 def seeds_of(name: str, means: list[float], **fields) -> list[dict]:
