@@ -32,9 +32,9 @@ from ranks import (
 )
 from small_runs import RUN_FILES
 
-import murmur.distributed.runtime as distributed
 from murmur.cli import main
 from murmur.config import load_experiment
+from murmur.distributed.group import loopback_interface
 from murmur.experiment import run
 from murmur.registry import ALGORITHMS
 
@@ -229,7 +229,7 @@ def test_two_torchrun_agents_form_one_job_as_two_machines_would(tmp_path):
     environ = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
-        "GLOO_SOCKET_IFNAME": distributed.loopback_interface() or "lo",
+        "GLOO_SOCKET_IFNAME": loopback_interface() or "lo",
     }
     machines = [
         subprocess.Popen(

@@ -40,7 +40,7 @@ import torch.distributed as dist
 from murmur.config import load_experiment
 from murmur.training.setup import build_context, prepare
 from murmur.registry import ALGORITHMS
-from murmur.distributed.runtime import loopback_interface
+from murmur.distributed.group import loopback_interface
 from murmur.distributed.layer_ranks import train_layerwise_rank
 
 

@@ -18,8 +18,9 @@ import torch
 from murmur import portable
 from murmur.config import Config, Experiment, load_experiment, shadowed_path
 from murmur.distributed.checkpoints import check_agents_per_rank, check_resumable_ranks
+from murmur.distributed.group import loopback_interface
 from murmur.distributed.local_ranks import run_ranks
-from murmur.distributed.runtime import check_same_run, loopback_interface
+from murmur.distributed.runtime import check_same_run
 from murmur.distributed.transport import DEFAULT_TIMEOUT
 from murmur.errors import UsageError
 from murmur.registry import ALGORITHMS, FAMILIES
