@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "code_shape.py"
+from script_modules import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("code_shape", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("code_shape")
 
 
 def test_the_figures_of_a_package(tmp_path, capsys):

@@ -3,21 +3,16 @@ named, one that settles or swings once is not, and a missing folder is refused."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "consensus_check.py"
+from script_modules import load_script
 
 
 @pytest.fixture
 def check():
-    spec = importlib.util.spec_from_file_location("consensus_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("consensus_check")
 
 
 def _run(folder: Path, distances: list[float]) -> None:

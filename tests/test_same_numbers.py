@@ -3,21 +3,16 @@ changed number, a missing file or a missing folder is named."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "same_numbers.py"
+from script_modules import load_script
 
 
 @pytest.fixture
 def same():
-    spec = importlib.util.spec_from_file_location("same_numbers", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("same_numbers")
 
 
 def _run(folder: Path, accuracy: float, wall: float) -> None:
