@@ -112,3 +112,17 @@ def test_a_signal_to_the_launcher_stops_every_rank_and_restarts_none(tmp_path):
     assert time.monotonic() - started < 30
     assert all(name.endswith("attempt0") for name in os.listdir(tmp_path))
     assert signal.getsignal(signal.SIGTERM) == before  # the launcher's own handler is back
+
+
+def test_ranks_are_reaped_and_their_status_kept_when_sigchld_was_ignored(tmp_path):
+    # SIGCHLD ignored would have the system reap the ranks itself, losing their status
+    before = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+
+        def main(argv: list[str]) -> int:
+            return 3 if os.environ["RANK"] == "1" else 0
+
+        assert run_ranks(2, [], "127.0.0.1", 29999, 0, main) == 3
+        assert signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN  # put back
+    finally:
+        signal.signal(signal.SIGCHLD, before)

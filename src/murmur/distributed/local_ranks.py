@@ -18,7 +18,9 @@ stops the others (SIGTERM, then SIGKILL after :data:`GRACE` seconds) and, with
 ``max_restarts`` left, forks all of them again (they continue from their
 checkpoints); it returns 0 or the first failed rank's exit status (128 + N for a
 rank killed by signal N). SIGINT (Ctrl-C reaches every rank too) and SIGTERM to the
-launcher stop every rank and return 128 + the signal.
+launcher stop every rank and return 128 + the signal. While it waits, SIGCHLD has its
+default action, so that the ranks stay the launcher's to reap and their statuses
+are read; a rank already reaped counts as gone.
 """
 
 from __future__ import annotations
@@ -56,13 +58,16 @@ def run_ranks(
     """Fork ``world`` ranks, each running ``main(rank_argv)``, and wait for them,
     restarting all of them up to ``max_restarts`` times after a failure; their exit
     status."""
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
+    }
 
     def stop(signum: int, frame: object) -> None:
         raise Stopped(signum)
 
-    for sig in previous:
+    for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # ranks stay ours to reap
     try:
         for attempt in range(max_restarts + 1):
             status = _attempt(world, (rank_argv, main), address, port, attempt)
@@ -147,7 +152,10 @@ def _wait(children: dict[int, int]) -> int:
     """Wait for every child; at the first failure stop the others. Its status, or 0."""
     failed = 0
     while children:
-        pid, status = os.wait()
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:  # reaped elsewhere: their statuses are lost
+            return failed or 1
         if children.pop(pid, None) is None:
             continue
         code = os.waitstatus_to_exitcode(status)
@@ -172,7 +180,7 @@ def _stop(children: dict[int, int], signum: int) -> None:
             _signal(pid, signum)
         for pid in _reaped(left, GRACE):
             _signal(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            _reaped({pid}, GRACE)
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
@@ -184,7 +192,11 @@ def _reaped(pids: set[int], seconds: float) -> set[int]:
     deadline = time.monotonic() + seconds
     while left and time.monotonic() < deadline:
         for pid in list(left):
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            try:
+                done = os.waitpid(pid, os.WNOHANG)[0] == pid
+            except ChildProcessError:  # already reaped: gone all the same
+                done = True
+            if done:
                 left.discard(pid)
         if left:
             time.sleep(0.02)
