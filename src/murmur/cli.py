@@ -377,7 +377,7 @@ _NO_MEMORY = ("can't allocate memory", "cannot allocate memory", "out of memory"
 def _failure_line(error: BaseException) -> str | None:
     """Why a run stopped, in one line, when a peer failed or memory ran out; None for
     any other error."""
-    from murmur.distributed.mailbox import PeerFailure
+    from murmur.distributed.failures import PeerFailure
 
     if isinstance(error, PeerFailure):
         return str(error)

@@ -19,21 +19,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
-from murmur.distributed.mailbox import (
+from murmur.distributed.failures import Fault, PeerFailure, PeerTimeout, Reason
+from murmur.distributed.mailbox import Mailbox
+from murmur.distributed.outbox import Outbox
+from murmur.distributed.transport import DistributedTransport
+from murmur.distributed.wire import (
     HEADER_WORDS,
     MAGIC,
-    MALFORMED,
     MESSAGE_TAG,
     Envelope,
     Kind,
-    Mailbox,
-    Outbox,
-    PeerFailure,
-    PeerTimeout,
     encode,
     receive_loop,
 )
-from murmur.distributed.transport import DistributedTransport
 from murmur.sim.transport import InMemoryTransport
 from murmur.topology import ring
 
@@ -259,7 +257,7 @@ def test_a_short_push_header_ends_the_receiving_loop_as_malformed():
     """The server's loop (PUSH of P floats) refuses a PUSH announcing fewer floats."""
     groups = gloo_groups(2)
     taken: list[Kind] = []
-    ended: list[str] = []
+    ended: list[Reason] = []
     thread = threading.Thread(
         target=receive_loop,
         args=(
@@ -276,7 +274,8 @@ def test_a_short_push_header_ends_the_receiving_loop_as_malformed():
     thread.join(timeout=5.0)
     assert not thread.is_alive(), "the loop waited for a payload it must not read"
     assert taken == []
-    assert ended == [f"{MALFORMED} (PUSH of {P - 2} floats, expected {P})"]
+    assert ended == [f"{Fault.MALFORMED.value} (PUSH of {P - 2} floats, expected {P})"]
+    assert [why.kind for why in ended] == [Fault.MALFORMED]
 
 
 # ---------------------------------------------------------------- one message per send

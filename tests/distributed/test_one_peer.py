@@ -16,9 +16,11 @@ from ranks import launch_beside_the_simulator
 from murmur.algorithms.dsgd import Dsgd, DsgdConfig
 from murmur.cli import main
 from murmur.config import load_experiment
-from murmur.distributed.mailbox import MESSAGE_TAG, Kind, Mailbox, PeerFailure, PeerTimeout, encode
+from murmur.distributed.failures import PeerFailure, PeerTimeout
+from murmur.distributed.mailbox import Mailbox
 from murmur.distributed.transport import DistributedTransport
 from murmur.distributed.varying import OnePeerGraphs, one_peer_links
+from murmur.distributed.wire import MESSAGE_TAG, Kind, encode
 from murmur.registry import ALGORITHMS
 from murmur.sim.transport import InMemoryTransport
 from murmur.topology import exponential, one_peer_exponential

@@ -11,8 +11,8 @@ import pytest
 import torch
 from gloo import gloo_groups
 
-from murmur.distributed.mailbox import HEADER_WORDS, MAGIC, Kind, encode
 from murmur.distributed.push_channel import Neighbourhood, channel_tag
+from murmur.distributed.wire import HEADER_WORDS, MAGIC, Kind, encode
 from murmur.metrics.counters import MessageCounters
 
 Q, N = 2, 3

@@ -25,7 +25,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from murmur.distributed.mailbox import first_line
+from murmur.distributed.wording import first_line
 from murmur.errors import UsageError
 
 __all__ = ["RankEnvironment", "init_group", "loopback_interface"]

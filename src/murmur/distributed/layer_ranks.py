@@ -42,15 +42,7 @@ from murmur.distributed.checkpoints import (
     Start,
     agreed_state,
 )
-from murmur.distributed.mailbox import (
-    FOREVER,
-    MALFORMED,
-    Envelope,
-    Kind,
-    PeerFailure,
-    first_line,
-    receive_loop,
-)
+from murmur.distributed.failures import Fault, PeerFailure, Reason
 from murmur.distributed.push_channel import RESULT_TAG, Neighbourhood
 from murmur.distributed.transport import (
     DEFAULT_TIMEOUT,
@@ -58,6 +50,8 @@ from murmur.distributed.transport import (
     all_gather,
     world_group,
 )
+from murmur.distributed.wire import FOREVER, Envelope, Kind, receive_loop
+from murmur.distributed.wording import first_line
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.record_types import EvaluationRecord, LayerRecord
@@ -510,10 +504,8 @@ class _RankResults:
         """Everything in one float64 vector, failures as one code per rank."""
         codes = torch.zeros(world, dtype=torch.float64)
         for neighbour, why in self.failures.items():
-            codes[neighbour] = 1 + next(
-                (i for i, (prefix, _) in enumerate(_FAILURE_CODES) if why.startswith(prefix)),
-                len(_FAILURE_CODES) - 1,
-            )
+            fault = why.kind if isinstance(why, Reason) else Fault.UNFINISHED
+            codes[neighbour] = 1 + _FAILURE_CODES.index(fault)
         parts = [self.rows.flatten(), self.totals, codes, *(o.flatten() for o in self.outputs)]
         return torch.cat(parts)
 
@@ -522,7 +514,7 @@ class _RankResults:
         sizes = [self.rows.numel(), self.totals.numel(), world, *(o.numel() for o in self.outputs)]
         rows, totals, codes, *outputs = flat.split(sizes)
         failures = {
-            int(rank): _FAILURE_CODES[int(code) - 1][1]
+            int(rank): _FAILURE_CODES[int(code) - 1].value
             for rank, code in enumerate(codes.tolist())
             if 0 < code <= len(_FAILURE_CODES)
         }
@@ -534,13 +526,9 @@ class _RankResults:
         )
 
 
-_FAILURE_CODES = (
-    ("lost the connection", "lost the connection"),
-    ("sent nothing", "went silent past the timeout"),
-    (MALFORMED, MALFORMED),
-    ("", "did not finish"),
-)
-"""How a dropped neighbour's reason travels to rank 0: (reason prefix, what rank 0 says)."""
+_FAILURE_CODES = (Fault.LOST_CONNECTION, Fault.SILENT, Fault.MALFORMED, Fault.UNFINISHED)
+"""How a dropped neighbour's fault travels to rank 0: as 1 + its place here. Rank 0 says
+the fault's value."""
 
 
 def _collect(

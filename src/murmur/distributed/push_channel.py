@@ -32,14 +32,8 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
-from murmur.distributed.mailbox import (
-    FOREVER,
-    MALFORMED,
-    Envelope,
-    Kind,
-    first_line,
-    receive_loop,
-)
+from murmur.distributed.failures import Fault, Reason
+from murmur.distributed.wire import FOREVER, Envelope, Kind, receive_loop
 from murmur.metrics.counters import MessageCounters
 
 RESULT_TAG = 2
@@ -69,7 +63,7 @@ class Neighbourhood:
         self.neighbours = list(neighbours)
         self.timeout = timeout
         self.counters = counters
-        self.failures: dict[int, str] = {}
+        self.failures: dict[int, Reason] = {}
         """Dropped neighbours and why."""
         self.rejected = 0
         """Malformed messages refused."""
@@ -95,11 +89,11 @@ class Neighbourhood:
         self._phases += 1
         return channel
 
-    def fail(self, neighbour: int, why: str) -> None:
+    def fail(self, neighbour: int, why: Reason) -> None:
         """Drop ``neighbour`` (call with ``condition`` held)."""
         if neighbour not in self.failures:
             self.failures[neighbour] = why
-            if why.startswith(MALFORMED):
+            if why.kind is Fault.MALFORMED:
                 self.rejected += 1
             self.condition.notify_all()
 
@@ -119,7 +113,10 @@ class Neighbourhood:
         with self.condition:
             for neighbour, thread in self._threads:
                 if thread.is_alive():
-                    self.fail(neighbour, f"did not finish within {self.timeout:g} s")
+                    self.fail(
+                        neighbour,
+                        Reason(f"did not finish within {self.timeout:g} s", Fault.UNFINISHED),
+                    )
 
 
 class PushChannel:
@@ -196,7 +193,9 @@ class PushChannel:
                     return
                 silent = [n for n in waiting if now - shared.heard[n] >= shared.timeout]
                 for neighbour in silent:
-                    shared.fail(neighbour, f"sent nothing for {shared.timeout:g} s")
+                    shared.fail(
+                        neighbour, Reason(f"sent nothing for {shared.timeout:g} s", Fault.SILENT)
+                    )
                 if silent:
                     return
                 deadline = min(shared.heard[n] for n in waiting) + shared.timeout
@@ -238,7 +237,7 @@ class PushChannel:
                 shared.group.send([words], neighbour, self._tag).wait(FOREVER)
             except RuntimeError as error:
                 with shared.condition:
-                    shared.fail(neighbour, f"lost the connection ({first_line(error)})")
+                    shared.fail(neighbour, Reason.lost_connection(error))
                 return
             with shared.condition:
                 if payload is None:
@@ -266,7 +265,7 @@ class PushChannel:
                 shared.condition.notify_all()
             return kind != Kind.STOP
 
-        def end(why: str) -> None:
+        def end(why: Reason) -> None:
             with shared.condition:
                 shared.fail(neighbour, why)
 

@@ -41,8 +41,9 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from murmur.distributed.mailbox import PeerFailure, first_line
+from murmur.distributed.failures import PeerFailure
 from murmur.distributed.transport import DistributedTransport
+from murmur.distributed.wording import first_line
 from murmur.metrics.record_types import ModelColumns, SgdRecord, ValidationColumns
 from murmur.training.reducer import AgentRows, sgd_record
 from murmur.training.sgd_loop import Evaluation

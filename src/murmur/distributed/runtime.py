@@ -33,11 +33,9 @@ from murmur.distributed.checkpoints import (
     rank_file,
     readable_iterations,
 )
+from murmur.distributed.failures import PeerFailure
 from murmur.distributed.group import RankEnvironment, init_group
 from murmur.distributed.layer_ranks import run_layerwise_rank
-from murmur.distributed.mailbox import (
-    PeerFailure,
-)
 from murmur.distributed.server import newest_server_checkpoint, server_runner
 from murmur.distributed.sgd_rank import Restored, agreed_sgd, train_rank
 from murmur.distributed.transport import (

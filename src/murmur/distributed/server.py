@@ -55,14 +55,10 @@ from murmur.algorithms.asysg import SyncPsConfig, WorkersConfig
 from murmur.algorithms.param_server import ParameterServer, Times, model_metrics
 from murmur.config import Config
 from murmur.distributed.checkpoints import RankCheckpoints, Start, rank_file, readable_iterations
-from murmur.distributed.mailbox import (
-    Kind,
-    Outbox,
-    PeerFailure,
-    PeerTimeout,
-    receive_loop,
-)
+from murmur.distributed.failures import PeerFailure, PeerTimeout
+from murmur.distributed.outbox import Outbox
 from murmur.distributed.transport import world_group
+from murmur.distributed.wire import Kind, receive_loop
 from murmur.errors import UsageError
 from murmur.metrics.record_types import EvaluationRecord, ServerRecord, SummaryExtra
 from murmur.metrics.records import Outcome

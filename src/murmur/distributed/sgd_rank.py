@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from murmur.algorithms.protocols import Algorithm
 from murmur.distributed.checkpoints import RankCheckpoints, Start, agreed_state
-from murmur.distributed.mailbox import PeerFailure, first_line
+from murmur.distributed.failures import PeerFailure
 from murmur.distributed.rank_records import (
     ROW_COLUMNS,
     VALIDATION_COLUMNS,
@@ -41,6 +41,7 @@ from murmur.distributed.rank_records import (
 )
 from murmur.distributed.transport import DistributedTransport, all_gather, world_group
 from murmur.distributed.varying import OnePeerGraphs, links, topology_name
+from murmur.distributed.wording import first_line
 from murmur.errors import UsageError
 from murmur.metrics.counters import MessageCounters
 from murmur.metrics.evaluation import model_columns
