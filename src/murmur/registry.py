@@ -17,17 +17,16 @@ refuses, in one line, what a run asks for that its algorithm or runtime cannot d
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Generic, Literal, TypeVar
 
 from murmur.algorithms.arock import AsyncSolver, DssfnAsyncConfig
 from murmur.algorithms.asysg import AsysgConfig, AsysgInconConfig, SyncPsConfig, WorkersConfig
 from murmur.algorithms.beer import Beer, BeerConfig
 from murmur.algorithms.centralized import Centralized, CentralizedConfig
-from murmur.algorithms.choco import Choco, ChocoConfig
+from murmur.algorithms.choco import Choco, ChocoConfig, GossipConfig
 from murmur.algorithms.detsgrad import Detsgrad, DetsgradConfig
 from murmur.algorithms.detsgrad_gt import DetsgradGt, DetsgradGtConfig
 from murmur.algorithms.dsgd import Dsgd, DsgdConfig
@@ -42,6 +41,7 @@ from murmur.sections import AlgorithmConfig
 from murmur.topology import Graph
 
 C = TypeVar("C", bound=AlgorithmConfig)
+T = TypeVar("T")
 B = TypeVar("B", covariant=True)
 FamilyKind = Literal["sgd", "layerwise", "server", "hogwild"]
 Runtime = Literal["simulator", "distributed"]
@@ -104,23 +104,45 @@ a at mu = 0.9, and Adam moves each coordinate by about a."""
 
 
 @dataclass(frozen=True)
-class Capabilities:
-    """What runs of an algorithm can be: each field one capability, with the reason
-    given where it is missing."""
+class Ability(Generic[T]):
+    """A capability an algorithm may lack: what it allows, and where that falls short,
+    why (the end of the refusal's sentence)."""
 
-    runtimes: tuple[Runtime, ...] = BOTH
-    """The runtimes that run it."""
-    instead: str = ""
-    """Where the distributed runtime does not run it: why, and what to run instead."""
-    faults: frozenset[Fault] = frozenset(FAULTS)
-    """The faults the simulator injects into it (``[faults]``)."""
-    no_faults: str = ""
-    """Why it refuses the faults it refuses."""
-    varying: bool = False
+    allowed: T
+    why_not: str = ""
+
+
+STATE_COPIES = 12
+"""Model-sized arrays an algorithm keeps per agent (and a worker or a server per model):
+parameters, what its neighbours last received, gradient, mixing result, trackers,
+momentum, scratch (DETSGRAD-GT, the largest, peaks near 11 on a ring of 256)."""
+
+DenseStep = Callable[[AlgorithmConfig], bool | None]
+"""Whether a run of a config tunes a consensus step on a dense (agents, agents) mixing
+matrix W (the step ``"auto"``): True, or False where the step is set; None for an
+algorithm that tunes none that way (whether its run builds dense matrices is its
+graph's matter then)."""
+
+
+def _no_dense_step(config: AlgorithmConfig) -> bool | None:
+    """An algorithm that tunes no step on a dense W."""
+    return None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What runs of an algorithm can be: each field one capability, an :class:`Ability`
+    where the algorithm may lack it for a reason its refusal gives, and the facts the
+    memory estimate reads (``training.memory``)."""
+
+    runtimes: Ability[tuple[Runtime, ...]] = Ability(BOTH)
+    """The runtimes that run it; why the distributed runtime does not, and what to run
+    instead."""
+    faults: Ability[frozenset[Fault]] = Ability(frozenset(FAULTS))
+    """The faults the simulator injects into it (``[faults]``); why it refuses the others."""
+    varying: Ability[bool] = Ability(False)
     """Whether it runs on a time-varying graph (``topology.varying``): it derives its
     mixing weights from each iteration's graph, or, being one learner, has none."""
-    no_varying: str = ""
-    """Why it refuses a time-varying graph."""
     full_exchange: bool = False
     """Whether every agent sends its whole model to every neighbour at every step, so
     that on a time-varying graph without faults the simulator delivers through the
@@ -133,20 +155,19 @@ class Capabilities:
     """Whether a distributed rank may hold a block of its agents (``--agents-per-rank``)."""
     cuda: bool = False
     """Whether the simulator computes its gradients on a GPU (``run.device = cuda``)."""
-    optimizers: bool = True
+    optimizers: Ability[bool] = Ability(True)
     """Whether it takes an ``algorithm.optimizer`` other than sgd, or a weight decay."""
-    no_optimizers: str = ""
-    """Why it takes none."""
-    validation: bool = True
+    validation: Ability[bool] = Ability(True)
     """Whether its evaluations measure a validation split (``data.validation``,
     ``data.validation_path``) beside the test set."""
-    no_validation: str = ""
-    """Why they do not."""
-    tuned: tuple[SearchRange, ...] = ()
+    tuned: Ability[tuple[SearchRange, ...]] = Ability(())
     """What ``murmur tune`` searches, each key over its range: the algorithm's steps with
-    plain SGD (a local optimizer's own range replaces ``a``'s: :data:`OPTIMIZER_STEPS`)."""
-    no_tuning: str = ""
-    """Why it has nothing ``murmur tune`` searches."""
+    plain SGD (a local optimizer's own range replaces ``a``'s: :data:`OPTIMIZER_STEPS`);
+    why it has nothing to search."""
+    state_copies: int = STATE_COPIES
+    """Model-sized arrays it keeps per agent (:data:`STATE_COPIES`)."""
+    dense_step: DenseStep = _no_dense_step
+    """Whether a run of a config tunes a step on a dense W (:data:`DenseStep`)."""
 
 
 @dataclass(frozen=True)
@@ -198,17 +219,18 @@ class Family(FamilyInfo, Generic[B]):
         summary: str,
         *,
         decentralized: bool,
-        **capabilities: object,
+        capabilities: Capabilities | None = None,
     ) -> None:
-        """Add the algorithm ``config.name``, built by ``build``; ``capabilities``:
-        the fields of :class:`Capabilities` where it differs from the family's."""
+        """Add the algorithm ``config.name``, built by ``build``; ``capabilities``: the
+        family's defaults with the fields where it differs replaced
+        (``replace(FAMILY.defaults, ...)``), None where it differs in none."""
         self.members[config.name] = Member(
             config.name,
             config,
             summary,
             decentralized,
             self.kind,
-            dataclasses.replace(self.defaults, **capabilities),  # type: ignore[arg-type]
+            self.defaults if capabilities is None else capabilities,
             _checked(config, build),
         )
 
@@ -245,74 +267,110 @@ class RoundsFamily(Family[Algorithm]):
         return with_optimizer(super().build(config, graph, context), config)
 
 
+def _gamma_on_dense_w(config: AlgorithmConfig) -> bool | None:
+    """Compressed gossip tunes its gamma on a dense W when it is ``"auto"``."""
+    return isinstance(config, GossipConfig) and config.gamma == "auto"
+
+
+def _compressed_b_on_dense_w(config: AlgorithmConfig) -> bool | None:
+    """DETSGRAD-GT tunes its b on a dense W when it compresses and b is ``"auto"``; an
+    uncompressed one takes b from its graph's spectrum."""
+    if not isinstance(config, DetsgradGtConfig) or config.compress == "none":
+        return None
+    return config.b == "auto"
+
+
 SGD: Family[Algorithm] = RoundsFamily(
     "sgd",
     "synchronous SGD",
     unit="iteration",
     crash_unit="iteration",
     defaults=Capabilities(
-        no_varying="its mixing weights and consensus step are fixed for the run's graph "
-        "when it is built",
+        varying=Ability(
+            False,
+            "its mixing weights and consensus step are fixed for the run's graph when it is built",
+        ),
         compiles=True,
         blocks=True,
         cuda=True,
-        tuned=(STEP,),
+        tuned=Ability((STEP,)),
     ),
 )
+VARIES = Ability(True)
+"""A time-varying graph, for an algorithm that derives its mixing weights from each
+iteration's graph or, being one learner, has none."""
 SGD.add(
     DetsgradConfig,
     Detsgrad,
     "event-triggered decentralized SGD",
     decentralized=True,
-    varying=True,
-    # the threshold is v0 times the step: the two are tuned together
-    tuned=(STEP, SearchRange("v0", 0.5, 50.0)),
+    capabilities=replace(
+        SGD.defaults,
+        varying=VARIES,
+        # the threshold is v0 times the step: the two are tuned together
+        tuned=Ability((STEP, SearchRange("v0", 0.5, 50.0))),
+    ),
 )
 SGD.add(
     DsgdConfig,
     lambda config, graph, context: Dsgd(config, graph),
     "decentralized SGD, every agent sends every step",
     decentralized=True,
-    varying=True,
-    full_exchange=True,
+    capabilities=replace(
+        SGD.defaults,
+        varying=VARIES,
+        full_exchange=True,
+        # its parameters, what was sent, the gradient and the mixing result (its peak at
+        # 10,000 and 100,000 agents, benchmarks/many_agents.py, is within 30 % of the
+        # memory estimate)
+        state_copies=4,
+    ),
 )
 SGD.add(
     DetsgradGtConfig,
     DetsgradGt,
     "event-triggered decentralized SGD with gradient tracking",
     decentralized=True,
-    tuned=(STEP, SearchRange("v0", 1.5, 150.0), SearchRange("vy", 0.3, 30.0)),
+    capabilities=replace(
+        SGD.defaults,
+        tuned=Ability((STEP, SearchRange("v0", 1.5, 150.0), SearchRange("vy", 0.3, 30.0))),
+        dense_step=_compressed_b_on_dense_w,
+    ),
 )
 SGD.add(
     ChocoConfig,
     Choco,
     "decentralized SGD with compressed gossip of differences to public estimates",
     decentralized=True,
-    tuned=(STEP, GAMMA),
+    capabilities=replace(SGD.defaults, tuned=Ability((STEP, GAMMA)), dense_step=_gamma_on_dense_w),
 )
 SGD.add(
     BeerConfig,
     Beer,
     "decentralized SGD with compressed gradient tracking (model and tracker estimates)",
     decentralized=True,
-    tuned=(SMALL_STEP, GAMMA),
+    capabilities=replace(
+        SGD.defaults, tuned=Ability((SMALL_STEP, GAMMA)), dense_step=_gamma_on_dense_w
+    ),
 )
 SGD.add(
     SparqConfig,
     Sparq,
     "local steps, event-triggered and compressed gossip (CHOCO-SGD with triggers)",
     decentralized=True,
-    tuned=(STEP, GAMMA),
+    capabilities=replace(SGD.defaults, tuned=Ability((STEP, GAMMA)), dense_step=_gamma_on_dense_w),
 )
 SGD.add(
     CentralizedConfig,
     lambda config, graph, context: Centralized(config),
     "one learner on all the data",
     decentralized=False,
-    runtimes=SIMULATOR,
-    instead="it is one learner: `murmur run centralized`",
-    varying=True,
-    blocks=False,
+    capabilities=replace(
+        SGD.defaults,
+        runtimes=Ability(SIMULATOR, "it is one learner: `murmur run centralized`"),
+        varying=VARIES,
+        blocks=False,
+    ),
 )
 
 SERVER: Family[WorkersConfig] = Family(
@@ -321,12 +379,13 @@ SERVER: Family[WorkersConfig] = Family(
     unit="update",
     crash_unit="iteration",
     defaults=Capabilities(
-        faults=frozenset({"crashes"}),
-        no_faults="a parameter server's pushes and pulls have no model of lost messages "
-        "or down links",
-        no_varying="its workers talk to one server, over no graph",
+        faults=Ability(
+            frozenset({"crashes"}),
+            "a parameter server's pushes and pulls have no model of lost messages or down links",
+        ),
+        varying=Ability(False, "its workers talk to one server, over no graph"),
         cuda=True,
-        tuned=(SMALL_STEP,),
+        tuned=Ability((SMALL_STEP,)),
     ),
 )
 SERVER.add(
@@ -340,18 +399,28 @@ SERVER.add(
     _itself,
     "synchronous parameter server: waits for all workers every update",
     decentralized=False,
-    faults=frozenset(),
-    no_faults="its barrier waits for every worker, and its pushes and pulls have no model "
-    "of lost messages or down links",
+    capabilities=replace(
+        SERVER.defaults,
+        faults=Ability(
+            frozenset(),
+            "its barrier waits for every worker, and its pushes and pulls have no model "
+            "of lost messages or down links",
+        ),
+    ),
 )
 SERVER.add(
     AsysgInconConfig,
     _itself,
     "asynchronous SGD in shared memory, reads mixing recent versions",
     decentralized=False,
-    runtimes=SIMULATOR,
-    instead="its workers share one model in memory: its real-process form is "
-    "`murmur run hogwild`, processes on one machine",
+    capabilities=replace(
+        SERVER.defaults,
+        runtimes=Ability(
+            SIMULATOR,
+            "its workers share one model in memory: its real-process form is "
+            "`murmur run hogwild`, processes on one machine",
+        ),
+    ),
 )
 
 HOGWILD: Family[HogwildConfig] = Family(
@@ -360,16 +429,20 @@ HOGWILD: Family[HogwildConfig] = Family(
     unit="iteration",
     crash_unit="iteration",
     defaults=Capabilities(
-        runtimes=SIMULATOR,
-        instead="it already runs real processes on one machine: `murmur run hogwild`",
-        faults=frozenset(),
-        no_faults="its workers are real processes that share one model in memory",
-        no_varying="its workers share one model in memory, over no graph",
+        runtimes=Ability(
+            SIMULATOR, "it already runs real processes on one machine: `murmur run hogwild`"
+        ),
+        faults=Ability(
+            frozenset(), "its workers are real processes that share one model in memory"
+        ),
+        varying=Ability(False, "its workers share one model in memory, over no graph"),
         checkpoints=(),
-        optimizers=False,
-        no_optimizers="its processes write one shared model without locks and keep no "
-        "optimizer state; asysg-con and sync-ps apply the optimizer on their server",
-        tuned=(SMALL_STEP,),
+        optimizers=Ability(
+            False,
+            "its processes write one shared model without locks and keep no "
+            "optimizer state; asysg-con and sync-ps apply the optimizer on their server",
+        ),
+        tuned=Ability((SMALL_STEP,)),
     ),
 )
 HOGWILD.add(
@@ -385,13 +458,17 @@ LAYERWISE: Family[LayerSolver] = Family(
     unit="layer",
     crash_unit="layer",
     defaults=Capabilities(
-        faults=frozenset(),
-        no_varying="layer-wise SSFN solves each layer over one fixed graph",
+        faults=Ability(frozenset()),
+        varying=Ability(False, "layer-wise SSFN solves each layer over one fixed graph"),
         checkpoints=SIMULATOR,
-        validation=False,
-        no_validation="layer-wise SSFN carries the test set alone through its layers and "
-        "measures each layer on it",
-        no_tuning="layer-wise SSFN takes no gradient steps and measures no validation split",
+        validation=Ability(
+            False,
+            "layer-wise SSFN carries the test set alone through its layers and "
+            "measures each layer on it",
+        ),
+        tuned=Ability(
+            (), "layer-wise SSFN takes no gradient steps and measures no validation split"
+        ),
     ),
 )
 LAYERWISE.add(
@@ -399,29 +476,46 @@ LAYERWISE.add(
     lambda config, graph, context: CentralSolver(config),
     "SSFN, layers solved by ADMM on all the data",
     decentralized=False,
-    runtimes=SIMULATOR,
-    instead="it is one learner: `murmur run` it, or dssfn / dssfn-async distributed",
-    faults=frozenset({"drop"}),
-    no_faults="centralized SSFN is one learner, with no links to take down, whose crash "
-    "would end the run",
+    capabilities=replace(
+        LAYERWISE.defaults,
+        runtimes=Ability(
+            SIMULATOR, "it is one learner: `murmur run` it, or dssfn / dssfn-async distributed"
+        ),
+        faults=Ability(
+            frozenset({"drop"}),
+            "centralized SSFN is one learner, with no links to take down, whose crash "
+            "would end the run",
+        ),
+    ),
 )
 LAYERWISE.add(
     DssfnConfig,
     lambda config, graph, context: SyncSolver(config, graph),
     "decentralized SSFN, synchronous ADMM with gossip",
     decentralized=True,
-    no_faults="synchronous dSSFN's consensus ADMM takes each gossip round's average as "
-    "exact, and needs every node in every round",
-    checkpoints=BOTH,
+    capabilities=replace(
+        LAYERWISE.defaults,
+        faults=Ability(
+            frozenset(),
+            "synchronous dSSFN's consensus ADMM takes each gossip round's average as "
+            "exact, and needs every node in every round",
+        ),
+        checkpoints=BOTH,
+    ),
 )
 LAYERWISE.add(
     DssfnAsyncConfig,
     lambda config, graph, context: AsyncSolver(config, graph),
     "decentralized SSFN, asynchronous ADMM (ARock)",
     decentralized=True,
-    faults=frozenset({"drop", "crashes"}),
-    no_faults="asynchronous dSSFN has no model of links that go down and come back "
-    "(faults.link_down counts synchronous rounds)",
+    capabilities=replace(
+        LAYERWISE.defaults,
+        faults=Ability(
+            frozenset({"drop", "crashes"}),
+            "asynchronous dSSFN has no model of links that go down and come back "
+            "(faults.link_down counts synchronous rounds)",
+        ),
+    ),
 )
 
 FAMILIES: dict[FamilyKind, FamilyInfo] = {

@@ -15,11 +15,17 @@ from murmur.training.memory import (
     machine_memory,
     parameter_count,
 )
+from murmur.training.plan import plan
 from murmur.units import human_bytes
 
 
 def config(**sections):
     return build_config({"algorithm": {"name": "dsgd"}, **sections})
+
+
+def planned_estimate(run, info):
+    """The estimate of ``run`` with its plan's transport."""
+    return estimate_memory(run, info, per_edge=plan(run).transport == "per-edge")
 
 
 @pytest.mark.parametrize(
@@ -50,8 +56,8 @@ def test_the_models_part_grows_with_agents_times_parameters():
 
 def test_lost_messages_count_a_mailbox_per_directed_edge_and_agent():
     info = DATASETS["mnist5k"]
-    lossless = estimate_memory(config(topology={"agents": 10}), info)
-    lossy = estimate_memory(config(topology={"agents": 10}, faults={"drop": 0.1}), info)
+    lossless = planned_estimate(config(topology={"agents": 10}), info)
+    lossy = planned_estimate(config(topology={"agents": 10}, faults={"drop": 0.1}), info)
     assert "the mailboxes of faulty or varying links" not in lossless.parts
     mailboxes = lossy.parts.pop("the mailboxes of faulty or varying links")
     edges = 20  # the estimate's bound for a ring, torus or star: 2 x agents
@@ -66,13 +72,13 @@ def test_a_varying_graph_counts_a_mailbox_per_link_it_may_use():
     def detsgrad(**sections):
         return build_config({"algorithm": {"name": "detsgrad"}, **sections})
 
-    matching = estimate_memory(detsgrad(topology={"agents": 10, "varying": "matching"}), info)
+    matching = planned_estimate(detsgrad(topology={"agents": 10, "varying": "matching"}), info)
     assert matching.parts["the mailboxes of faulty or varying links"] == (10 + 2 * 20) * size
     resampled = {"agents": 10, "graph": "erdos_renyi", "varying": "resample"}
-    every_pair = estimate_memory(detsgrad(topology=resampled), info)
+    every_pair = planned_estimate(detsgrad(topology=resampled), info)
     assert every_pair.parts["the mailboxes of faulty or varying links"] == (10 + 90) * size
     # DSGD sends every model every step: a varying graph without faults needs no mailbox.
-    dsgd = estimate_memory(config(topology={"agents": 10, "varying": "matching"}), info)
+    dsgd = planned_estimate(config(topology={"agents": 10, "varying": "matching"}), info)
     assert "the mailboxes of faulty or varying links" not in dsgd.parts
 
 
@@ -110,9 +116,10 @@ def test_compressed_gossip_and_a_small_random_graph_count_their_dense_matrices()
 
 def test_a_run_that_fits_is_accepted_and_one_that_cannot_is_refused():
     info = DATASETS["mnist5k"]
-    assert check_memory(config(), info).total < machine_memory()
+    assert check_memory(estimate_memory(config(), info), config()).total < machine_memory()
     with pytest.raises(UsageError) as error:
-        check_memory(config(model={"hidden": [10**11]}), info)
+        huge = config(model={"hidden": [10**11]})
+        check_memory(estimate_memory(huge, info), huge)
     message = str(error.value)
     assert message.startswith("this run needs about ")
     assert f"but this machine has {human_bytes(machine_memory())}" in message

@@ -36,13 +36,13 @@ TUNED = {
 
 def test_each_algorithm_declares_the_keys_of_its_steps():
     declared = {
-        name: [searched.key for searched in member.capabilities.tuned]
+        name: [searched.key for searched in member.capabilities.tuned.allowed]
         for name, member in ALGORITHMS.items()
-        if member.capabilities.tuned
+        if member.capabilities.tuned.allowed
     }
     assert declared == TUNED
     for name in ("ssfn", "dssfn", "dssfn-async"):
-        assert "takes no gradient steps" in ALGORITHMS[name].capabilities.no_tuning
+        assert "takes no gradient steps" in ALGORITHMS[name].capabilities.tuned.why_not
 
 
 @pytest.mark.parametrize("preset", sorted(TUNED))
@@ -136,7 +136,7 @@ def test_the_guide_shows_each_algorithms_ranges_as_the_registry_declares_them():
     declared = {
         (name, searched.key, *_shown(searched))
         for name, member in ALGORITHMS.items()
-        for searched in member.capabilities.tuned
+        for searched in member.capabilities.tuned.allowed
     }
     assert _guide_rows("algorithm") == declared
     optimizers = {(name, *_shown(searched)) for name, searched in OPTIMIZER_STEPS.items()}

@@ -2,10 +2,10 @@
 
 A config can ask for more than any machine holds (a hidden layer of 10**11
 units, 100,000 agents on a complete graph, 10**9 samples per batch); building
-it would end in an allocation failure deep inside torch. :func:`check_memory`
-estimates the largest arrays a run allocates from the config and the dataset's
-sizes alone, and refuses a run whose estimate exceeds this machine's memory,
-naming the biggest part and the machine's size.
+it would end in an allocation failure deep inside torch. :func:`estimate_memory`
+estimates the largest arrays a run allocates from the config, the dataset's sizes
+and the plan's choices alone, and :func:`check_memory` refuses a run whose estimate
+exceeds this machine's memory, naming the biggest part and the machine's size.
 
 The estimate counts what grows with the config (stacked models, batches,
 dense graph matrices, Gram matrices, processes) with a margin for the copies an
@@ -21,10 +21,6 @@ from pathlib import Path
 
 from torch import nn
 
-from murmur.algorithms.asysg import WorkersConfig
-from murmur.algorithms.choco import GossipConfig
-from murmur.algorithms.detsgrad_gt import DetsgradGtConfig
-from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.optimizers import LocalOptimizer
 from murmur.algorithms.schedules import SgdConfig
 from murmur.algorithms.ssfn import LayerwiseConfig
@@ -33,22 +29,13 @@ from murmur.data import DatasetInfo
 from murmur.errors import UsageError
 from murmur.models.networks import build_model, layer_outputs
 from murmur.models.stacked import TRAIN_BLOCK
-from murmur.registry import ALGORITHMS
+from murmur.registry import ALGORITHMS, Member
 from murmur.topology.graphs import exponential_offsets
 from murmur.topology.spectra import DENSE_LIMIT
 from murmur.units import human_bytes
 
 FLOAT32 = 4
 FLOAT64 = 8
-STATE_COPIES = 12
-"""Model-sized arrays an algorithm keeps per agent: parameters, what its
-neighbours last received, gradient, mixing result, trackers, momentum, scratch
-(DETSGRAD-GT, the largest, peaks near 11 on a ring of 256)."""
-LEAN_STATE_COPIES = {"dsgd": 4}
-"""Algorithms that keep fewer model-sized arrays per agent than :data:`STATE_COPIES`:
-DSGD holds its parameters, what was sent, the gradient and the mixing result (its
-peak at 10,000 and 100,000 agents, ``benchmarks/many_agents.py``, is within 30 % of
-this estimate)."""
 ACTIVATION_COPIES = 4
 """Per sample and unit: activation, its gradient, and the masks of backward."""
 PROCESS_BYTES = 300 * 2**20
@@ -60,7 +47,8 @@ gossip (CHOCO-SGD, SPARQ-SGD, BEER; DETSGRAD-GT compressed with b = "auto") tune
 its step on a dense W (up to ``DENSE_LIMIT`` agents), and only a graph without a
 closed-form spectrum and at most ``DENSE_LIMIT`` agents has a dense
 eigendecomposition; every other run keeps its graph as edge lists and sparse
-matrices."""
+matrices (the registry's ``Capabilities.dense_step`` says which algorithms tune a step
+on a dense W)."""
 EDGE_BYTES = 120
 """Bytes per undirected edge of the graph's edge lists and sparse matrices: the
 (E, 2) edges, the Laplacian and mixing operator in CSR (two directions each, values
@@ -83,45 +71,45 @@ class MemoryEstimate:
 
 
 def estimate_memory(
-    config: Config, info: DatasetInfo, module: nn.Module | None = None
+    config: Config,
+    info: DatasetInfo,
+    module: nn.Module | None = None,
+    *,
+    workers: int = 0,
+    per_edge: bool = False,
 ) -> MemoryEstimate:
     """The memory ``config`` needs on a dataset of ``info``'s sizes; ``module``: the
     network the run trains when it is not an MLP (its parameters and layer outputs are
-    counted)."""
-    spec = ALGORITHMS[config.algorithm.name]
+    counted). ``workers`` and ``per_edge`` are the plan's: the workers sharing one model
+    (``Plan.workers``), and whether messages travel through a mailbox per directed edge
+    (``Plan.transport == "per-edge"``)."""
+    member = ALGORITHMS[config.algorithm.name]
     samples = info.train + info.test
     parts = {
         "this process": PROCESS_BYTES,
         "the dataset": 2 * samples * info.features * FLOAT32,
     }
-    agents = config.topology.agents if spec.decentralized else 1
-    if spec.decentralized:
+    agents = config.topology.agents if member.decentralized else 1
+    if member.decentralized:
         edges = _edges(config, agents)
         parts["the graph's edge lists"] = EDGE_BYTES * edges + 6 * agents * FLOAT64
-        if _dense_graph(config, agents):
+        if _dense_graph(config, member, agents):
             parts["the graph's dense matrices"] = DENSE_GRAPH_MATRICES * agents * agents * FLOAT64
-    if isinstance(config.algorithm, LayerwiseConfig):
-        parts.update(_layerwise_parts(config.algorithm, info, agents))
-        return MemoryEstimate(parts)
-    parameters = parameter_count(config, info)
-    outputs = info.outputs
-    units = info.features + sum(config.model.hidden if config.model.name == "mlp" else ()) + outputs
-    if module is not None:
-        parameters = sum(parameter.numel() for parameter in module.parameters())
-        units = info.features + layer_outputs(module, info.features)
-    batch = config.data.batch_size
     algorithm = config.algorithm
-    if isinstance(algorithm, HogwildConfig):
-        parts["the worker processes"] = algorithm.workers * PROCESS_BYTES
-        parts["the models"] = (algorithm.workers + 2) * STATE_COPIES * parameters * FLOAT32
-        parts["the batches"] = algorithm.workers * batch * units * ACTIVATION_COPIES * FLOAT32
-    elif isinstance(algorithm, WorkersConfig):
-        parts["the models"] = (algorithm.workers + 2) * STATE_COPIES * parameters * FLOAT32
-        parts["the batches"] = algorithm.workers * batch * units * ACTIVATION_COPIES * FLOAT32
+    if isinstance(algorithm, LayerwiseConfig):
+        parts.update(_layerwise_parts(algorithm, info, agents))
+        return MemoryEstimate(parts)
+    parameters, units = _model_sizes(config, info, module)
+    batch = config.data.batch_size
+    state = member.capabilities.state_copies * parameters * FLOAT32  # one model's arrays
+    if member.kind == "hogwild":
+        parts["the worker processes"] = workers * PROCESS_BYTES
+    if member.kind in ("server", "hogwild"):
+        parts["the models"] = (workers + 2) * state
+        parts["the batches"] = workers * batch * units * ACTIVATION_COPIES * FLOAT32
     else:
-        learners_batch = batch if spec.decentralized else batch * config.topology.agents
-        copies = LEAN_STATE_COPIES.get(config.algorithm.name, STATE_COPIES)
-        parts["the models"] = agents * copies * parameters * FLOAT32
+        learners_batch = batch if member.decentralized else batch * config.topology.agents
+        parts["the models"] = agents * state
         # An MLP's or linear model's gradients come in blocks of TRAIN_BLOCK agents
         # (models.stacked): only a block's activations at once, every agent's inputs.
         blocked = module is None and config.model.name in ("mlp", "linear")
@@ -130,15 +118,24 @@ def estimate_memory(
         inputs = (info.features + 2) * FLOAT32
         parts["the batches' inputs"] = agents * learners_batch * inputs
     if isinstance(algorithm, SgdConfig) and algorithm.optimizes:
-        models = 1 if isinstance(algorithm, WorkersConfig) else agents  # a server's one model
         buffers = LocalOptimizer(algorithm).state_buffers()
-        parts["the optimizer's state"] = models * buffers * parameters * FLOAT32
-    if spec.decentralized and _mailboxes(config):
+        # one model per agent, or the server's one (its run counts one agent)
+        parts["the optimizer's state"] = agents * buffers * parameters * FLOAT32
+    if member.decentralized and per_edge:
         # One message per directed edge and one of each agent: a message holds at most
         # two model-sized vectors (DETSGRAD-GT's model and tracker).
         slots = agents + 2 * _edges(config, agents)
         parts["the mailboxes of faulty or varying links"] = slots * 2 * parameters * FLOAT32
     return MemoryEstimate(parts)
+
+
+def _model_sizes(config: Config, info: DatasetInfo, module: nn.Module | None) -> tuple[int, int]:
+    """Parameters of one model, and its units a sample: inputs and layer outputs."""
+    if module is not None:
+        parameters = sum(parameter.numel() for parameter in module.parameters())
+        return parameters, info.features + layer_outputs(module, info.features)
+    hidden = config.model.hidden if config.model.name == "mlp" else ()
+    return parameter_count(config, info), info.features + sum(hidden) + info.outputs
 
 
 def parameter_count(config: Config, info: DatasetInfo) -> int:
@@ -164,24 +161,13 @@ def _layerwise_parts(algorithm: LayerwiseConfig, info: DatasetInfo, agents: int)
     }
 
 
-def _mailboxes(config: Config) -> bool:
-    """Whether the run keeps a mailbox per link: faults, or a varying graph for an
-    algorithm that does not send every model to every neighbour at every step."""
-    if config.faults.active:
-        return True
-    varying = config.topology.varying != "none"
-    return varying and not ALGORITHMS[config.algorithm.name].capabilities.full_exchange
-
-
-def _dense_graph(config: Config, agents: int) -> bool:
+def _dense_graph(config: Config, member: Member[object], agents: int) -> bool:
     """Whether the run builds (agents, agents) matrices (see DENSE_GRAPH_MATRICES)."""
-    algorithm = config.algorithm
-    if isinstance(algorithm, GossipConfig):
-        return agents <= DENSE_LIMIT and algorithm.gamma == "auto"
-    if isinstance(algorithm, DetsgradGtConfig) and algorithm.compress != "none":
-        return agents <= DENSE_LIMIT and algorithm.b == "auto"
-    if isinstance(algorithm, LayerwiseConfig):
+    if member.kind == "layerwise":
         return True
+    tuned = member.capabilities.dense_step(config.algorithm)
+    if tuned is not None:
+        return agents <= DENSE_LIMIT and tuned
     closed_form = config.topology.graph not in ("erdos_renyi", "edges")
     return not closed_form and agents <= DENSE_LIMIT
 
@@ -214,11 +200,9 @@ def machine_memory() -> int:
     return min(total, int(limit)) if limit.isdigit() else total
 
 
-def check_memory(
-    config: Config, info: DatasetInfo, module: nn.Module | None = None
-) -> MemoryEstimate:
-    """The run's estimate; a UsageError when it exceeds this machine's memory."""
-    estimate = estimate_memory(config, info, module)
+def check_memory(estimate: MemoryEstimate, config: Config) -> MemoryEstimate:
+    """``estimate``, the estimate of ``config``'s run (:func:`estimate_memory`); a
+    UsageError when it exceeds this machine's memory."""
     available = machine_memory()
     if estimate.total > available:
         largest = estimate.largest
@@ -231,12 +215,13 @@ def check_memory(
 
 
 def _advice(config: Config, part: str) -> str:
+    kind = ALGORITHMS[config.algorithm.name].kind
     if "graph" in part:
         return "fewer topology.agents or a sparser topology.graph"
     if "batches" in part:
         return "a smaller data.batch_size, fewer agents or workers"
-    if "process" in part or isinstance(config.algorithm, WorkersConfig | HogwildConfig):
+    if "process" in part or kind in ("server", "hogwild"):
         return "fewer algorithm.workers or a smaller model.hidden"
-    if isinstance(config.algorithm, LayerwiseConfig):
+    if kind == "layerwise":
         return "fewer algorithm.nodes or topology.agents"
     return "fewer topology.agents or a smaller model.hidden"

@@ -1,5 +1,6 @@
-"""One plan per run: every check of the input, and every choice made automatically,
-before anything is built or written.
+"""One plan per run: every check of the input but what only the built graph or the
+loaded data tells, and every choice made automatically, before anything is built or
+written.
 
     config, runtime -> plan -> Plan -> prepare (training.setup) -> a runner
 
@@ -7,9 +8,13 @@ before anything is built or written.
 in one line, what the run asks for that its algorithm or runtime cannot do: faults,
 a varying graph, checkpoints, a compiled step, a local optimizer, a device, blocks of
 agents per rank, a model, sizes beyond the data or this machine's memory. It resolves what
-``"auto"`` and the run's shape leave open (whether the step compiles, the transport,
-the ranks, the memory estimate). The runners read those choices from the plan and
-check nothing again; ``murmur launch`` hands its plan to every rank.
+``"auto"`` and the run's shape leave open (whether the step compiles, the transport and
+the schedule of rounds, the ranks, the memory estimate). The memory estimate and the
+runners read those choices from the plan; ``murmur launch`` hands its plan to every
+rank. Nothing checks the input again but for what only the built graph or the loaded
+data tells (``training.setup.prepare``): a consensus step ``algorithm.b`` too large for
+the graph's lambda_max is refused when the algorithm is built
+(:func:`~murmur.topology.consensus_step`).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from murmur.registry import (
 )
 from murmur.seeding import derive_seed
 from murmur.training.data_plan import check_classes_covered, check_training_left, resolve_data
-from murmur.training.memory import check_memory, parameter_count
+from murmur.training.memory import check_memory, estimate_memory, parameter_count
 
 COMPILE_WORTH = 1e10
 """Agents x parameters x iterations from which ``run.compile = "auto"`` compiles.
@@ -81,6 +86,10 @@ class Plan:
     ``per-edge`` mailboxes (lost messages, down links, crashes, varying graphs), its
     layer-wise ``gossip``, a ``server`` on its virtual clock, ``shared memory``
     between processes, or ``gloo`` between ranks."""
+    scheduled: bool
+    """Whether the simulator steps the run's rounds through a schedule
+    (``sim.faults.NetworkSchedule``): a decentralized SGD run whose links go down,
+    agents crash or graph varies."""
     processes: int
     """Ranks of a distributed run (1 in the simulator)."""
     agents_per_rank: int
@@ -123,7 +132,7 @@ def plan(
     data: Dataset | None = None,
 ) -> Plan:
     """Check ``config`` for ``runtime`` and resolve its automatic choices; UsageError,
-    in one line, for anything it cannot run.
+    in one line, for anything it cannot run (see the module's note for the exceptions).
 
     ``world``: the ranks a distributed run will have (``world_name``: how the user set
     that number, for the message), each holding ``agents_per_rank`` agents; None: not
@@ -142,14 +151,11 @@ def plan(
     check_logs(config.run.log)
     config, info, dataset = resolve_data(config, data, runtime)
     check_training_left(config, member.decentralized, info)
-    parameters, memory = _sizes(member, config, info, module)
-    check_classes_covered(config, member.decentralized, info, dataset)
-    if member.kind == "layerwise" and info.classes == 0:
-        raise UsageError(
-            f"{config.algorithm.name} needs a classification dataset; "
-            f"{config.data.dataset} is regression"
-        )
     learners, workers = _learners(member, config)
+    transport, scheduled = _delivery(member, config, runtime)
+    parameters, memory = _sizes(member, config, info, module, workers, transport == "per-edge")
+    check_classes_covered(config, member.decentralized, info, dataset)
+    _check_task(member, config, info)
     _check_units(member, config, learners, workers)
     processes = 1
     if runtime == "distributed":
@@ -166,12 +172,22 @@ def plan(
         workers=workers,
         parameters=parameters,
         compiled=_compiled(member, config, runtime, learners * parameters),
-        transport=_transport(member, config, runtime),
+        transport=transport,
+        scheduled=scheduled,
         processes=processes,
         agents_per_rank=agents_per_rank,
         device=device,
         memory=memory,
     )
+
+
+def _check_task(member: Member[object], config: Config, info: DatasetInfo) -> None:
+    """Layer-wise SSFN classifies: a regression dataset is refused."""
+    if member.kind == "layerwise" and info.classes == 0:
+        raise UsageError(
+            f"{config.algorithm.name} needs a classification dataset; "
+            f"{config.data.dataset} is regression"
+        )
 
 
 def _check_eval_agents(config: Config) -> None:
@@ -189,9 +205,9 @@ def check_capabilities(member: Member[object], config: Config, runtime: Runtime)
     """UsageError unless ``runtime`` runs ``member`` with the faults, graph, checkpoints,
     compiled step and local optimizer ``config`` asks for."""
     capabilities = member.capabilities
-    if runtime not in capabilities.runtimes:
+    if runtime not in capabilities.runtimes.allowed:
         raise UsageError(
-            f"the {runtime} runtime does not run {member.name}: {capabilities.instead}"
+            f"the {runtime} runtime does not run {member.name}: {capabilities.runtimes.why_not}"
         )
     _check_faults(member, config, runtime)
     _check_checkpoints(member, config, runtime)
@@ -206,18 +222,20 @@ def _check_optimizer(member: Member[object], config: Config) -> None:
     algorithm = config.algorithm
     if not isinstance(algorithm, SgdConfig) or not algorithm.optimizes:
         return
-    if not member.capabilities.optimizers:
+    optimizers = member.capabilities.optimizers
+    if not optimizers.allowed:
         asked = f"algorithm.optimizer = {algorithm.optimizer}"
         if algorithm.optimizer == "sgd":
             asked = f"algorithm.weight_decay = {algorithm.weight_decay:g}"
-        raise UsageError(f"{member.name} cannot take {asked}: {member.capabilities.no_optimizers}")
+        raise UsageError(f"{member.name} cannot take {asked}: {optimizers.why_not}")
 
 
 def _check_validation(member: Member[object], config: Config) -> None:
     """UsageError when the run asks for a validation split that ``member``'s evaluations
     do not measure."""
     data = config.data
-    if member.capabilities.validation or (data.validation == 0 and not data.validation_path):
+    validation = member.capabilities.validation
+    if validation.allowed or (data.validation == 0 and not data.validation_path):
         return
     asked = (
         f"data.validation = {data.validation:g}"
@@ -225,11 +243,11 @@ def _check_validation(member: Member[object], config: Config) -> None:
         else f"data.validation_path = {data.validation_path}"
     )
     measured = ", ".join(
-        other.name for other in ALGORITHMS.values() if other.capabilities.validation
+        other.name for other in ALGORITHMS.values() if other.capabilities.validation.allowed
     )
     raise UsageError(
         f"{member.name} measures no validation split ({asked}): "
-        f"{member.capabilities.no_validation}; the evaluations of {measured} measure one"
+        f"{validation.why_not}; the evaluations of {measured} measure one"
     )
 
 
@@ -250,27 +268,28 @@ def _check_faults(member: Member[object], config: Config, runtime: Runtime) -> N
     faulty = ", ".join(
         other.name
         for other in ALGORITHMS.values()
-        if (other.decentralized or other.kind == "server") and wanted <= other.capabilities.faults
+        if (other.decentralized or other.kind == "server")
+        and wanted <= other.capabilities.faults.allowed
     )
     if runtime == "distributed":
         _refuse_in_ranks(asked, faulty, varying)
     capabilities = member.capabilities
-    if not wanted <= capabilities.faults:
+    if not wanted <= capabilities.faults.allowed:
         raise UsageError(
-            f"{member.name} cannot run with {faults.describe()}: {capabilities.no_faults}; "
+            f"{member.name} cannot run with {faults.describe()}: {capabilities.faults.why_not}; "
             f"the simulator injects them into {faulty}"
         )
     if FAMILIES[member.kind].crash_unit == "layer" and faults.crash_count > 0:
         _check_layer_crashes(config)
-    if varying != "none" and not capabilities.varying:
+    if varying != "none" and not capabilities.varying.allowed:
         varied = ", ".join(
             other.name
             for other in ALGORITHMS.values()
-            if other.capabilities.varying and other.decentralized
+            if other.capabilities.varying.allowed and other.decentralized
         )
         raise UsageError(
             f"{member.name} cannot run with topology.varying = {varying}: "
-            f"{capabilities.no_varying}; the simulator varies the graph of {varied}"
+            f"{capabilities.varying.why_not}; the simulator varies the graph of {varied}"
         )
 
 
@@ -306,9 +325,9 @@ def distributed_varying(member: Member[object], config: Config) -> bool:
 def _varies_in_ranks(capabilities: Capabilities) -> bool:
     """Whether an algorithm of ``capabilities`` runs on a varying graph in ranks."""
     return (
-        capabilities.varying
+        capabilities.varying.allowed
         and capabilities.full_exchange
-        and "distributed" in capabilities.runtimes
+        and "distributed" in capabilities.runtimes.allowed
     )
 
 
@@ -356,7 +375,7 @@ def distributed_checkpointed_names() -> str:
             for member in ALGORITHMS.values()
             if member.kind == family.kind
             and "distributed" in member.capabilities.checkpoints
-            and "distributed" in member.capabilities.runtimes
+            and "distributed" in member.capabilities.runtimes.allowed
         ]
         if names:
             groups.append(f"{family.title} ({', '.join(names)})")
@@ -468,10 +487,16 @@ def _check_weights(config: Config) -> None:
 
 
 def _sizes(
-    member: Member[object], config: Config, info: DatasetInfo, module: nn.Module | None
+    member: Member[object],
+    config: Config,
+    info: DatasetInfo,
+    module: nn.Module | None,
+    workers: int,
+    per_edge: bool,
 ) -> tuple[int, int]:
-    """Parameters of one model and the memory estimate, the sizes checked against the
-    dataset and this machine's memory."""
+    """Parameters of one model and the memory estimate of a run of ``workers`` sharing
+    one model (0: none) and of a mailbox per directed edge or not (``per_edge``), the
+    sizes checked against the dataset and this machine's memory."""
     if member.decentralized:
         check_agents(config.topology.agents, info.train)
     if module is not None:
@@ -484,7 +509,8 @@ def _sizes(
             max(info.classes, 1),
             seed=derive_seed(config.run.seed, "model"),
         )
-    memory = check_memory(config, info, module).total
+    estimate = estimate_memory(config, info, module, workers=workers, per_edge=per_edge)
+    memory = check_memory(estimate, config).total
     if member.kind == "layerwise":
         return 0, memory
     if module is not None:
@@ -529,23 +555,26 @@ def _check_units(member: Member[object], config: Config, learners: int, workers:
         config.faults.check_agents(learners)
 
 
-def _transport(member: Member[object], config: Config, runtime: Runtime) -> TransportKind:
-    """How the run's messages travel."""
+def _delivery(
+    member: Member[object], config: Config, runtime: Runtime
+) -> tuple[TransportKind, bool]:
+    """How the run's messages travel, and whether the simulator steps its rounds through
+    a schedule (``Plan.transport``, ``Plan.scheduled``)."""
     if runtime == "distributed":
-        return "gloo"
+        return "gloo", False
     if member.kind == "layerwise":
-        return "gossip"
+        return "gossip", False
     if member.kind == "server":
-        return "server"
+        return "server", False
     if member.kind == "hogwild":
-        return "shared memory"
+        return "shared memory", False
     faults, topology = config.faults, config.topology
-    if topology.varying != "none" and not faults.active and member.capabilities.full_exchange:
-        return "in-memory"  # each graph's neighbours hold the senders' latest models
     scheduled = member.decentralized and (
         faults.link_down > 0 or faults.crash_count > 0 or topology.varying != "none"
     )
-    return "per-edge" if faults.active or scheduled else "in-memory"
+    if topology.varying != "none" and not faults.active and member.capabilities.full_exchange:
+        return "in-memory", scheduled  # each graph's neighbours hold the senders' latest models
+    return "per-edge" if faults.active or scheduled else "in-memory", scheduled
 
 
 def block_algorithms() -> list[str]:
@@ -553,7 +582,7 @@ def block_algorithms() -> list[str]:
     return [
         member.name
         for member in ALGORITHMS.values()
-        if member.capabilities.blocks and "distributed" in member.capabilities.runtimes
+        if member.capabilities.blocks and "distributed" in member.capabilities.runtimes.allowed
     ]
 
 

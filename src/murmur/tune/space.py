@@ -62,11 +62,10 @@ def search_space(config: Config) -> tuple[SearchRange, ...]:
     """The ranges the algorithm of ``config`` declares, ``a``'s replaced by its local
     optimizer's; UsageError where it declares none."""
     member = ALGORITHMS[config.algorithm.name]
-    declared = member.capabilities.tuned
+    tuned = member.capabilities.tuned
+    declared = tuned.allowed
     if not declared:
-        raise UsageError(
-            f"{member.name} has nothing murmur tune searches: {member.capabilities.no_tuning}"
-        )
+        raise UsageError(f"{member.name} has nothing murmur tune searches: {tuned.why_not}")
     algorithm = config.algorithm
     if not isinstance(algorithm, SgdConfig) or algorithm.optimizer == "sgd":
         return declared
