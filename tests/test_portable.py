@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from distributed.ranks import launch
 from small_runs import SMALL_SGD
 
 from murmur import portable
@@ -31,13 +31,18 @@ OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AUTO", "OMP_NUM_T
 """An environment that asks for other kernels than the pinned ones."""
 
 
+def kernels_asked(environment: dict[str, str]) -> dict[str, str]:
+    """This process's environment less its kernel settings, ``environment`` on top."""
+    base = {k: v for k, v in os.environ.items() if k not in portable.ENVIRONMENT}
+    return base | environment
+
+
 def murmur(argv: list[str], environment: dict[str, str], limit: float = 90) -> str:
     """``python -m murmur ARGV`` in a child with ``environment`` on top of this one's
     (less its kernel settings); its stdout. It must succeed."""
-    base = {k: v for k, v in os.environ.items() if k not in portable.ENVIRONMENT}
     done = subprocess.run(
         [sys.executable, "-m", "murmur", *argv],
-        env=base | environment,
+        env=kernels_asked(environment),
         capture_output=True,
         text=True,
         timeout=limit,
@@ -100,18 +105,13 @@ def test_a_config_of_run_portable_pins_and_check_says_so(tmp_path):
     assert "checked: 1 run" in out and not any(tmp_path.iterdir())
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_launch_hands_every_rank_the_pinned_environment(tmp_path):
     out = tmp_path / "run"
     argv = ["launch", "--nproc", "2", "dsgd", *SETS, "--portable"]
     argv += ["--set", "topology.agents=2", "--set", "data.partition=iid"]
-    argv += ["--out", str(out), "--quiet", "--port", str(_free_port()), "--timeout", "20"]
-    murmur(argv, OTHER_KERNELS, limit=120)
+    argv += ["--out", str(out), "--quiet", "--timeout", "20"]
+    done = launch(argv, timeout=120, env=kernels_asked(OTHER_KERNELS))
+    assert done.returncode == 0, done.stderr
     assert_pinned(out)
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["runtime"], summary["world_size"]) == ("distributed", 2)

@@ -1,20 +1,29 @@
-"""Ranks of a distributed run as real processes on loopback, forked by one driver.
+"""Ranks of a distributed run as real processes on loopback, every process with a deadline.
 
-torch is imported once, by the driver, not once per rank: on two cores that is
-most of the cost. Each rank runs ``murmur.cli.main(argv)`` with its own RANK in
-the environment and its stderr in ``logs/rank{N}.err``. A rank can be killed by
-the driver (``Kill``: a signal once a file appears) or fail by itself
-(``Fault``: a function it calls, its batch sampler unless told otherwise, sleeps,
-raises or signals the rank itself). Every process has a deadline; the driver
-kills what is left at it and reports "hung".
+``drive``: the ranks forked by one driver. torch is imported once, by the driver,
+not once per rank: on two cores that is most of the cost. Each rank runs
+``murmur.cli.main(argv)`` (or a ``main`` the test gives) with its own RANK in the
+environment and its stderr in ``logs/rank{N}.err``. A rank can be killed by the
+driver (``Kill``: a signal once a file appears) or fail by itself (``Fault``: a
+function it calls, its batch sampler unless told otherwise, sleeps, raises or
+signals the rank itself). The driver kills what is left at its deadline and
+reports "hung".
+
+``launch`` and ``start_launch``: ``murmur launch`` in a child, on a free loopback
+port; ``kill_rank`` kills one of the ranks it forked. ``torchrun_machines``: torchrun
+agents meeting at a rendezvous on loopback, as machines of one job would.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +35,13 @@ spec = json.loads(sys.argv[1])
 import torch
 import murmur.cli
 import murmur.distributed.runtime as distributed
+
+main = murmur.cli.main
+if spec["main"]:
+    # the test's own rank body, run here once so that its imports are shared by the ranks
+    body = {}
+    exec(spec["main"], body)
+    main = body["main"]
 
 
 def keep_rank_0_parameters(path):
@@ -70,7 +86,7 @@ def rank_main(rank):
     for fault in spec["faults"]:
         if rank in fault["ranks"]:
             patch(fault)
-    sys.exit(murmur.cli.main(spec["argv"]))
+    sys.exit(main(spec["argv"]))
 
 
 context = multiprocessing.get_context("fork")
@@ -141,6 +157,59 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def launch(
+    argv: list[str], *, timeout: float = 90.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m murmur ARGV --port P`` (a ``murmur launch``) on a free loopback port
+    P, in ``env`` if given, to its end within ``timeout`` s: its status and output."""
+    return subprocess.run(
+        launch_command(argv), env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def start_launch(argv: list[str]) -> subprocess.Popen[str]:
+    """``launch`` left running: the caller waits for it (``kill_rank`` does)."""
+    return subprocess.Popen(
+        launch_command(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def launch_command(argv: list[str]) -> list[str]:
+    return [sys.executable, "-m", "murmur", *argv, "--port", str(free_port())]
+
+
+def rank_processes(parent: int) -> dict[int, int]:
+    """The pids of ``parent``'s children that run a rank, by RANK: ``murmur launch``
+    forks them and names each ``murmur rank N`` (its /proc/PID/comm)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            name = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) != parent:
+            continue
+        if name.startswith("murmur rank "):
+            found[int(name.removeprefix("murmur rank "))] = int(entry.name)
+    return found
+
+
+def kill_rank(launched: subprocess.Popen, rank: int, when: Callable[[], bool]) -> str:
+    """SIGKILL ``rank`` of the launched job once ``when()``; the launch's stderr."""
+    try:
+        deadline = time.monotonic() + 120
+        while not when():
+            assert time.monotonic() < deadline and launched.poll() is None, "too late to kill"
+            time.sleep(0.02)
+        os.kill(rank_processes(launched.pid)[rank], signal.SIGKILL)
+        return launched.communicate(timeout=180)[1]
+    finally:
+        launched.kill()
+
+
 def launch_beside_the_simulator(tmp_path: Path, preset: str, settings: list[str], nproc: int):
     """``murmur launch --nproc NPROC PRESET`` with ``settings``, bounded in time, on a free
     loopback port; its summary.json and the simulator's result of the same run."""
@@ -149,17 +218,50 @@ def launch_beside_the_simulator(tmp_path: Path, preset: str, settings: list[str]
 
     flags = [item for setting in settings for item in ("--set", setting)]
     out = tmp_path / "launched"
-    command = [sys.executable, "-m", "murmur", "launch", "--nproc", str(nproc), preset, *flags]
-    done = subprocess.run(
-        [*command, "--out", str(out), "--quiet", "--port", str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    argv = ["launch", "--nproc", str(nproc), preset, *flags, "--out", str(out), "--quiet"]
+    done = launch(argv, timeout=240)
     assert done.returncode == 0, done.stderr
     ((_, config),) = load_experiment(preset, settings).runs
     simulated = run(config, tmp_path / "simulated")
     return json.loads((out / "summary.json").read_text()), simulated
+
+
+def torchrun_machines(
+    rank_argv: list[str], machines: int, per_machine: int, timeout: float
+) -> list[subprocess.CompletedProcess[str]]:
+    """``machines`` torchrun agents of ``per_machine`` ranks each, every rank running
+    ``python RANK_ARGV``, meeting at a c10d rendezvous on a free loopback port; each
+    agent's status and output, all within ``timeout`` s."""
+    from murmur.distributed.group import loopback_interface
+
+    rendezvous = [
+        f"--nnodes={machines}",
+        f"--nproc-per-node={per_machine}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        "--rdzv-id=loopback",
+    ]
+    command = [sys.executable, "-m", "torch.distributed.run", *rendezvous, *rank_argv]
+    environ = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "GLOO_SOCKET_IFNAME": loopback_interface() or "lo",
+    }
+    started = [
+        subprocess.Popen(
+            command, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(machines)
+    ]
+    try:
+        outputs = [agent.communicate(timeout=timeout) for agent in started]
+    finally:
+        for agent in started:
+            agent.kill()
+    return [
+        subprocess.CompletedProcess(command, agent.returncode, out, err)
+        for agent, (out, err) in zip(started, outputs, strict=True)
+    ]
 
 
 def drive(
@@ -172,6 +274,7 @@ def drive(
     kill: Kill | None = None,
     faults: tuple[Fault, ...] = (),
     apart: bool = False,
+    main: str | None = None,
     limit: float = 60.0,
 ) -> tuple[dict, dict[int, str]]:
     """Fork the ranks, wait for them (at most ``limit`` s); the report and stderr per rank.
@@ -180,7 +283,8 @@ def drive(
     the deadline), "after_start" and "after_kill" (seconds until each rank ended),
     keyed by the rank as a string. ``params``: where rank 0 saves its result's
     parameters. ``apart``: each rank gets a port of its own, so each is a job
-    whose peers never come.
+    whose peers never come. ``main``: Python source defining ``main(argv)``, which
+    each rank calls instead of ``murmur.cli.main`` (its exit status: what it returns).
     """
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -191,6 +295,7 @@ def drive(
         "ranks": ranks,
         "ports": {rank: free_port() if apart else port for rank in ranks},
         "argv": argv,
+        "main": main,
         "logs": str(logs),
         "params": str(params) if params else None,
         "kill": asdict(kill) if kill else None,
@@ -207,6 +312,14 @@ def drive(
     report = json.loads(done.stdout.splitlines()[-1])
     stderr = {rank: (logs / f"rank{rank}.err").read_text() for rank in ranks}
     return report, stderr
+
+
+def run_ranks(
+    folder: Path, argv: list[str], world: int = 4, limit: float = 60.0, **kwargs
+) -> tuple[dict, dict[int, str]]:
+    """``drive`` in a new ``folder``, every rank quiet and waiting 10 s at most for a peer."""
+    folder.mkdir()
+    return drive(folder, [*argv, "--quiet", "--timeout", "10"], world=world, limit=limit, **kwargs)
 
 
 def read_records(folder: Path) -> list[dict]:

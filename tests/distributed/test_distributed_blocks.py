@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from ranks import Fault, assert_records_match, drive, free_port, read_records
+from ranks import Fault, assert_records_match, drive, kill_rank, launch, read_records, run_ranks
 from test_distributed import (
     CHOCO,
     DETSGRAD,
@@ -26,7 +24,7 @@ from test_distributed import (
     one_line_error,
     write_config,
 )
-from test_distributed_resume import comparable, digits_config, kill_rank
+from test_distributed_resume import comparable, digits_config, launch_run
 
 from murmur.cli import main
 from murmur.config import load_experiment
@@ -151,16 +149,12 @@ def test_a_killed_block_run_resumed_by_hand_gives_the_uninterrupted_run(capsys, 
     path = write_config(tmp_path, DETSGRAD, iterations=100, agents=8)
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     argv = ["run", str(path), "--runtime", "distributed", "--set", "run.checkpoint_every=20"]
-    argv += ["--agents-per-rank", "4", "--quiet", "--timeout", "10"]
-
-    def ranks(folder: str, argv: list[str], **kwargs) -> tuple[dict, dict[int, str]]:
-        (tmp_path / folder).mkdir()
-        return drive(tmp_path / folder, argv, world=2, limit=60.0, **kwargs)
-
-    report, stderr = ranks("a", [*argv, "--out", str(whole)])
+    argv += ["--agents-per-rank", "4"]
+    report, stderr = run_ranks(tmp_path / "a", [*argv, "--out", str(whole)], world=2)
     assert report["codes"] == {"0": 0, "1": 0}, stderr
     kill = Fault(ranks=(1,), after=55 * 4, fail=signal.SIGKILL)
-    report, stderr = ranks("b", [*argv, "--out", str(stopped)], faults=(kill,))
+    stopped_argv = [*argv, "--out", str(stopped)]
+    report, stderr = run_ranks(tmp_path / "b", stopped_argv, world=2, faults=(kill,))
     assert report["codes"]["1"] == -signal.SIGKILL
     assert [saved_iterations(stopped / FOLDER, rank) for rank in range(2)] == [[20, 40]] * 2
 
@@ -168,7 +162,7 @@ def test_a_killed_block_run_resumed_by_hand_gives_the_uninterrupted_run(capsys, 
     assert "was run with --agents-per-rank 4, not 1; resume it with --agents-per-rank 4" in err
 
     resume = ["run", "--resume", str(stopped), "--runtime", "distributed"]
-    report, stderr = ranks("c", [*resume, "--agents-per-rank", "4", "--quiet", "--timeout", "10"])
+    report, stderr = run_ranks(tmp_path / "c", [*resume, "--agents-per-rank", "4"], world=2)
     assert report["codes"] == {"0": 0, "1": 0}, stderr
     assert comparable(stopped) == comparable(whole)
 
@@ -177,8 +171,7 @@ def test_launch_passes_the_block_to_every_rank_and_rank_0_writes_the_run_folder(
     path = write_config(tmp_path, DETSGRAD, iterations=20, agents=8)
     out = tmp_path / "run"
     argv = ["launch", "--nproc", "2", "--agents-per-rank", "4", str(path), "--out", str(out)]
-    command = [sys.executable, "-m", "murmur", *argv, "--quiet", "--port", str(free_port())]
-    done = subprocess.run([*command, "--timeout", "20"], capture_output=True, text=True, timeout=90)
+    done = launch([*argv, "--quiet", "--timeout", "20"])
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     summary = json.loads((out / "summary.json").read_text())
@@ -196,20 +189,10 @@ def test_a_block_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_uninter
     config.write_text(text)
     whole, restarted = tmp_path / "whole", tmp_path / "restarted"
 
-    def launch(out: Path, *extra: str) -> subprocess.Popen:
-        command = [sys.executable, "-m", "murmur", "launch", "--nproc", "2", str(config)]
-        options = ["--out", str(out), "--quiet", "--port", str(free_port()), "--timeout", "10"]
-        blocks = ["--agents-per-rank", "4", "--set", "run.checkpoint_every=50"]
-        return subprocess.Popen(
-            [*command, *options, *blocks, *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    uninterrupted = launch(whole)
+    blocks = ["--agents-per-rank", "4", "--set", "run.checkpoint_every=50"]
+    uninterrupted = launch_run(config, whole, *blocks, nproc=2)
     assert uninterrupted.wait(timeout=180) == 0, uninterrupted.communicate()[1]
-    killed = launch(restarted, "--max-restarts", "1")
+    killed = launch_run(config, restarted, *blocks, "--max-restarts", "1", nproc=2)
     folder = restarted / FOLDER
     err = kill_rank(killed, 1, lambda: all(saved_iterations(folder, r) for r in range(2)))
     assert killed.returncode == 0, err

@@ -3,17 +3,15 @@ its gossip through a DistributedTransport, gives the simulator's output matrices
 and messages; a rank killed, frozen or failing mid-run is named by the others;
 ``murmur launch`` writes the simulator's results.
 
-The first test calls ``train_layerwise_rank`` directly, from a driver of its own
-(torch imported once); the others run ``murmur run`` in ranks forked by the
-shared driver of ranks.py, or ``murmur launch``. Every process has a deadline.
+The ranks are forked by the driver of ranks.py: in the first test each calls
+``train_layerwise_rank`` directly; in the others each runs ``murmur run``. The
+last runs ``murmur launch``. Every process has a deadline.
 """
 
 from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,17 +22,16 @@ from ranks import (
     assert_failed_naming,
     assert_others_stop_naming,
     drive,
-    free_port,
+    launch,
     read_records,
 )
 
 from murmur.config import load_experiment
 from murmur.experiment import run
 
-DRIVER = r"""
-import json, multiprocessing, os, sys, time
+LAYERWISE_RANK = r"""
+import os
 from datetime import timedelta
-spec = json.loads(sys.argv[1])
 import torch
 import torch.distributed as dist
 from murmur.config import load_experiment
@@ -44,13 +41,15 @@ from murmur.distributed.group import loopback_interface
 from murmur.distributed.layer_ranks import train_layerwise_rank
 
 
-def rank_main(rank):
+def main(argv):
+    config_path, out = argv
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface() or "lo")
-    ((_, config),) = load_experiment(spec["config"]).runs
+    ((_, config),) = load_experiment(config_path).runs
     setup = prepare(config)
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{spec['port']}", rank=rank,
-        world_size=spec["world"], timeout=timedelta(seconds=30),
+        "gloo", init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}", rank=rank,
+        world_size=world, timeout=timedelta(seconds=30),
     )
     solver = ALGORITHMS[config.algorithm.name].build(
         config.algorithm, setup.graph, build_context(setup)
@@ -59,28 +58,11 @@ def rank_main(rank):
     torch.save(
         {"outputs": trained.outputs,
          "events": counters.events, "messages": counters.messages, "bytes": counters.bytes},
-        os.path.join(spec["out"], f"rank{rank}.pt"),
+        os.path.join(out, f"rank{rank}.pt"),
     )
     dist.destroy_process_group()
-
-
-context = multiprocessing.get_context("fork")
-ranks = [context.Process(target=rank_main, args=(rank,)) for rank in range(spec["world"])]
-for process in ranks:
-    process.start()
-deadline = time.monotonic() + spec["limit"]
-while time.monotonic() < deadline and any(p.exitcode is None for p in ranks):
-    if any(p.exitcode not in (None, 0) for p in ranks):
-        break
-    time.sleep(0.02)
-codes = []
-for process in ranks:
-    if process.exitcode is None:
-        process.kill()
-    process.join()
-    codes.append(process.exitcode)
-print(json.dumps(codes))
 """
+"""Each rank trains its node through ``train_layerwise_rank`` and saves what it holds."""
 
 TOML = """
 [run]
@@ -106,21 +88,9 @@ def test_sync_dssfn_on_four_ranks_gives_the_simulators_outputs_and_messages(tmp_
     config_path.write_text(TOML)
     out = tmp_path / "ranks"
     out.mkdir()
-    spec = {
-        "config": str(config_path),
-        "port": free_port(),
-        "world": 4,
-        "out": str(out),
-        "limit": 60.0,
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.splitlines()[-1]) == [0, 0, 0, 0], done.stderr
+    argv = [str(config_path), str(out)]
+    report, stderr = drive(tmp_path, argv, world=4, main=LAYERWISE_RANK, limit=60.0)
+    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
 
     ((_, config),) = load_experiment(str(config_path)).runs
     simulated = run(config, None)
@@ -266,8 +236,7 @@ def test_a_dssfn_rank_that_fails_tells_the_others_instead_of_leaving_them_to_tim
 def test_launch_runs_sync_dssfn_and_rank_0_writes_the_simulators_results(tmp_path):
     out = tmp_path / "run"
     argv = ["launch", "--nproc", "4", "dssfn-vowel", *SMALL_DSSFN, "--out", str(out), "--quiet"]
-    command = [sys.executable, "-m", "murmur", *argv, "--port", str(free_port()), "--timeout", "20"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    done = launch([*argv, "--timeout", "20"])
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert "dssfn" in done.stdout and str(out) in done.stdout

@@ -8,9 +8,8 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-from pathlib import Path
 
-from ranks import Fault, drive
+from ranks import Fault, run_ranks
 from test_distributed_resume import comparable, launch_resume
 
 from murmur.distributed.checkpoints import FOLDER, saved_iterations
@@ -26,21 +25,18 @@ DSSFN = [
 ]
 
 
-def run_ranks(folder: Path, argv: list[str], **kwargs) -> tuple[dict, dict[int, str]]:
-    folder.mkdir()
-    return drive(folder, [*argv, "--quiet", "--timeout", "10"], world=4, limit=90.0, **kwargs)
-
-
 def test_a_dssfn_run_killed_mid_layer_resumed_gives_the_uninterrupted_run(tmp_path):
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     argv = ["run", "dssfn-vowel", *DSSFN, "--runtime", "distributed"]
-    report, stderr = run_ranks(tmp_path / "a", [*argv, "--out", str(whole)])
+    report, stderr = run_ranks(tmp_path / "a", [*argv, "--out", str(whole)], limit=90.0)
     assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
     # rank 2 kills itself as it starts layer 3, having saved layers 1 and 2
     kill = Fault(
         ranks=(2,), target="murmur.training.layer_loop:random_weights", after=2, fail=signal.SIGKILL
     )
-    report, stderr = run_ranks(tmp_path / "b", [*argv, "--out", str(stopped)], faults=(kill,))
+    report, stderr = run_ranks(
+        tmp_path / "b", [*argv, "--out", str(stopped)], limit=90.0, faults=(kill,)
+    )
     assert report["codes"]["2"] == -signal.SIGKILL, stderr
     assert json.loads((stopped / "summary.json").read_text())["status"] == "failed"
     assert [saved_iterations(stopped / FOLDER, rank) for rank in range(4)] == [[1, 2]] * 4
@@ -55,7 +51,7 @@ def test_a_dssfn_run_killed_mid_layer_resumed_gives_the_uninterrupted_run(tmp_pa
     assert comparable(copy) == comparable(whole)
 
     resume = ["run", "--resume", str(stopped), "--runtime", "distributed"]
-    report, stderr = run_ranks(tmp_path / "c", resume)
+    report, stderr = run_ranks(tmp_path / "c", resume, limit=90.0)
     assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
     got, want = comparable(stopped), comparable(whole)
     assert [r["layer"] for r in got[1]] == [0, 1, 2, 3, 4]

@@ -10,9 +10,9 @@ import json
 
 import pytest
 import torch
-from ranks import assert_records_match, drive, read_records
+from ranks import assert_records_match, drive, read_records, run_ranks
 from test_distributed import DETSGRAD, write_config
-from test_distributed_resume import comparable, run_ranks, whole_and_stopped
+from test_distributed_resume import comparable, whole_and_stopped
 from test_distributed_server import SYNC_PS
 from test_distributed_server import drive as drive_server
 

@@ -6,17 +6,14 @@ resumed is refused in one line and left as it was."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from ranks import Fault, drive, free_port, read_records
+from ranks import Fault, free_port, kill_rank, launch, read_records, run_ranks, start_launch
 from test_distributed import DETSGRAD, DSGD, SPARQ, TRACKING, one_line_error, write_config
 
 from murmur.cli import main
@@ -30,11 +27,6 @@ from murmur.distributed.checkpoints import (
 from murmur.topology.graphs import complete, ring, star
 
 EVERY = ["--set", "run.checkpoint_every=20"]
-
-
-def run_ranks(folder: Path, argv: list[str], **kwargs) -> tuple[dict, dict[int, str]]:
-    folder.mkdir()
-    return drive(folder, [*argv, "--quiet", "--timeout", "10"], world=4, limit=60.0, **kwargs)
 
 
 def comparable(folder: Path) -> tuple[dict, list[dict]]:
@@ -88,15 +80,9 @@ def test_a_killed_run_resumed_by_hand_gives_the_uninterrupted_run(tmp_path, algo
     assert comparable(stopped) == comparable(whole)
 
 
-def launch_resume(folder: Path) -> subprocess.CompletedProcess:
+def launch_resume(folder: Path) -> subprocess.CompletedProcess[str]:
     """``murmur launch --resume folder`` on a free port, to its end."""
-    command = [sys.executable, "-m", "murmur", "launch", "--resume", str(folder)]
-    return subprocess.run(
-        [*command, "--port", str(free_port()), "--timeout", "10"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return launch(["launch", "--resume", str(folder), "--timeout", "10"], timeout=120)
 
 
 def test_launch_resume_continues_a_killed_run_to_the_uninterrupted_runs_records(tmp_path, runs):
@@ -211,34 +197,10 @@ def test_each_rank_keeps_enough_checkpoints_for_the_farthest_rank_to_have_one_in
 # ---- restarts (--max-restarts) ------------------------------------------------------
 
 
-def rank_processes(parent: int) -> dict[int, int]:
-    """The pids of ``parent``'s children that run a rank, by RANK: ``murmur launch``
-    forks them and names each ``murmur rank N`` (its /proc/PID/comm)."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            name = (entry / "comm").read_text().strip()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) != parent:
-            continue
-        if name.startswith("murmur rank "):
-            found[int(name.removeprefix("murmur rank "))] = int(entry.name)
-    return found
-
-
-def launch(config: Path, out: Path, *extra: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "murmur", "launch", "--nproc", "4", str(config)]
-    options = ["--out", str(out), "--quiet", "--port", str(free_port()), "--timeout", "10"]
-    return subprocess.Popen(
-        [*command, *options, *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def launch_run(config: Path, out: Path, *extra: str, nproc: int = 4) -> subprocess.Popen[str]:
+    """``murmur launch --nproc NPROC CONFIG`` into ``out`` with ``extra``, left running."""
+    argv = ["launch", "--nproc", str(nproc), str(config), "--out", str(out), "--quiet"]
+    return start_launch([*argv, "--timeout", "10", *extra])
 
 
 def digits_config(folder: Path) -> Path:
@@ -249,19 +211,6 @@ def digits_config(folder: Path) -> Path:
     return path
 
 
-def kill_rank(launched: subprocess.Popen, rank: int, when: Callable[[], bool]) -> str:
-    """SIGKILL ``rank`` of the launched job once ``when()``; the launch's stderr."""
-    try:
-        deadline = time.monotonic() + 120
-        while not when():
-            assert time.monotonic() < deadline and launched.poll() is None, "too late to kill"
-            time.sleep(0.02)
-        os.kill(rank_processes(launched.pid)[rank], signal.SIGKILL)
-        return launched.communicate(timeout=180)[1]
-    finally:
-        launched.kill()
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds ranks through /proc")
 def test_a_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_uninterrupted(tmp_path):
@@ -269,12 +218,12 @@ def test_a_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_uninterrupted
     whole, restarted = tmp_path / "whole", tmp_path / "restarted"
     every = ("--set", "run.checkpoint_every=50")
     started = time.monotonic()
-    uninterrupted = launch(config, whole, *every)
+    uninterrupted = launch_run(config, whole, *every)
     assert uninterrupted.wait(timeout=180) == 0, uninterrupted.communicate()[1]
     uninterrupted_seconds = time.monotonic() - started
 
     started = time.monotonic()
-    killed = launch(config, restarted, *every, "--max-restarts", "1")
+    killed = launch_run(config, restarted, *every, "--max-restarts", "1")
     folder = restarted / FOLDER
     err = kill_rank(killed, 2, lambda: all(saved_iterations(folder, r) for r in range(4)))
     restarted_seconds = time.monotonic() - started
@@ -294,8 +243,8 @@ def test_a_rank_killed_mid_run_is_restarted_and_the_run_ends_as_if_uninterrupted
 def test_a_run_without_checkpoints_restarts_from_the_start_in_the_same_folder(tmp_path):
     config = write_config(tmp_path, DSGD, iterations=2000)
     whole, restarted = tmp_path / "whole", tmp_path / "restarted"
-    assert launch(config, whole).wait(timeout=180) == 0
-    killed = launch(config, restarted, "--max-restarts", "1")
+    assert launch_run(config, whole).wait(timeout=180) == 0
+    killed = launch_run(config, restarted, "--max-restarts", "1")
 
     def training() -> bool:  # rank 0 wrote the first record: every rank is past the start
         records = restarted / "metrics.jsonl"

@@ -9,14 +9,12 @@ carries on with the others and reports the one it lost, sync-ps stops naming it.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from signal import SIGKILL, SIGSTOP
 
 import pytest
 import torch
-from ranks import Fault, free_port
+from ranks import Fault, launch
 from ranks import drive as drive_ranks
 
 from murmur.cli import main
@@ -109,8 +107,7 @@ def test_launch_runs_the_server_and_the_workers(tmp_path):
     config.write_text(TOML.format(iterations=50, target=0.0, algorithm=ASYSG))
     out = tmp_path / "run"
     argv = ["launch", "--nproc", "4", str(config), "--out", str(out), "--quiet"]
-    command = [sys.executable, "-m", "murmur", *argv, "--port", str(free_port()), "--timeout", "20"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    done = launch([*argv, "--timeout", "20"])
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert "asysg-con" in done.stdout and str(out) in done.stdout

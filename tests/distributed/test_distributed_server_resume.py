@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from ranks import Fault, drive, read_records
+from ranks import Fault, read_records, run_ranks
 from test_distributed_resume import comparable
 from test_distributed_server import ASYSG, SYNC_PS, TOML
 
@@ -26,25 +26,22 @@ def config(folder: Path, algorithm: str, iterations: int) -> Path:
     return path
 
 
-def run_ranks(folder: Path, argv: list[str], **kwargs) -> tuple[dict, dict[int, str]]:
-    folder.mkdir()
-    return drive(folder, [*argv, "--quiet", "--timeout", "10"], world=4, limit=90.0, **kwargs)
-
-
 def stopped_run(tmp_path: Path, algorithm: str, iterations: int, kill: Fault) -> tuple[Path, Path]:
     path = config(tmp_path, algorithm, iterations)
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     argv = ["run", str(path), "--runtime", "distributed"]
-    report, stderr = run_ranks(tmp_path / "a", [*argv, "--out", str(whole)])
+    report, stderr = run_ranks(tmp_path / "a", [*argv, "--out", str(whole)], limit=90.0)
     assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
-    report, stderr = run_ranks(tmp_path / "b", [*argv, "--out", str(stopped)], faults=(kill,))
+    report, stderr = run_ranks(
+        tmp_path / "b", [*argv, "--out", str(stopped)], limit=90.0, faults=(kill,)
+    )
     assert report["codes"][str(kill.ranks[0])] == -signal.SIGKILL, stderr
     return whole, stopped
 
 
 def resume(tmp_path: Path, stopped: Path) -> None:
     argv = ["run", "--resume", str(stopped), "--runtime", "distributed"]
-    report, stderr = run_ranks(tmp_path / "c", argv)
+    report, stderr = run_ranks(tmp_path / "c", argv, limit=90.0)
     assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
 
 

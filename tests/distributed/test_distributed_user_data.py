@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 import tomllib
 
-from ranks import free_port, read_records
+from ranks import launch, read_records
 
 TOML = """
 [run]
@@ -41,8 +39,7 @@ def test_two_ranks_train_on_a_csv_file_of_ones_own(tmp_path):
     config.write_text(TOML.format(path=data))
     out = tmp_path / "run"
     argv = ["launch", "--nproc", "2", str(config), "--out", str(out), "--quiet"]
-    command = [sys.executable, "-m", "murmur", *argv, "--port", str(free_port()), "--timeout", "20"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    done = launch([*argv, "--timeout", "20"])
     assert done.returncode == 0, done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["agents"], summary["runtime"], summary["dataset"]) == (2, "distributed", "file")

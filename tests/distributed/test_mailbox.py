@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import pytest
 import torch
-from gloo import gloo_groups
+from gloo import gloo_groups, run_rank_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -212,11 +212,7 @@ def test_detsgrad_over_the_gloo_transport_equals_the_in_memory_one():
         transport.finish()
         finals[rank] = (rank_state.x, transport)
 
-    threads = [threading.Thread(target=rank_main, args=(rank,)) for rank in range(agents)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    run_rank_threads(agents, rank_main)
     assert len(finals) == agents, "a rank did not finish"
     silent = 0
     for rank, (x, transport) in finals.items():
