@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import torch
 
-from murmur.algorithms.mixing import mix_and_step
+from murmur.algorithms.mixing import mix_descend, mix_descend_norms
 from murmur.portable import host_capability
 from murmur.sim import fused
 from murmur.sim.fused import _mix_step, _Step
@@ -71,9 +71,7 @@ def _compiled_transport(sent: torch.Tensor, monkeypatch) -> InMemoryTransport:
 
 def _eager_result(sent, start, grads):
     out, scratch = start.clone(), grads.clone()
-    norms = mix_and_step(
-        InMemoryTransport(GRAPH, sent), OPERATOR, out, grads=scratch, alpha=0.1, drift=True
-    )
+    norms = mix_descend_norms(InMemoryTransport(GRAPH, sent), OPERATOR, out, scratch, alpha=0.1)
     return out, norms
 
 
@@ -88,7 +86,7 @@ def test_a_kernel_that_disagrees_with_the_eager_step_is_dropped_for_it(monkeypat
 
     transport._fused._kernel = off_by_a_little  # type: ignore[union-attr]
     out, scratch = start.clone(), grads.clone()
-    norms = mix_and_step(transport, OPERATOR, out, grads=scratch, alpha=0.1, drift=True)
+    norms = mix_descend_norms(transport, OPERATOR, out, scratch, alpha=0.1)
     eager_out, eager_norms = _eager_result(sent, start, grads)
     torch.testing.assert_close(out, eager_out)  # the step kept is the eager one
     torch.testing.assert_close(norms, eager_norms)
@@ -108,7 +106,7 @@ def test_a_kernel_that_does_not_build_is_dropped_for_the_eager_step(monkeypatch,
 
     transport._fused._kernel = broken  # type: ignore[union-attr]
     out, scratch = start.clone(), grads.clone()
-    mix_and_step(transport, OPERATOR, out, grads=scratch, alpha=0.1, drift=True)
+    mix_descend_norms(transport, OPERATOR, out, scratch, alpha=0.1)
     torch.testing.assert_close(out, _eager_result(sent, start, grads)[0])
     assert transport.fused_mix is None
     assert "failed to build the step (RuntimeError: C++ compile error line two)" in (
@@ -128,7 +126,7 @@ def test_a_kernel_that_agrees_is_checked_once_per_variant(monkeypatch):
 
     transport._fused._kernel = counted  # type: ignore[union-attr]
     for _ in range(3):
-        mix_and_step(transport, OPERATOR, start.clone(), grads=grads.clone(), alpha=0.1)
+        mix_descend(transport, OPERATOR, start.clone(), grads.clone(), alpha=0.1)
     assert transport.compile_fallback is None and transport.fused_mix is not None
     assert len(calls) == 3  # each call compiled; the first also computed eagerly
     assert len(transport._fused._checked) == 1  # type: ignore[union-attr]

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from murmur.algorithms.mixing import mix_and_step
+from murmur.algorithms.mixing import (
+    mix_descend,
+    mix_descend_drift,
+    mix_descend_norms,
+    mix_replace_descend,
+)
 from murmur.cli import main
 from murmur.config import apply_overrides, build_config, read_preset
 from murmur.errors import UsageError
@@ -46,38 +51,39 @@ def test_neighbour_table_rebuilds_the_operator_row_by_row():
     torch.testing.assert_close(rebuilt.to(laplacian.dtype), laplacian)
 
 
+def _mix(transport, operator, out, grads, *, scale):
+    transport.mix(operator, out, scale=scale)
+
+
 @pytest.mark.parametrize(
-    "options",
+    ("step", "options"),
     [
-        {"scale": -0.3},
-        {"scale": -0.3, "alpha": 0.1, "with_grads": True},
-        {"scale": 0.7, "alpha": 0.2, "with_grads": True, "keep": False},
-        {"scale": -0.3, "alpha": 0.1, "with_grads": True, "drift": True},
-        {"scale": -0.3, "alpha": 0.1, "with_grads": True, "drift": True, "keep_drift": True},
+        (_mix, {"scale": -0.3}),
+        (mix_descend, {"scale": -0.3, "alpha": 0.1}),
+        (mix_replace_descend, {"scale": 0.7, "alpha": 0.2}),
+        (mix_descend_norms, {"scale": -0.3, "alpha": 0.1}),
+        (mix_descend_drift, {"scale": -0.3, "alpha": 0.1}),
     ],
     ids=["mix", "mix-descend", "replace-descend", "drift-norms", "drift-kept"],
 )
-def test_one_fused_step_equals_the_eager_calls(options):
+def test_one_fused_step_equals_the_eager_calls(step, options):
     graph = _irregular_graph()
     operator = as_sparse(graph.laplacian())
     generator = torch.Generator().manual_seed(0)
     sent = torch.randn(graph.agents, 300, generator=generator)
     start = torch.randn(graph.agents, 300, generator=generator)
     grads = torch.randn(graph.agents, 300, generator=generator)
-    with_grads = options.pop("with_grads", False)
     results = []
     for transport in _transports(graph, sent):
         out, scratch = start.clone(), grads.clone()
-        norms = mix_and_step(
-            transport, operator, out, grads=scratch if with_grads else None, **options
-        )
+        norms = step(transport, operator, out, scratch, **options)
         results.append((out, scratch, norms))
     (eager_out, eager_scratch, eager_norms), (fused_out, fused_scratch, fused_norms) = results
     torch.testing.assert_close(fused_out, eager_out, rtol=1e-5, atol=1e-5)
-    if options.get("drift"):
+    if step in (mix_descend_norms, mix_descend_drift):
         torch.testing.assert_close(fused_norms, eager_norms, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(fused_norms, torch.linalg.vector_norm(eager_out - sent, dim=1))
-    if options.get("keep_drift"):
+    if step is mix_descend_drift:
         torch.testing.assert_close(fused_scratch, eager_scratch, rtol=1e-5, atol=1e-5)
 
 

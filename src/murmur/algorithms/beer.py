@@ -41,14 +41,14 @@ import torch
 
 from murmur.algorithms.choco import GossipConfig, GossipSetup, gossip_setup
 from murmur.algorithms.compressors import WarmStarts
-from murmur.algorithms.detsgrad_gt import half_triggers, model_and_tracker
-from murmur.algorithms.estimates import (
-    Segments,
-    compressed_update,
-    message_draws,
-    warm_starts,
-    with_warm,
+from murmur.algorithms.detsgrad_gt import (
+    half_triggers,
+    model_and_tracker,
+    model_half,
+    publish_halves,
+    tracker_half,
 )
+from murmur.algorithms.estimates import warm_starts, with_warm
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.errors import UsageError
 from murmur.topology import Graph
@@ -84,11 +84,11 @@ class BeerState(NamedTuple):
 
     @property
     def x(self) -> torch.Tensor:
-        return self.pair[:, : self.pair.shape[1] // 2]
+        return model_half(self.pair)
 
     @property
     def v(self) -> torch.Tensor:
-        return self.pair[:, self.pair.shape[1] // 2 :]
+        return tracker_half(self.pair)
 
 
 class Beer:
@@ -129,12 +129,7 @@ class Beer:
         eta = self.gradient_step(iteration)
         x.add_(v, alpha=-eta)
         difference = torch.sub(pair, transport.last_sent, out=scratch)
-        half = x.shape[1]
         sent = half_triggers(difference, self.v0 * eta, self.vy)
-        draws = message_draws(self.seed, transport.agents, iteration, x.device)
-        halves = Segments((half, half))
-        update = compressed_update(
-            gossip.compressor, difference, sent, halves, draws, warm_starts(state)
-        )
-        transport.publish(update)
+        warm = warm_starts(state)
+        publish_halves(transport, gossip.compressor, difference, sent, self.seed, iteration, warm)
         return state

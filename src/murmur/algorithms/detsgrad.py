@@ -48,7 +48,7 @@ from murmur.algorithms.estimates import (
     warm_starts,
     with_warm,
 )
-from murmur.algorithms.mixing import mix_and_step
+from murmur.algorithms.mixing import mix_descend_drift, mix_descend_norms
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig
 from murmur.errors import UsageError
@@ -158,19 +158,13 @@ class Detsgrad:
         alpha = self.gradient_step(iteration)
         x = state.x
         laplacian, beta = self.consensus(transport.graph)
-        norms = mix_and_step(
-            transport,
-            laplacian,
-            x,
-            scale=-beta(iteration),
-            grads=grads,
-            alpha=alpha,
-            drift=True,
-            keep_drift=not self.exact,
-        )
         if self.exact:
+            norms = mix_descend_norms(
+                transport, laplacian, x, grads, alpha=alpha, scale=-beta(iteration)
+            )
             transport.broadcast(norms >= self.v0 * alpha, x)
             return state
+        mix_descend_drift(transport, laplacian, x, grads, alpha=alpha, scale=-beta(iteration))
         drift = grads
         state = with_warm(state)
         segments = self.segments(x.shape[1])

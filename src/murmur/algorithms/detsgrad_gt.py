@@ -39,7 +39,7 @@ from typing import NamedTuple
 import torch
 
 from murmur.algorithms import gossip_probe
-from murmur.algorithms.compressors import CompressionConfig, WarmStarts, kept_share
+from murmur.algorithms.compressors import CompressionConfig, Compressor, WarmStarts, kept_share
 from murmur.algorithms.estimates import (
     Segments,
     compressed_update,
@@ -93,17 +93,45 @@ def model_and_tracker(params: torch.Tensor) -> torch.Tensor:
     return torch.cat([params, torch.zeros_like(params)], dim=1)
 
 
+def model_half(pair: torch.Tensor) -> torch.Tensor:
+    """The model's half of each row of ``pair`` (agents, 2P), as a view."""
+    return pair[:, : pair.shape[1] // 2]
+
+
+def tracker_half(pair: torch.Tensor) -> torch.Tensor:
+    """The tracker's half of each row of ``pair`` (agents, 2P), as a view."""
+    return pair[:, pair.shape[1] // 2 :]
+
+
 def half_triggers(drift: torch.Tensor, model: float, tracker: float) -> torch.Tensor:
     """(agents, 2) bool: which halves of each row of ``drift`` (agents, 2P), the model's
     and the tracker's, moved at least ``model`` and ``tracker`` in norm."""
-    half = drift.shape[1] // 2
     return torch.stack(
         [
-            torch.linalg.vector_norm(drift[:, :half], dim=1) >= model,
-            torch.linalg.vector_norm(drift[:, half:], dim=1) >= tracker,
+            torch.linalg.vector_norm(model_half(drift), dim=1) >= model,
+            torch.linalg.vector_norm(tracker_half(drift), dim=1) >= tracker,
         ],
         dim=1,
     )
+
+
+def publish_halves(
+    transport: Transport,
+    compressor: Compressor,
+    drift: torch.Tensor,
+    sent: torch.Tensor,
+    seed: int,
+    iteration: int,
+    warm: WarmStarts,
+) -> None:
+    """Each agent sends C of each half of its row of ``drift`` (agents, 2P) that ``sent``
+    (:func:`half_triggers`) flags, the model's and the tracker's, each as a message of
+    its own; ``seed``: the run's, for the message's draws; ``warm``: the senders' warm
+    starts."""
+    half = drift.shape[1] // 2
+    draws = message_draws(seed, transport.agents, iteration, drift.device)
+    update = compressed_update(compressor, drift, sent, Segments((half, half)), draws, warm)
+    transport.publish(update)
 
 
 class DetsgradGtState(NamedTuple):
@@ -119,11 +147,11 @@ class DetsgradGtState(NamedTuple):
 
     @property
     def x(self) -> torch.Tensor:
-        return self.pair[:, : self.pair.shape[1] // 2]
+        return model_half(self.pair)
 
     @property
     def y(self) -> torch.Tensor:
-        return self.pair[:, self.pair.shape[1] // 2 :]
+        return tracker_half(self.pair)
 
 
 class DetsgradGt:
@@ -188,14 +216,11 @@ class DetsgradGt:
         alpha = self.gradient_step(iteration)
         x.add_(y, alpha=-alpha)
         drift = torch.sub(pair, transport.last_sent, out=state.scratch)
-        half = x.shape[1]
         sent = half_triggers(drift, self.v0 * alpha, self.vy)
         if self.compressor is None:
             transport.broadcast(sent.any(1), pair)
             return state
         state = with_warm(state)
-        halves = Segments((half, half))
-        draws = message_draws(self.seed, transport.agents, iteration, x.device)
-        update = compressed_update(self.compressor, drift, sent, halves, draws, warm_starts(state))
-        transport.publish(update)
+        warm = warm_starts(state)
+        publish_halves(transport, self.compressor, drift, sent, self.seed, iteration, warm)
         return state

@@ -23,7 +23,7 @@ from typing import Literal, NamedTuple
 
 import torch
 
-from murmur.algorithms.mixing import broadcast_all, mix_and_step
+from murmur.algorithms.mixing import mix_replace, mix_replace_descend
 from murmur.algorithms.protocols import Transport
 from murmur.algorithms.schedules import SgdConfig
 from murmur.errors import UsageError
@@ -97,9 +97,9 @@ class Dsgd:
         # x is overwritten whole by the mixing, so its values may be handed over uncopied.
         if self.adapt_first:
             x.add_(grads, alpha=-alpha)
-            broadcast_all(transport, x)
-            mix_and_step(transport, mixing, x, keep=False)
+            transport.broadcast_all_overwriting(x)
+            mix_replace(transport, mixing, x)
             return state
-        broadcast_all(transport, x)
-        mix_and_step(transport, mixing, x, grads=grads, alpha=alpha, keep=False)
+        transport.broadcast_all_overwriting(x)
+        mix_replace_descend(transport, mixing, x, grads, alpha=alpha)
         return state

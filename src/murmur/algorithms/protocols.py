@@ -26,7 +26,7 @@ place and may use ``grads`` as scratch space: the state passed in is consumed.
 ``grads`` belongs to the model and is overwritten by the next gradient call, so
 the state must never keep a reference to it.
 
-A :class:`Transport` offers two calls and one read:
+A :class:`Transport` offers three calls and three reads:
 
 - ``broadcast(senders, values)``: each agent whose ``senders`` flag is set sends
   its row of ``values`` to every neighbour (one event, ``d_i`` point-to-point
@@ -56,6 +56,16 @@ A :class:`Transport` offers two calls and one read:
   simulator's transport takes them out of ``mix`` itself, moving the weight of
   each such link to the diagonal (:mod:`murmur.sim.lossy`).
 
+and two abilities that a transport may have, which every transport states:
+
+- ``broadcast_all_overwriting(values)``: every agent sends its row of ``values``,
+  whose numbers the caller overwrites next; a transport that holds every agent's
+  values in one tensor (the simulator's) takes ``values``' memory as what was sent
+  instead of copying it, the others broadcast from every agent;
+- ``fused_mix``: a :class:`FusedMix`, the mixing step and a gradient step in one
+  pass over the stacked state (the simulator's when a run is compiled), or None;
+  the algorithms reach it through :mod:`murmur.algorithms.mixing`.
+
 Layer-wise SSFN is a :class:`LayerSolver` that solves each layer's problem
 through a :class:`LayerNetwork`: it gossips through ``transport_for``, and it
 reports its work (flops, gossip rounds, message sizes) with ``work_alone``,
@@ -77,6 +87,27 @@ from murmur.metrics.counters import MessageCounters
 from murmur.topology import Graph
 
 
+class FusedMix(Protocol):
+    """``out <- (out if keep else 0) + scale * operator @ V - alpha * grads`` in one pass
+    over the stacked state, V being what the agents last sent (no gradient step where
+    ``grads`` is None)."""
+
+    def __call__(
+        self,
+        operator: torch.Tensor,
+        out: torch.Tensor,
+        scale: float,
+        grads: torch.Tensor | None,
+        alpha: float,
+        keep: bool,
+        drift: bool,
+        keep_drift: bool,
+    ) -> torch.Tensor | None:
+        """Update ``out`` in place; with ``drift``, return ``||out - V||`` per row (else
+        None), and with ``keep_drift`` too leave ``out - V`` in ``grads``."""
+        ...
+
+
 class Transport(Protocol):
     """What a synchronous algorithm may do with the network."""
 
@@ -88,9 +119,20 @@ class Transport(Protocol):
 
     def broadcast(self, senders: torch.Tensor, values: torch.Tensor) -> None: ...
 
+    def broadcast_all_overwriting(self, values: torch.Tensor) -> None:
+        """Every agent sends its row of ``values``, whose numbers the caller overwrites
+        next (they may be anything afterwards)."""
+        ...
+
     def publish(self, update: EstimateUpdate) -> None: ...
 
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None: ...
+
+    @property
+    def fused_mix(self) -> FusedMix | None:
+        """The one-pass mixing step, where the transport has one (None: the algorithms
+        mix through ``mix`` and step with separate torch calls)."""
+        ...
 
     @property
     def last_sent(self) -> torch.Tensor: ...

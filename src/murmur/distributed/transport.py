@@ -243,6 +243,11 @@ class DistributedTransport:
         return self._mailbox.rejected
 
     @property
+    def fused_mix(self) -> None:
+        """None: the block mixes what the neighbouring ranks sent through :meth:`mix`."""
+        return None
+
+    @property
     def last_sent(self) -> torch.Tensor:
         """The block's own last broadcasts, (block, P)."""
         return self._sent
@@ -307,6 +312,11 @@ class DistributedTransport:
                 self._control += 1
         self._post_each(messages)
         self.counters.record_events(senders.to(torch.int64), self._message_bytes, self._degrees)
+
+    def broadcast_all_overwriting(self, values: torch.Tensor) -> None:
+        """Every agent of the block sends its row of ``values`` (copied, so ``values``
+        keeps its numbers)."""
+        self.broadcast(torch.ones(values.shape[0], dtype=torch.bool, device=values.device), values)
 
     def _payload(self, i: int) -> Envelope:
         """The envelope of neighbouring rank ``i``'s VALUE: the block's rows it needs (in

@@ -9,10 +9,11 @@ is a gather over each agent's neighbour list (its row of the operator, padded
 to the largest degree) and the whole update, with the drift's norm, is one
 function that inductor turns into one loop over the state, written in C++.
 
-:class:`FusedMixing` is what :class:`~murmur.sim.transport.InMemoryTransport`
-offers as ``fused_mix`` when a run is compiled (``run.compile``); the
-algorithms reach it through :func:`murmur.algorithms.mixing.mix_and_step`,
-whose eager path is the reference the tests hold the compiled one to.
+:class:`FusedMixing` is the :class:`~murmur.algorithms.protocols.FusedMix` that
+:class:`~murmur.sim.transport.InMemoryTransport` offers as ``fused_mix`` when a run
+is compiled (``run.compile``); the algorithms reach it through
+:mod:`murmur.algorithms.mixing`, whose eager paths are the reference the tests hold
+the compiled one to.
 
 The compiled kernel checks itself. Inductor builds it for this CPU and C++ compiler,
 and it need not compute what the eager step does: with torch's kernels pinned below

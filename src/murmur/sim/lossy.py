@@ -240,6 +240,11 @@ class LossyTransport:
             again_per_agent = self._per_sender(again.to(torch.int64))
             self.counters.record_messages(again_per_agent, again_per_agent * self._message_bytes)
 
+    def broadcast_all_overwriting(self, values: torch.Tensor) -> None:
+        """Every agent sends its row of ``values`` (copied: the store keeps its own
+        memory, so ``values`` keeps its numbers)."""
+        self.broadcast(torch.ones(values.shape[0], dtype=torch.bool, device=values.device), values)
+
     def publish(self, update: EstimateUpdate) -> None:
         """Each agent sends its sent segments of ``update``, one message per segment and
         neighbour: it adds its row of ``update.delta`` to its own estimate, and every
@@ -399,6 +404,16 @@ class LossyTransport:
             known = (operator, None if active is None else active.clone(), spread)
             self._spreads[id(operator)] = known
         return known[2]
+
+    @property
+    def fused_mix(self) -> None:
+        """None: the mailboxes mix through :meth:`mix`."""
+        return None
+
+    @property
+    def compile_fallback(self) -> None:
+        """None: a run that loses messages, or whose links go down, is never compiled."""
+        return None
 
     @property
     def last_sent(self) -> torch.Tensor:

@@ -62,8 +62,8 @@ class InMemoryTransport:
 
     @property
     def fused_mix(self) -> FusedMixing | None:
-        """The compiled mixing step :func:`~murmur.algorithms.mixing.mix_and_step` takes;
-        None where the run steps eagerly, or fell back to it (:attr:`compile_fallback`)."""
+        """The compiled mixing step :mod:`murmur.algorithms.mixing` takes; None where the
+        run steps eagerly, or fell back to it (:attr:`compile_fallback`)."""
         if self._fused is None or self._fused.fallback is not None:
             return None
         return self._fused
