@@ -46,7 +46,7 @@ from typing import Any, Literal
 
 import tomli_w
 
-from murmur.errors import UsageError
+from murmur.errors import UsageError, shortened
 from murmur.registry import ALGORITHMS
 from murmur.sections import (
     AlgorithmConfig,
@@ -456,8 +456,7 @@ def _path_kind(path: Path, source: str) -> Literal["file", "folder", "other", "m
 
 def _shown(value: Any, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters, for one-line error messages."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shortened(repr(value), limit)
 
 
 def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,3 +28,8 @@ _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 def one_line(message: str) -> str:
     """``message`` with the control characters of quoted input escaped (``\\n``, ``\\x1b``)."""
     return _CONTROL.sub(lambda match: repr(match.group())[1:-1], message)
+
+
+def shortened(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters, the last three "...", as a message quotes it."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

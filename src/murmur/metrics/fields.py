@@ -26,6 +26,7 @@ __all__ = [
     "TEXT",
     "Field",
     "fields_of",
+    "finite_number",
     "list_of",
     "nullable",
     "object_of",
@@ -50,6 +51,12 @@ class Field:
 
 def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def finite_number(value: object) -> float | None:
+    """``value`` as a float where it is a number (not a bool) that is neither NaN nor
+    infinite; None otherwise (absent, null, text, NaN, infinity)."""
+    return float(value) if is_number(value) and math.isfinite(value) else None
 
 
 def _is_integer(value: object) -> TypeGuard[int]:

@@ -44,6 +44,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from murmur.metrics.fields import finite_number
 from murmur.metrics.record_types import EvaluationRecord, RunSummary
 from murmur.metrics.stops import stop_of
 from murmur.reporting.canvas import DPI, FORMATS, new_figure, save
@@ -487,7 +488,10 @@ def accuracy_against(records: list[EvaluationRecord], key: str) -> tuple[list[fl
     """
     counts, accuracy = [], []
     for record in records:
-        count, mean = _finite(_field(record, key)), _statistic(record, "accuracy_mean", np.mean)
+        count, mean = (
+            finite_number(_field(record, key)),
+            _statistic(record, "accuracy_mean", np.mean),
+        )
         if count is not None and mean is not None:
             counts.append(count)
             accuracy.append(100 * mean)
@@ -571,8 +575,8 @@ def plot_time_vs_nodes(runs: Sequence[Run], path: str | Path, *, dpi: float = DP
     return _plot_by_algorithm(
         runs,
         path,
-        x_of=lambda summary: _finite(summary.get("agents")),
-        y_of=lambda summary: _finite(summary.get("virtual_seconds")),
+        x_of=lambda summary: finite_number(summary.get("agents")),
+        y_of=lambda summary: finite_number(summary.get("virtual_seconds")),
         xlabel="nodes (agents)",
         ylabel="training time (virtual seconds)",
         title="Training time vs number of nodes (virtual clock)",
@@ -591,7 +595,7 @@ def plot_accuracy_vs_degree(runs: Sequence[Run], path: str | Path, *, dpi: float
     return _plot_by_algorithm(
         runs,
         path,
-        x_of=lambda summary: _finite(summary.get("mean_degree")),
+        x_of=lambda summary: finite_number(summary.get("mean_degree")),
         y_of=_mean_accuracy_percent,
         xlabel="mean degree",
         ylabel="mean test accuracy (%)",
@@ -691,7 +695,7 @@ def _percent_of(fraction: float | None) -> float | None:
 
 def _mean_accuracy_percent(summary: RunSummary) -> float | None:
     value = summary.get("accuracy")
-    mean = _finite(value.get("mean")) if isinstance(value, dict) else None
+    mean = finite_number(value.get("mean")) if isinstance(value, dict) else None
     return None if mean is None else 100 * mean
 
 
@@ -711,12 +715,12 @@ def speedup_lines(
     summaries = [run.summary for run in _finished(runs)]
     entries = []
     for summary, (iteration, time) in zip(summaries, speedups(summaries), strict=True):
-        workers = _finite(summary.get("workers"))
+        workers = finite_number(summary.get("workers"))
         if not has_target(summary) or workers is None:
             continue
         algorithm = str(summary.get("algorithm") or run_label(summary))
-        target = _finite(summary.get("target_loss"))
-        reached = _finite(summary.get("iterations_to_target")) is not None
+        target = finite_number(summary.get("target_loss"))
+        reached = finite_number(summary.get("iterations_to_target")) is not None
         entries.append(
             (algorithm, summary.get("dataset"), target, workers, reached, iteration, time)
         )
@@ -863,7 +867,7 @@ def _staleness_histogram(summary: RunSummary) -> list[float]:
     histogram = staleness.get("histogram") if isinstance(staleness, dict) else None
     if not isinstance(histogram, list):
         return []
-    counts = [_finite(count) for count in histogram]
+    counts = [finite_number(count) for count in histogram]
     valid = [count for count in counts if count is not None and count >= 0]
     if len(valid) != len(counts) or not sum(valid):
         return []
@@ -879,12 +883,14 @@ def x_axis_label(runs: Sequence[Run]) -> str:
     left the label is "iteration".
     """
     with_records = [
-        [record for record in run.records if _finite(record.get("iteration")) is not None]
+        [record for record in run.records if finite_number(record.get("iteration")) is not None]
         for run in runs
     ]
     with_records = [records for records in with_records if records]
     layer_wise = all(
-        _finite(record.get("layer")) is not None for records in with_records for record in records
+        finite_number(record.get("layer")) is not None
+        for records in with_records
+        for record in records
     )
     return "layer" if with_records and layer_wise else "iteration"
 
@@ -966,7 +972,7 @@ def _accuracy_series(records: list[EvaluationRecord]) -> AccuracySeries:
     """
     rows = []
     for record in records:
-        iteration = _finite(record.get("iteration"))
+        iteration = finite_number(record.get("iteration"))
         if iteration is None:
             continue
         statistics = []
@@ -986,10 +992,10 @@ def _statistic(
     record: EvaluationRecord, key: str, reduce: Callable[[list[float]], SupportsFloat]
 ) -> float | None:
     """An accuracy statistic of a record, else reduce over its per-agent test_accuracy."""
-    value = _finite(record.get(key))
+    value = finite_number(record.get(key))
     if value is not None:
         return value
-    per_agent = [a for a in map(_finite, record.get("test_accuracy") or []) if a is not None]
+    per_agent = [a for a in map(finite_number, record.get("test_accuracy") or []) if a is not None]
     return float(reduce(per_agent)) if per_agent else None
 
 
@@ -997,7 +1003,7 @@ def _series(records: list[EvaluationRecord], key: str) -> tuple[list[float], lis
     """Iterations and values of one numeric record field, where both are present."""
     iterations, values = [], []
     for record in records:
-        iteration, value = _finite(record.get("iteration")), _finite(record.get(key))
+        iteration, value = finite_number(record.get("iteration")), finite_number(record.get(key))
         if iteration is not None and value is not None:
             iterations.append(iteration)
             values.append(value)
@@ -1011,15 +1017,9 @@ def _final_events_per_agent(run: Run) -> list[float]:
         counts = run.records[-1].get("events_per_agent")
     if not isinstance(counts, list):
         return []
-    values = [_finite(count) for count in counts]
+    values = [finite_number(count) for count in counts]
     finite = [value for value in values if value is not None]
     return finite if len(finite) == len(values) else []
-
-
-def _finite(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _field(record: EvaluationRecord, key: str) -> object:

@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from murmur.errors import UsageError
+from murmur.errors import UsageError, shortened
 from murmur.metrics.fields import Field, fields_of
 from murmur.metrics.record_types import EvaluationRecord, FailedSummary, RunSummary
 
@@ -102,7 +102,4 @@ def _shown(value: object) -> str:
         return "an object"
     if isinstance(value, list):
         return "a list"
-    text = json.dumps(value, ensure_ascii=False)
-    if len(text) <= _SHOWN_CHARACTERS:
-        return text
-    return text[: _SHOWN_CHARACTERS - 3] + "..."
+    return shortened(json.dumps(value, ensure_ascii=False), _SHOWN_CHARACTERS)

@@ -44,6 +44,7 @@ import torch
 
 from murmur.algorithms.ssfn import LayerwiseConfig
 from murmur.data.datasets import Dataset
+from murmur.metrics.fields import finite_number
 from murmur.metrics.record_types import EvaluationRecord, StopSummary
 from murmur.sections import CollapseConfig
 from murmur.training.setup import Setup
@@ -183,10 +184,10 @@ class HealthWatch:
 def non_finite(record: EvaluationRecord) -> str | None:
     """Why ``record``'s losses say the run diverged (None: they are all numbers)."""
     losses = record.get("test_loss")
-    if isinstance(losses, list) and not all(_finite(loss) for loss in losses):
+    if isinstance(losses, list) and not all(finite_number(loss) is not None for loss in losses):
         return "the test loss is no longer finite"
     train = _field(record, "train_loss")
-    if train is not None and not _finite(train):
+    if train is not None and finite_number(train) is None:
         return "the training loss is no longer finite"
     return None
 
@@ -282,7 +283,3 @@ def _field(record: EvaluationRecord, key: str) -> object:
     """``record[key]`` of a key that only some kinds of record hold (None: absent)."""
     fields: Mapping[str, object] = record
     return fields.get(key)
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
