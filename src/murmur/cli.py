@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from murmur.errors import UsageError, one_line
+from murmur.errors import UsageError, one_line, shortened
 
 REPRODUCIBLE = ("detsgrad", "asysg", "dssfn")
 """The papers ``murmur reproduce`` runs: the keys of :data:`murmur.reproduce.PAPERS`,
@@ -93,9 +93,7 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="simulator: all agents in this process; distributed: this process is one rank "
         "of a torchrun job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)",
     )
-    _add_portable(run)
-    _add_agents_per_rank(run)
-    _add_timeout(run)
+    _add_rank_options(run)
 
 
 def _add_launch(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -126,9 +124,7 @@ def _add_launch(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="restart every rank up to N times after one fails; they continue from the "
         "newest checkpoint all ranks saved, or start over (default 0)",
     )
-    _add_portable(launch)
-    _add_agents_per_rank(launch)
-    _add_timeout(launch)
+    _add_rank_options(launch)
 
 
 def _add_datasets(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -320,7 +316,10 @@ def _add_portable(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_agents_per_rank(parser: argparse.ArgumentParser) -> None:
+def _add_rank_options(parser: argparse.ArgumentParser) -> None:
+    """``--portable``, ``--agents-per-rank`` and ``--timeout``: ``run`` takes them, and
+    ``launch`` hands them to each of its ranks."""
+    _add_portable(parser)
     parser.add_argument(
         "--agents-per-rank",
         type=int,
@@ -329,9 +328,6 @@ def _add_agents_per_rank(parser: argparse.ArgumentParser) -> None:
         help="distributed runtime: each rank holds a block of K consecutive agents "
         "(ranks x K = topology.agents; synchronous SGD algorithms only; default 1)",
     )
-
-
-def _add_timeout(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout",
         type=_seconds,
@@ -500,8 +496,7 @@ def _error_line(message: str) -> None:
 
 
 def _shown_path(path: Any, limit: int = 80) -> str:
-    text = str(path)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shortened(str(path), limit)
 
 
 def _run(
