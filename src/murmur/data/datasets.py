@@ -459,15 +459,7 @@ def _make_synthetic() -> Dataset:
     x = torch.randn(samples, info.features, generator=generator)
     noise = torch.randn(samples, 1, generator=generator)
     y = x @ weight.T + SYNTHETIC_TRUE_BIAS + SYNTHETIC_NOISE * noise
-    return Dataset(
-        name="synthetic",
-        x_train=x[: info.train].contiguous(),
-        y_train=y[: info.train].contiguous(),
-        x_test=x[info.train :].contiguous(),
-        y_test=y[info.train :].contiguous(),
-        task="regression",
-        num_classes=0,
-    )
+    return _split_generated(info, x, y, "regression")
 
 
 def _make_blobs() -> Dataset:
@@ -478,12 +470,17 @@ def _make_blobs() -> Dataset:
     balanced = torch.arange(samples) % info.classes
     y = balanced[torch.randperm(samples, generator=generator)]
     x = means[y] + torch.randn(samples, info.features, generator=generator)
+    return _split_generated(info, x, y, "classification")
+
+
+def _split_generated(info: DatasetInfo, x: torch.Tensor, y: torch.Tensor, task: Task) -> Dataset:
+    """A generated problem's samples: the first ``info.train`` to train on, the rest to test."""
     return Dataset(
-        name="blobs",
+        name=info.name,
         x_train=x[: info.train].contiguous(),
         y_train=y[: info.train].contiguous(),
         x_test=x[info.train :].contiguous(),
         y_test=y[info.train :].contiguous(),
-        task="classification",
+        task=task,
         num_classes=info.classes,
     )
