@@ -41,7 +41,7 @@ from murmur.algorithms.estimates import (
     with_warm,
 )
 from murmur.algorithms.protocols import BuildContext, Transport
-from murmur.algorithms.schedules import SgdConfig
+from murmur.algorithms.schedules import SgdConfig, check_step
 from murmur.errors import UsageError
 from murmur.sections import Step
 from murmur.topology import Graph, consensus_step, mixing_matrix, mixing_operator
@@ -67,8 +67,7 @@ class GossipConfig(CompressionConfig, SgdConfig):
         super().__post_init__()
         if self.gamma != "auto" and not 0 < self.gamma <= 1:
             raise UsageError(f"algorithm.gamma must be in (0, 1] or 'auto', not {self.gamma:g}")
-        if self.b != "auto" and self.b <= 0:
-            raise UsageError(f"algorithm.b must be positive or 'auto', not {self.b}")
+        check_step("algorithm.b", self.b)
 
 
 @dataclass(frozen=True)

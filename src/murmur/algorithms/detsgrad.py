@@ -50,7 +50,7 @@ from murmur.algorithms.estimates import (
 )
 from murmur.algorithms.mixing import mix_descend_drift, mix_descend_norms
 from murmur.algorithms.protocols import BuildContext, Transport
-from murmur.algorithms.schedules import Decaying, SgdConfig
+from murmur.algorithms.schedules import Decaying, SgdConfig, check_step
 from murmur.errors import UsageError
 from murmur.sections import Step
 from murmur.topology import Graph, PerGraph, consensus_step
@@ -79,8 +79,7 @@ class DetsgradConfig(CompressionConfig, SgdConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.b != "auto" and self.b <= 0:
-            raise UsageError(f"algorithm.b must be positive or 'auto', not {self.b}")
+        check_step("algorithm.b", self.b)
         if self.v0 < 0:
             raise UsageError(f"algorithm.v0 must be >= 0, not {self.v0}")
         if self.compress == "lowrank" and self.trigger == "layer":

@@ -48,7 +48,7 @@ from murmur.algorithms.estimates import (
     with_warm,
 )
 from murmur.algorithms.protocols import BuildContext, Transport
-from murmur.algorithms.schedules import Decaying, SgdConfig
+from murmur.algorithms.schedules import Decaying, SgdConfig, check_step
 from murmur.errors import UsageError
 from murmur.sections import Step
 from murmur.topology import Graph, consensus_step
@@ -78,8 +78,7 @@ class DetsgradGtConfig(CompressionConfig, SgdConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.b != "auto" and self.b <= 0:
-            raise UsageError(f"algorithm.b must be positive or 'auto', not {self.b}")
+        check_step("algorithm.b", self.b)
         if self.v0 < 0 or self.vy < 0:
             raise UsageError("algorithm.v0 and algorithm.vy must be >= 0")
         if not 0 <= self.momentum < 1:

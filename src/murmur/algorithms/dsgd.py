@@ -25,8 +25,7 @@ import torch
 
 from murmur.algorithms.mixing import mix_replace, mix_replace_descend
 from murmur.algorithms.protocols import Transport
-from murmur.algorithms.schedules import SgdConfig
-from murmur.errors import UsageError
+from murmur.algorithms.schedules import SgdConfig, check_step
 from murmur.sections import Step
 from murmur.topology import Graph, PerGraph, consensus_step, mixing_operator
 
@@ -50,8 +49,7 @@ class DsgdConfig(SgdConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.b != "auto" and self.b <= 0:
-            raise UsageError(f"algorithm.b must be positive or 'auto', not {self.b}")
+        check_step("algorithm.b", self.b)
 
 
 class DsgdState(NamedTuple):

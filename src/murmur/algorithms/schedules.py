@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from murmur.errors import UsageError
-from murmur.sections import AlgorithmConfig
+from murmur.sections import AlgorithmConfig, Step
 
 Optimizer = Literal["sgd", "momentum", "nesterov", "adam"]
 OPTIMIZERS: tuple[Optimizer, ...] = ("sgd", "momentum", "nesterov", "adam")
@@ -33,6 +33,12 @@ class Decaying:
         if iteration + 1 < self.warmup:
             return step * ((iteration + 1) / self.warmup)
         return step
+
+
+def check_step(key: str, value: Step) -> None:
+    """Refuse a step size ``key`` (``algorithm.b``) that is neither positive nor "auto"."""
+    if value != "auto" and value <= 0:
+        raise UsageError(f"{key} must be positive or 'auto', not {value}")
 
 
 @dataclass(frozen=True)
