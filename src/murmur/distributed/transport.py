@@ -97,6 +97,10 @@ class DistributedTransport:
     use, for the sparse product).
     """
 
+    fused_mix: None = None
+    """No one-pass mixing step: the block mixes what the neighbouring ranks sent
+    through :meth:`mix`."""
+
     def __init__(
         self,
         group: dist.ProcessGroup,
@@ -241,11 +245,6 @@ class DistributedTransport:
     def rejected(self) -> int:
         """Messages from peers refused as malformed."""
         return self._mailbox.rejected
-
-    @property
-    def fused_mix(self) -> None:
-        """None: the block mixes what the neighbouring ranks sent through :meth:`mix`."""
-        return None
 
     @property
     def last_sent(self) -> torch.Tensor:

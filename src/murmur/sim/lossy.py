@@ -85,6 +85,12 @@ class LossyTransport:
     """Delivery between agents held in one process, each message lost with
     probability ``drop``; see the module docstring."""
 
+    fused_mix: None = None
+    """No one-pass mixing step: the mailboxes mix through :meth:`mix`."""
+    compile_fallback: None = None
+    """Nothing to fall back from: a run that loses messages, or whose links go down or
+    graph varies, is never compiled."""
+
     def __init__(
         self,
         graph: Graph,
@@ -404,16 +410,6 @@ class LossyTransport:
             known = (operator, None if active is None else active.clone(), spread)
             self._spreads[id(operator)] = known
         return known[2]
-
-    @property
-    def fused_mix(self) -> None:
-        """None: the mailboxes mix through :meth:`mix`."""
-        return None
-
-    @property
-    def compile_fallback(self) -> None:
-        """None: a run that loses messages, or whose links go down, is never compiled."""
-        return None
 
     @property
     def last_sent(self) -> torch.Tensor:
