@@ -4,9 +4,9 @@ For each number of agents N, ways to train the 784-100-10 MLP on mnist5k with 32
 samples per agent and step are timed in the same process, and their training
 samples per second compared:
 
-- detsgrad, dsgd: the full simulator step of that preset on a ring as
-               ``murmur.sim.simulator.simulate`` runs it (batch sampling,
-               ``StackedModel.loss_and_grad``, the algorithm's step through an
+- detsgrad, dsgd: the full simulator step of that preset on a ring as the
+               simulator runs it (``murmur.training.sgd_loop.train_sgd``: batch
+               sampling, ``StackedModel.loss_and_grad``, the algorithm's step through an
                ``InMemoryTransport``), timed by the simulator's own
                ``train_seconds`` (evaluation excluded); "-compiled" is the same
                with ``run.compile`` on, one fused pass (``murmur.sim.fused``);
@@ -54,9 +54,10 @@ from murmur.data.batches import BatchSampler
 from murmur.models import build_model
 from murmur.registry import ALGORITHMS
 from murmur.seeding import derive_seed
-from murmur.sim.simulator import simulate
+from murmur.sim.simulator import agents_evaluation
 from murmur.sim.transport import InMemoryTransport
 from murmur.training.setup import Setup, build_context, prepare
+from murmur.training.sgd_loop import SgdBlock, SgdHooks, train_sgd
 
 PRESET = "detsgrad"
 """The preset every run starts from (mnist5k, MLP 784-100-10, ring, batch 32)."""
@@ -120,14 +121,12 @@ def murmur_method(
     def run(steps: int) -> float:
         # Each round continues from the models the previous one ended with.
         transport = InMemoryTransport(setup.graph, current["params"], compiled=compiled)
-        trained = simulate(
-            problem,
-            algorithm,
-            transport,
-            current["params"],
-            iterations=steps,
-            eval_every=steps,
-            on_record=lambda record: None,
+        trained = train_sgd(
+            SgdBlock(problem, algorithm, transport, current["params"], problem.sampler.next),
+            steps,
+            steps,
+            agents_evaluation(problem, transport, None, lambda record: None),
+            SgdHooks(),
         )
         current["params"] = trained.params
         current["events"] += transport.counters.events

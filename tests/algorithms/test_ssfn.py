@@ -31,7 +31,7 @@ from murmur.metrics.counters import MessageCounters
 from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.sim.layer_network import SimulatedNetwork as Network
 from murmur.topology import complete, ring
-from murmur.training.layer_loop import train_layerwise
+from murmur.training.layer_loop import LayerData, LayerHooks, train_layerwise
 
 F64 = torch.float64
 
@@ -291,18 +291,11 @@ def _train(config, solver, graph, timing: TimingConfig | None = None, shards=Non
     x_train, y_train, x_test, y_test, node_shards = _data()
     network = _network(graph, timing or TimingConfig())
     records = []
+    data = LayerData(
+        x_train, y_train, x_test, y_test, node_shards if shards is None else shards, CLASSES
+    )
     result = train_layerwise(
-        config,
-        solver,
-        network,
-        x_train,
-        y_train,
-        x_test,
-        y_test,
-        node_shards if shards is None else shards,
-        CLASSES,
-        seed=SEED,
-        on_record=records.append,
+        config, solver, network, data, SEED, LayerHooks(on_record=records.append)
     )
     return result, network, records
 

@@ -80,18 +80,21 @@ def test_growth_with_the_authors_draws_gives_their_widths_and_accuracy(seed, lay
         compute=ComputeTimes(timing, 1, seed=1),
         links=LinkDelays(timing),
     )
-    result = layerwise.train_layerwise(
-        config,
-        CentralSolver(config),
-        network,
+    layer_data = layerwise.LayerData(
         data.x_train,
         data.y_train,
         data.x_test,
         data.y_test,
         [torch.arange(len(data.y_train))],
         data.num_classes,
-        seed=seed,
-        on_record=lambda record: None,
+    )
+    result = layerwise.train_layerwise(
+        config,
+        CentralSolver(config),
+        network,
+        layer_data,
+        seed,
+        layerwise.LayerHooks(on_record=lambda record: None),
     )
     widths, correct = AUTHORS[(seed, layers)]
     assert result.sizes == widths

@@ -58,6 +58,7 @@ from murmur.metrics.record_types import EvaluationRecord, LayerRecord
 from murmur.metrics.records import Outcome
 from murmur.topology import Graph
 from murmur.training.layer_loop import (
+    LayerHooks,
     LayerProgress,
     LayerSnapshot,
     LayerwiseResult,
@@ -242,22 +243,21 @@ def train_layerwise_rank(
     solver: LayerSolver,
     rank: int,
     timeout: float = DEFAULT_TIMEOUT,
-    on_record: Callable[[LayerRecord], None] = lambda record: None,
+    hooks: LayerHooks | None = None,
     network_out: list[DistributedNetwork] | None = None,
     progress: bool = False,
-    saves: RankCheckpoints | None = None,
     resumed: dict[str, Any] | None = None,
-    on_layer: Callable[[LayerProgress], None] | None = None,
 ) -> tuple[LayerwiseResult, MessageCounters]:
     """Node ``rank`` of a layer-wise run (dSSFN, synchronous or asynchronous) in a
     joined process group: its shard's layers, messages with its neighbours.
     Returns its result (output matrices (1, Q, n); records of its own node) and its
-    message counters. ``network_out``: the rank's :class:`DistributedNetwork` is
+    message counters. ``hooks``: where its node's records go (``on_record``),
+    ``on_layer``, and where and how often the rank saves its part (``checkpoints``,
+    synchronous dSSFN); the rank saves its network's snapshot and stops on the run's
+    ``stop_requested``. ``network_out``: the rank's :class:`DistributedNetwork` is
     appended to it (for its control-message and rejection counts, and the
     neighbours an asynchronous run dropped). ``progress``: a bar of the layers.
-    ``saves``: where and how often the rank saves its part (synchronous dSSFN);
-    ``resumed``: the part it saved, to continue from (:func:`restore_layers`);
-    ``on_layer``: given the progress after each layer."""
+    ``resumed``: the part it saved, to continue from (:func:`restore_layers`)."""
     graph = setup.graph
     network = DistributedNetwork(
         graph=graph,
@@ -268,17 +268,14 @@ def train_layerwise_rank(
     if network_out is not None:
         network_out.append(network)
     start = network.resume(resumed) if resumed is not None else None
+    given = hooks if hooks is not None else LayerHooks()
+    saving = given.checkpoints is not None
+    rank_hooks = dataclasses.replace(
+        given, snapshot=network.snapshot if saving else None, stop=setup.stop_requested
+    )
     try:
         trained = train_layerwise_run(
-            dataclasses.replace(setup, checkpoints=saves),
-            solver,
-            network,
-            [setup.shards[rank]],
-            on_record,
-            progress,
-            start,
-            network.snapshot if saves is not None else None,
-            on_layer,
+            setup, solver, network, [setup.shards[rank]], rank_hooks, progress, start
         )
         network.close()
     except PeerFailure as failure:
@@ -344,17 +341,20 @@ def run_layerwise_rank(
     stream = None
     if not isinstance(setup.config.algorithm, DssfnAsyncConfig):
         stream = LayerStream(rank, on_record, timeout, lambda: networks[0])
+    hooks = LayerHooks(
+        on_record=records.append,
+        checkpoints=saves if saves is not None and saves.every > 0 else None,
+        on_layer=stream,
+    )
     trained, counters = train_layerwise_rank(
         setup,
         solver,
         rank,
         timeout=timeout,
-        on_record=records.append,
+        hooks=hooks,
         network_out=networks,
         progress=progress,
-        saves=saves if saves is not None and saves.every > 0 else None,
         resumed=resumed,
-        on_layer=stream,
     )
     network = networks[0]
     local = _RankResults.of(records, trained, counters, network)

@@ -51,7 +51,14 @@ from murmur.training.plan import Plan
 from murmur.training.reducer import AgentTotals, run_outcome
 from murmur.training.setup import Problem, SgdSetup
 from murmur.training.sgd_checkpoint import SgdSnapshot, resume_sgd, sgd_snapshot
-from murmur.training.sgd_loop import Evaluation, SgdProgress, SgdTrained, train_sgd
+from murmur.training.sgd_loop import (
+    Evaluation,
+    SgdBlock,
+    SgdHooks,
+    SgdProgress,
+    SgdTrained,
+    train_sgd,
+)
 
 __all__ = ["RankTotals", "Restored", "agreed_sgd", "train_rank"]
 
@@ -232,20 +239,21 @@ def _train(
         saved["agents_per_rank"] = block
         return saved
 
-    return train_sgd(
+    sgd_block = SgdBlock(
         problem,
         algorithm,
         transport,
         setup.initial[agents[0] : agents[-1] + 1],
         lambda: torch.stack([problem.sampler.next_for(agent) for agent in agents]),
+    )
+    return train_sgd(
+        sgd_block,
         config.run.iterations,
         config.run.eval_every,
         evaluate,
+        SgdHooks(checkpoints=saves, snapshot=snapshot, after_step=records.collect),
         progress=progress,
         start=start,
-        checkpoints=saves,
-        snapshot=snapshot,
-        after_step=records.collect,
     )
 
 

@@ -1,22 +1,23 @@
-"""The in-process simulator: all agents in one process, agent axis first.
+"""The simulator's synchronous SGD rounds: their virtual clock and the evaluation of
+every agent.
 
 The shared SGD loop (:mod:`murmur.training.sgd_loop`) steps all N agents as one
 block: each iteration every agent draws a mini-batch from its shard, the
 gradients of all N model copies come from one batched call, and the algorithm
 steps all agents at once, talking through an in-memory transport. The virtual
-clock adds each round's duration; evaluation records are handed to a callback
-every ``eval_every`` iterations and at the end.
+clock (:class:`RoundClock`) adds each round's duration; each evaluation measures
+the agents and the average model (:func:`agents_evaluation`) every
+``eval_every`` iterations and at the end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from murmur.algorithms.protocols import Algorithm, Transport
+from murmur.algorithms.protocols import Transport
 from murmur.metrics.evaluation import (
     average_model_columns,
     consensus_distance,
@@ -24,10 +25,9 @@ from murmur.metrics.evaluation import (
 )
 from murmur.metrics.record_types import EvaluationRecord, SgdRecord
 from murmur.sim.events import ComputeTimes, LinkDelays
-from murmur.training.checkpoint import Checkpoints
 from murmur.training.reducer import AgentRows, sgd_record
 from murmur.training.setup import Problem
-from murmur.training.sgd_loop import Evaluation, SgdProgress, SgdTrained, train_sgd
+from murmur.training.sgd_loop import Evaluation
 
 
 @dataclass
@@ -50,27 +50,15 @@ class RoundClock:
         return seconds + (self.links.seconds(message_bytes) if message_bytes > 0 else 0.0)
 
 
-def simulate(
+def agents_evaluation(
     problem: Problem,
-    algorithm: Algorithm,
     transport: Transport,
-    initial: torch.Tensor,
-    iterations: int,
-    eval_every: int,
+    measured: torch.Tensor | None,
     on_record: Callable[[EvaluationRecord], None],
-    progress: bool = False,
-    clock: RoundClock | None = None,
-    start: SgdProgress | None = None,
-    checkpoints: Checkpoints | None = None,
-    snapshot: Callable[[SgdProgress], Mapping[str, Any]] | None = None,
-    measured: torch.Tensor | None = None,
-    stop: Callable[[], bool] | None = None,
-) -> SgdTrained:
-    """Run ``iterations`` steps of ``algorithm`` from stacked ``initial`` parameters
-    (every agent), handing each evaluation's record to ``on_record``; ``start``,
-    ``checkpoints`` and ``snapshot`` as in :func:`~murmur.training.sgd_loop.train_sgd`;
-    ``measured``: the agents each evaluation measures (None: all), besides the average
-    model of all of them; ``stop``: asked before every step, true ends the run there."""
+) -> Callable[[Evaluation], SgdRecord]:
+    """The loop's ``evaluate`` for every agent of the simulator: each evaluation's
+    record, handed to ``on_record``, of the agents ``measured`` (None: all of them)
+    on the test set, besides the average model of all of them."""
 
     def evaluate(at: Evaluation) -> SgdRecord:
         test = (problem.x_test, problem.y_test)
@@ -92,19 +80,4 @@ def simulate(
         on_record(record)
         return record
 
-    return train_sgd(
-        problem,
-        algorithm,
-        transport,
-        initial,
-        problem.sampler.next,
-        iterations,
-        eval_every,
-        evaluate,
-        progress=progress,
-        round_seconds=clock.round_seconds if clock is not None else None,
-        start=start,
-        checkpoints=checkpoints,
-        snapshot=snapshot,
-        stop=stop,
-    )
+    return evaluate

@@ -10,7 +10,9 @@ its own shard, test accuracy on the whole test set) and one record is written.
 Centralized SSFN may grow itself (``algorithm.grow``): random nodes are added
 in steps while the training error improves enough, then layers likewise.
 
-A runtime that saves checkpoints is handed the :class:`LayerProgress` after
+A runtime hands the loop the data (:class:`LayerData`) and what it adds
+(:class:`LayerHooks`: where each record goes, checkpoints, a rule that stops the
+run). One that saves checkpoints is handed the :class:`LayerProgress` after
 every ``checkpoint_every`` layers; a run continued from one rebuilds the layer
 features from the kept output matrices and the seeded random weights.
 """
@@ -177,50 +179,86 @@ class LayerProgress:
         )
 
 
+@dataclass(frozen=True)
+class LayerData:
+    """What a layer-wise run learns from: the training and test sets, each node's shard
+    (indices of training rows) and the number of classes."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    shards: list[torch.Tensor]
+    classes: int
+
+
+@dataclass(frozen=True)
+class LayerHooks:
+    """What a runtime adds to the layer-wise loop, each part optional."""
+
+    on_record: Callable[[LayerRecord], None] | None = None
+    """Given each kept layer's record (layer 0's too)."""
+    checkpoints: Checkpoints | None = None
+    """Where to save, when due, what ``snapshot`` makes of the progress."""
+    snapshot: Callable[[LayerProgress], Mapping[str, Any]] | None = None
+    on_layer: Callable[[LayerProgress], None] | None = None
+    """Given the progress after each layer kept, after its record's ``on_record``."""
+    stop: Callable[[], bool] | None = None
+    """Asked before every layer; true ends the run at the layer just kept (a rule of
+    ``[collapse]`` stopped it)."""
+
+    def tell(self, at: LayerProgress) -> None:
+        """Hand the layer just kept to ``on_record`` (its record) and ``on_layer``."""
+        if self.on_record is not None:
+            self.on_record(at.records[-1])
+        if self.on_layer is not None:
+            self.on_layer(at)
+
+
+@dataclass(frozen=True)
+class _Solving:
+    """What every layer of a run is solved with: the algorithm's config, the solver, the
+    network it talks through, the norm bound of the output matrices and the seed of
+    the random weights."""
+
+    config: LayerwiseConfig
+    solver: LayerSolver
+    network: LayerNetwork
+    radius: float
+    seed: int
+
+
 def train_layerwise(
     config: LayerwiseConfig,
     solver: LayerSolver,
     network: LayerNetwork,
-    x_train: torch.Tensor,
-    y_train: torch.Tensor,
-    x_test: torch.Tensor,
-    y_test: torch.Tensor,
-    shards: list[torch.Tensor],
-    classes: int,
+    data: LayerData,
     seed: int,
-    on_record: Callable[[LayerRecord], None],
+    hooks: LayerHooks,
+    *,
     progress: bool = False,
     start: LayerProgress | None = None,
-    checkpoints: Checkpoints | None = None,
-    snapshot: Callable[[LayerProgress], Mapping[str, Any]] | None = None,
-    on_layer: Callable[[LayerProgress], None] | None = None,
-    stop: Callable[[], bool] | None = None,
 ) -> LayerwiseResult:
-    """Train layer 0 and then ``config.layers`` layers (fewer when growing stops).
+    """Train layer 0 and then ``config.layers`` layers (fewer when growing stops) on the
+    nodes of ``data.shards``; ``seed`` draws every layer's random weights.
 
     ``start``: continue after this layer of an earlier run (its records are written).
-    ``checkpoints``: where to save, when due, what ``snapshot`` makes of the progress.
-    ``on_layer``: given the progress after each layer trained, its record's.
-    ``stop()``: asked before every layer; true ends the run at the layer just kept (a
-    rule of ``[collapse]`` stopped it).
     """
     started = time.perf_counter()
-    state = _LayerState.first(x_train, y_train, x_test, y_test, shards, classes)
+    state = _LayerState.first(data)
     growing = config if isinstance(config, SsfnConfig) and config.grow else None
-    radius = norm_bound(config, classes)
+    solving = _Solving(config, solver, network, norm_bound(config, data.classes), seed)
     if start is None:
-        start = _layer_zero(state, solver, network, config, started)
-        _tell(start, on_record, on_layer)
+        start = _layer_zero(state, solving, started)
+        hooks.tell(start)
     else:
-        state = _replayed(state, start.history, classes, seed)
+        state = _replayed(state, start.history, data.classes, seed)
     at = start.copy()
     bar = progress_bar(progress, config.layers, initial=start.layer, unit="layer")
     for layer in range(start.layer + 1, config.layers + 1):
-        if stop is not None and stop():
+        if hooks.stop is not None and hooks.stop():
             break
-        next_state, solution, iterations = _layer_after(
-            state, at.history[-1], solver, network, config, layer, radius, seed
-        )
+        next_state, solution, iterations = _layer_after(state, at.history[-1], solving, layer)
         record, rows = next_state.evaluate(
             layer, solution, network, started, at.iterations + iterations, at.rows[-1]
         )
@@ -229,37 +267,22 @@ def train_layerwise(
             break
         state = next_state
         at.keep(layer, solution, rows, record, iterations)
-        _tell(at, on_record, on_layer)
-        if checkpoints is not None and snapshot is not None:
-            if checkpoints.due(layer, config.layers):
-                checkpoints.save(layer, snapshot(replace(at)))
+        hooks.tell(at)
+        if hooks.checkpoints is not None and hooks.snapshot is not None:
+            if hooks.checkpoints.due(layer, config.layers):
+                hooks.checkpoints.save(layer, hooks.snapshot(replace(at)))
         bar.update(1)
         bar.set_postfix(acc=f"{record['accuracy_mean']:.3f}")
     bar.close()
     return at.result(time.perf_counter() - started, network.virtual_seconds)
 
 
-def _tell(
-    at: LayerProgress,
-    on_record: Callable[[LayerRecord], None],
-    on_layer: Callable[[LayerProgress], None] | None,
-) -> None:
-    """Hand the layer just kept to ``on_record`` (its record) and ``on_layer``."""
-    on_record(at.records[-1])
-    if on_layer is not None:
-        on_layer(at)
-
-
-def _layer_zero(
-    state: _LayerState,
-    solver: LayerSolver,
-    network: LayerNetwork,
-    config: LayerwiseConfig,
-    started: float,
-) -> LayerProgress:
+def _layer_zero(state: _LayerState, solving: _Solving, started: float) -> LayerProgress:
     """Where a run stands after layer 0, the ridge problem on the inputs themselves."""
+    network = solving.network
     network.begin_layer(0)
-    solution = _solve(state, solver, Ridge(config.lam), network, [0.0] * len(state.inputs))
+    ridge = Ridge(solving.config.lam)
+    solution = _solve(state, solving.solver, ridge, network, [0.0] * len(state.inputs))
     record, rows = state.evaluate(0, solution, network, started, max(solution.steps), None)
     return LayerProgress(0, [solution.outputs], [], max(solution.steps), [rows], [record])
 
@@ -280,36 +303,32 @@ def train_layerwise_run(
     solver: LayerSolver,
     network: LayerNetwork,
     shards: list[torch.Tensor],
-    on_record: Callable[[LayerRecord], None],
+    hooks: LayerHooks,
     progress: bool = False,
     start: LayerProgress | None = None,
-    snapshot: Callable[[LayerProgress], Mapping[str, Any]] | None = None,
-    on_layer: Callable[[LayerProgress], None] | None = None,
 ) -> LayerwiseResult:
     """:func:`train_layerwise` on a prepared run (``experiment.prepare``): its
-    algorithm config, dataset and seed, on the nodes of ``shards``; its checkpoints
-    (``setup.checkpoints``) are saved with ``snapshot`` when given."""
+    algorithm config, dataset and seed, on the nodes of ``shards``."""
     config, dataset = setup.config, setup.dataset
     if not isinstance(config.algorithm, LayerwiseConfig):
         raise TypeError(f"{config.algorithm.name} is not trained layer by layer")
-    return train_layerwise(
-        config.algorithm,
-        solver,
-        network,
+    data = LayerData(
         dataset.x_train,
         dataset.y_train,
         dataset.x_test,
         dataset.y_test,
         shards,
         dataset.num_classes,
-        seed=derive_seed(config.run.seed, "ssfn"),
-        on_record=on_record,
+    )
+    return train_layerwise(
+        config.algorithm,
+        solver,
+        network,
+        data,
+        derive_seed(config.run.seed, "ssfn"),
+        hooks,
         progress=progress,
         start=start,
-        checkpoints=setup.checkpoints,
-        snapshot=snapshot,
-        on_layer=on_layer,
-        stop=setup.stop_requested,
     )
 
 
@@ -324,22 +343,15 @@ class _LayerState:
     test_labels: torch.Tensor
 
     @classmethod
-    def first(
-        cls,
-        x_train: torch.Tensor,
-        y_train: torch.Tensor,
-        x_test: torch.Tensor,
-        y_test: torch.Tensor,
-        shards: list[torch.Tensor],
-        classes: int,
-    ) -> _LayerState:
+    def first(cls, data: LayerData) -> _LayerState:
         """Layer 0's features: each node's shard of the inputs, in float64."""
+        shards, y_train = data.shards, data.y_train
         return cls(
-            [x_train[shard].to(torch.float64) for shard in shards],
-            [one_hot(y_train[shard], classes) for shard in shards],
+            [data.x_train[shard].to(torch.float64) for shard in shards],
+            [one_hot(y_train[shard], data.classes) for shard in shards],
             [y_train[shard] for shard in shards],
-            [x_test.to(torch.float64)] * len(shards),
-            y_test,
+            [data.x_test.to(torch.float64)] * len(shards),
+            data.y_test,
         )
 
     def advanced(self, outputs: torch.Tensor, weights: torch.Tensor) -> _LayerState:
@@ -472,69 +484,56 @@ def _solve(
 
 
 def _layer_after(
-    state: _LayerState,
-    outputs: torch.Tensor,
-    solver: LayerSolver,
-    network: LayerNetwork,
-    config: LayerwiseConfig,
-    layer: int,
-    radius: float,
-    seed: int,
+    state: _LayerState, outputs: torch.Tensor, solving: _Solving, layer: int
 ) -> tuple[_LayerState, LayerSolution, int]:
     """Layer ``layer``, after the one whose output matrices are ``outputs``: grown node
-    by node where ``config`` grows (SSFN's ``grow``), else of ``config.nodes`` random
+    by node where the config grows (SSFN's ``grow``), else of ``config.nodes`` random
     nodes; its features, its solution and the iterations it took."""
+    config = solving.config
     if isinstance(config, SsfnConfig) and config.grow:
-        return _grow_layer(state, outputs, solver, network, config, layer, radius, seed)
-    return _next_layer(state, outputs, solver, network, config, layer, radius, seed)
+        return _grow_layer(state, outputs, solving, config, layer)
+    return _next_layer(state, outputs, solving, layer)
 
 
 def _next_layer(
     state: _LayerState,
     outputs: torch.Tensor,
-    solver: LayerSolver,
-    network: LayerNetwork,
-    config: LayerwiseConfig,
+    solving: _Solving,
     layer: int,
-    radius: float,
-    seed: int,
     nodes: int | None = None,
 ) -> tuple[_LayerState, LayerSolution, int]:
     """The next layer with ``nodes`` random nodes (``config.nodes`` by default): its
     features, its solution and the most iterations a node took."""
-    nodes = config.nodes if nodes is None else nodes
+    nodes = solving.config.nodes if nodes is None else nodes
+    network = solving.network
     network.begin_layer(layer)
     previous = state.inputs[0].shape[1]
-    weights = random_weights(seed, layer, nodes, previous)
+    weights = random_weights(solving.seed, layer, nodes, previous)
     next_state = state.advanced(outputs, weights)
     width = next_state.inputs[0].shape[1]
     feature_flops = [matmul_flops(y.shape[0], previous, width) for y in state.inputs]
-    solution = _solve(next_state, solver, Ball(radius), network, feature_flops)
+    ball = Ball(solving.radius)
+    solution = _solve(next_state, solving.solver, ball, network, feature_flops)
     return next_state, solution, max(solution.steps)
 
 
 def _grow_layer(
     state: _LayerState,
     outputs: torch.Tensor,
-    solver: LayerSolver,
-    network: LayerNetwork,
+    solving: _Solving,
     config: SsfnConfig,
     layer: int,
-    radius: float,
-    seed: int,
 ) -> tuple[_LayerState, LayerSolution, int]:
     """From zero random nodes, add ``node_step`` at a time while the training NME
     improves enough: the best layer's features and solution, and the iterations of
-    every layer tried."""
-    best_state, best, used = _next_layer(
-        state, outputs, solver, network, config, layer, radius, seed, nodes=0
-    )
+    every layer tried (``config`` is ``solving.config``, growing)."""
+    best_state, best, used = _next_layer(state, outputs, solving, layer, nodes=0)
     best_error = _train_nme(best_state, best.outputs)
     count = 0
     while count < config.nodes:
         count = min(count + config.node_step, config.nodes)
         candidate_state, candidate, iterations = _next_layer(
-            state, outputs, solver, network, config, layer, radius, seed, nodes=count
+            state, outputs, solving, layer, nodes=count
         )
         used += iterations
         error = _train_nme(candidate_state, candidate.outputs)

@@ -4,9 +4,11 @@ The block is every agent in the simulator and a rank's agents (one, or
 ``--agents-per-rank``) in the distributed runtime: each iteration the block
 draws its mini-batches, takes the gradients of all its model copies in one
 batched call, and the algorithm steps the block, talking through the
-transport it is given. Every ``eval_every``
-iterations and at the end (and once before the first step) the runtime's
-``evaluate`` measures the block.
+transport it is given (the three, with the block's initial parameters and
+batch stream, one :class:`SgdBlock`). Every ``eval_every`` iterations and at the
+end (and once before the first step) the runtime's ``evaluate`` measures the
+block; what else a runtime adds (a virtual clock, checkpoints, a call after each
+step, a rule that stops the run) comes as one :class:`SgdHooks`.
 """
 
 from __future__ import annotations
@@ -112,60 +114,86 @@ class SgdProgress:
         }
 
 
+@dataclass(frozen=True)
+class SgdBlock:
+    """What the loop trains: a block of agents of ``problem``, stepped by ``algorithm``
+    through ``transport``."""
+
+    problem: Problem
+    algorithm: Algorithm
+    transport: Transport
+    initial: torch.Tensor
+    """The block's initial parameters, (block, P)."""
+    draw: Callable[[], torch.Tensor]
+    """The block's next mini-batch indices, (block, batch)."""
+
+
+@dataclass(frozen=True)
+class SgdHooks:
+    """What a runtime adds to the loop, each part optional."""
+
+    round_seconds: Callable[[int], float] | None = None
+    """The virtual duration of an iteration whose largest message had that many bytes,
+    0 when nothing was sent (the simulator's clock; None keeps no virtual time)."""
+    checkpoints: Checkpoints | None = None
+    """Where to save, when due (after that iteration's evaluation), what ``snapshot``
+    makes of the loop's progress: the runtime's whole state."""
+    snapshot: Callable[[SgdProgress], Mapping[str, Any]] | None = None
+    after_step: Callable[[], None] | None = None
+    """Called at the end of every iteration (a distributed rank collects the evaluations
+    the ranks have finished summing)."""
+    stop: Callable[[], bool] | None = None
+    """Asked before every step; true ends the loop there, after the evaluation that made
+    it so (a rule of ``[collapse]`` stopped the run)."""
+
+    def checkpoint_due(self, done: int, iterations: int) -> bool:
+        """Whether a checkpoint is saved after iteration ``done``."""
+        return (
+            self.checkpoints is not None
+            and self.snapshot is not None
+            and self.checkpoints.due(done, iterations)
+        )
+
+
 def train_sgd(
-    problem: Problem,
-    algorithm: Algorithm,
-    transport: Transport,
-    initial: torch.Tensor,
-    draw: Callable[[], torch.Tensor],
+    block: SgdBlock,
     iterations: int,
     eval_every: int,
     evaluate: Callable[[Evaluation], EvaluationRecord | None],
+    hooks: SgdHooks,
     *,
     progress: bool = False,
-    round_seconds: Callable[[int], float] | None = None,
     start: SgdProgress | None = None,
-    checkpoints: Checkpoints | None = None,
-    snapshot: Callable[[SgdProgress], Mapping[str, Any]] | None = None,
-    after_step: Callable[[], None] | None = None,
-    stop: Callable[[], bool] | None = None,
 ) -> SgdTrained:
-    """Step ``algorithm`` ``iterations`` times from the block's ``initial`` parameters.
+    """Step the block's algorithm ``iterations`` times from its initial parameters,
+    evaluating every ``eval_every`` iterations, at the end and (from the start) once
+    before the first step.
 
-    ``draw()`` gives the block's next mini-batch indices, (block, batch).
-    ``round_seconds(message_bytes)``: the virtual duration of an iteration whose
-    largest message had ``message_bytes`` bytes, 0 when nothing was sent (the
-    simulator's clock; None keeps no virtual time).
     ``evaluate`` may return the record it made, for the progress bar.
     ``start``: continue from this point of an earlier run (its evaluations are done).
-    ``checkpoints``: where to save, when due (after that iteration's evaluation), what
-    ``snapshot`` makes of the loop's progress: the runtime's whole state.
-    ``after_step()``: called at the end of every iteration (a distributed rank collects
-    the evaluations the ranks have finished summing).
-    ``stop()``: asked before every step; true ends the loop there, after the evaluation
-    that made it so (a rule of ``[collapse]`` stopped the run).
     """
+    algorithm, round_seconds = block.algorithm, hooks.round_seconds
     started = time.perf_counter()
     if start is None:
-        start = SgdProgress(0, algorithm.init(initial), 0, 0.0, 0.0, 0)
+        start = SgdProgress(0, algorithm.init(block.initial), 0, 0.0, 0.0, 0)
         evaluate(Evaluation(0, algorithm.params(start.state), 0, None, 0.0, 0.0))
     at = replace(start, unread_losses=[], unread_messages=[])
-    batch = BatchRows(problem.x_train, problem.y_train)
+    batch = BatchRows(block.problem.x_train, block.problem.y_train)
     bar = progress_bar(progress, iterations, initial=start.done)
     for iteration in range(start.done, iterations):
-        if stop is not None and stop():
+        if hooks.stop is not None and hooks.stop():
             break
-        _step(at, problem, algorithm, transport, batch, draw, iteration, round_seconds)
+        _step(at, block, batch, iteration, round_seconds)
         evaluating = at.done % eval_every == 0 or at.done == iterations
-        saving = _checkpoint_due(checkpoints, snapshot, at.done, iterations)
+        saving = hooks.checkpoint_due(at.done, iterations)
         if evaluating or saving:
             _settle(at, round_seconds)
         if evaluating:
             _evaluate(at, algorithm, evaluate, time.perf_counter() - started, bar)
-        if saving and checkpoints is not None and snapshot is not None:
-            checkpoints.save(at.done, snapshot(replace(at)))
-        if after_step is not None:
-            after_step()
+        if saving and hooks.checkpoints is not None and hooks.snapshot is not None:
+            hooks.checkpoints.save(at.done, hooks.snapshot(replace(at)))
+        if hooks.after_step is not None:
+            hooks.after_step()
         bar.update(1)
     bar.close()
     _settle(at, round_seconds)
@@ -191,19 +219,20 @@ def _evaluate(
 
 def _step(
     at: SgdProgress,
-    problem: Problem,
-    algorithm: Algorithm,
-    transport: Transport,
+    block: SgdBlock,
     batch: BatchRows,
-    draw: Callable[[], torch.Tensor],
     iteration: int,
     round_seconds: Callable[[int], float] | None,
 ) -> None:
-    """Step ``iteration`` of the block on the mini-batches ``draw()`` gives: ``at`` moves
-    on by it, its real and (with ``round_seconds``) virtual time and its loss counted."""
+    """Step ``iteration`` of the block on the mini-batches its ``draw()`` gives: ``at``
+    moves on by it, its real and (with ``round_seconds``) virtual time and its loss
+    counted."""
+    algorithm, transport = block.algorithm, block.transport
     step_started = time.perf_counter()
-    indices = draw()
-    losses, grads = problem.model.loss_and_grad(algorithm.params(at.state), *batch.take(indices))
+    indices = block.draw()
+    losses, grads = block.problem.model.loss_and_grad(
+        algorithm.params(at.state), *batch.take(indices)
+    )
     before = _sent_so_far(transport) if round_seconds is not None else None
     at.state = algorithm.step(at.state, grads, iteration, transport)
     at.train_seconds += time.perf_counter() - step_started
@@ -253,16 +282,6 @@ class BatchRows:
             self._x.view(*indices.shape, *self.x.shape[1:]),
             self._y.view(*indices.shape, *self.y.shape[1:]),
         )
-
-
-def _checkpoint_due(
-    checkpoints: Checkpoints | None,
-    snapshot: Callable[[SgdProgress], Mapping[str, Any]] | None,
-    done: int,
-    iterations: int,
-) -> bool:
-    """Whether a checkpoint is saved after iteration ``done``."""
-    return checkpoints is not None and snapshot is not None and checkpoints.due(done, iterations)
 
 
 def _sent_so_far(transport: Transport) -> tuple[torch.Tensor, torch.Tensor]:
