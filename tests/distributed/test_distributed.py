@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,17 +23,17 @@ from ranks import (
     assert_others_stop_naming,
     assert_records_match,
     drive,
-    free_port,
+    launch,
     launch_beside_the_simulator,
     read_records,
+    torchrun_machines,
 )
 from small_runs import RUN_FILES
 
 from murmur.cli import main
 from murmur.config import load_experiment
-from murmur.distributed.group import loopback_interface
 from murmur.experiment import run
-from murmur.registry import ALGORITHMS
+from murmur.registry import ALGORITHMS, Ability
 
 TOML = """
 [run]
@@ -199,8 +196,7 @@ def test_launch_forks_the_ranks_and_rank_0_writes_the_run_folder(tmp_path):
     path = write_config(tmp_path, DETSGRAD, iterations=20, agents=2)
     out = tmp_path / "run"
     argv = ["launch", "--nproc", "2", str(path), "--out", str(out), "--quiet"]
-    command = [sys.executable, "-m", "murmur", *argv, "--port", str(free_port()), "--timeout", "20"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    done = launch([*argv, "--timeout", "20"])
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert "detsgrad" in done.stdout and str(out) in done.stdout
@@ -217,36 +213,9 @@ def test_two_torchrun_agents_form_one_job_as_two_machines_would(tmp_path):
     gives the simulator's events and messages."""
     path = write_config(tmp_path, DETSGRAD, iterations=40)
     out = tmp_path / "run"
-    rendezvous = [
-        "--nnodes=2",
-        "--nproc-per-node=2",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-        "--rdzv-id=two-machines",
-    ]
     rank_argv = ["-m", "murmur", "run", str(path), "--runtime", "distributed", "--out", str(out)]
-    command = [sys.executable, "-m", "torch.distributed.run", *rendezvous, *rank_argv]
-    environ = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "GLOO_SOCKET_IFNAME": loopback_interface() or "lo",
-    }
-    machines = [
-        subprocess.Popen(
-            [*command, "--quiet", "--timeout", "20"],
-            env=environ,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    try:
-        results = [machine.communicate(timeout=120) for machine in machines]
-    finally:
-        for machine in machines:
-            machine.kill()
-    assert [machine.returncode for machine in machines] == [0, 0], results
+    machines = torchrun_machines([*rank_argv, "--quiet", "--timeout", "20"], 2, 2, timeout=120)
+    assert [machine.returncode for machine in machines] == [0, 0], machines
     summary = json.loads((out / "summary.json").read_text())
     ((_, config),) = load_experiment(str(path)).runs
     simulated = run(config)
@@ -272,10 +241,7 @@ def test_timing_settings_get_one_note_from_rank_0_as_real_time_ignores_them(tmp_
 def test_launch_ends_with_the_failed_ranks_status_and_their_lines_not_a_traceback(tmp_path):
     path = write_config(tmp_path, DSGD, iterations=20, agents=2)
     argv = ["launch", "--nproc", "2", str(path), "--out", str(tmp_path / "run"), "--quiet"]
-    command = [sys.executable, "-m", "murmur", *argv, "--port", str(free_port())]
-    done = subprocess.run(
-        [*command, "--timeout", "0.0001"], capture_output=True, text=True, timeout=90
-    )
+    done = launch([*argv, "--timeout", "0.0001"])
     assert done.returncode == 2
     # One line per rank that got to say it (the launcher stops the other at the first failure).
     # Rank 0 hosts the store and waits for the others; rank 1 may time out before rank 0's
@@ -357,7 +323,7 @@ def test_the_registry_decides_which_runtimes_run_an_algorithm(capsys, tmp_path, 
     spec = dataclasses.replace(
         member,
         capabilities=dataclasses.replace(
-            member.capabilities, runtimes=("simulator",), instead="run it in the simulator"
+            member.capabilities, runtimes=Ability(("simulator",), "run it in the simulator")
         ),
     )
     monkeypatch.setitem(ALGORITHMS, "dsgd", spec)

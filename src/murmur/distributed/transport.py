@@ -1,6 +1,6 @@
 """The transport of the distributed runtime: a block of agents per rank (one by default),
 messages through its :class:`~murmur.distributed.mailbox.Mailbox` and
-:class:`~murmur.distributed.mailbox.Outbox`.
+:class:`~murmur.distributed.outbox.Outbox`.
 
 Synchronous algorithms stay in lockstep without barriers: before mixing, a
 rank waits (with a deadline) for each neighbour's message of the same
@@ -40,15 +40,11 @@ import torch.distributed as dist
 
 from murmur.algorithms.compressors import Compressor
 from murmur.algorithms.estimates import EstimateUpdate, Segments, add_packed, max_packed_words
-from murmur.distributed.mailbox import (
-    Envelope,
-    Kind,
-    Mailbox,
-    Outbox,
-    PeerFailure,
-    PeerTimeout,
-    rank_list,
-)
+from murmur.distributed.failures import PeerFailure, PeerTimeout
+from murmur.distributed.mailbox import Mailbox
+from murmur.distributed.outbox import Outbox
+from murmur.distributed.wire import Envelope, Kind
+from murmur.distributed.wording import rank_list
 from murmur.metrics.counters import MessageCounters
 from murmur.topology import Graph, as_sparse
 

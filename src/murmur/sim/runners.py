@@ -19,9 +19,10 @@ from murmur.sim.events import ComputeTimes, EventLoop, LinkDelays
 from murmur.sim.faults import FaultyAlgorithm, NetworkSchedule, VaryingGraph, crashed_agents
 from murmur.sim.layer_network import SimulatedNetwork
 from murmur.sim.lossy import LossyTransport
-from murmur.sim.simulator import RoundClock, simulate
+from murmur.sim.simulator import RoundClock, agents_evaluation
 from murmur.sim.transport import InMemoryTransport
 from murmur.training.layer_loop import (
+    LayerHooks,
     LayerProgress,
     LayerSnapshot,
     layerwise_extra,
@@ -31,7 +32,7 @@ from murmur.training.reducer import AgentTotals, run_outcome
 from murmur.training.runs import OnRecord
 from murmur.training.setup import LayerSetup, SgdSetup
 from murmur.training.sgd_checkpoint import SgdSnapshot, resume_sgd, sgd_snapshot
-from murmur.training.sgd_loop import SgdProgress, SgdTrained
+from murmur.training.sgd_loop import SgdBlock, SgdHooks, SgdProgress, SgdTrained, train_sgd
 
 
 def run_sgd(
@@ -77,21 +78,19 @@ def run_sgd(
     start = None
     if resumed is not None:
         start = _resume(resumed, setup, algorithm, transport, schedule, clock, initial)
-    trained = simulate(
-        setup.problem,
-        algorithm,
-        transport,
-        initial,
+    trained = train_sgd(
+        SgdBlock(setup.problem, algorithm, transport, initial, setup.problem.sampler.next),
         config.run.iterations,
         config.run.eval_every,
-        keep,
+        agents_evaluation(setup.problem, transport, measured, keep),
+        SgdHooks(
+            round_seconds=clock.round_seconds,
+            checkpoints=checkpoints,
+            snapshot=snapshot,
+            stop=setup.stop_requested,
+        ),
         progress=progress,
-        clock=clock,
         start=start,
-        checkpoints=checkpoints,
-        snapshot=snapshot,
-        measured=measured,
-        stop=setup.stop_requested,
     )
     return _sgd_outcome(setup, trained, records, _fault_counts(transport, schedule), transport)
 
@@ -188,7 +187,7 @@ def _resume(
 def _compile_fallback(transport: InMemoryTransport | LossyTransport) -> SummaryExtra:
     """Why a compiled run stepped eagerly after all, for the summary (nothing: it did
     not, or was not compiled)."""
-    reason = getattr(transport, "compile_fallback", None)
+    reason = transport.compile_fallback
     return {"compile_fallback": reason} if reason is not None else {}
 
 
@@ -202,13 +201,12 @@ def _topology_name(setup: SgdSetup) -> str:
 
 def _schedule(setup: SgdSetup) -> NetworkSchedule | None:
     """The rounds of a decentralized run whose links fail, agents crash or graph
-    varies; None for any other run (centralized SGD never crashes)."""
-    config = setup.config
-    faults, topology = config.faults, config.topology
-    changing = faults.link_down > 0 or faults.crash_count > 0 or topology.varying != "none"
-    if not changing or not setup.plan.decentralized:
+    varies, where the plan schedules them; None for any other run (centralized SGD
+    never crashes)."""
+    if not setup.plan.scheduled:
         return None
-    return NetworkSchedule(faults, topology, setup.graph, config.run.seed)
+    config = setup.config
+    return NetworkSchedule(config.faults, config.topology, setup.graph, config.run.seed)
 
 
 def _transport(
@@ -292,9 +290,13 @@ def run_layerwise(
     def snapshot(at: LayerProgress) -> LayerSnapshot:
         return {"layers": at.to_plain(), "network": network.state_dict()}
 
-    trained = train_layerwise_run(
-        setup, solver, network, setup.shards, keep, progress, start, snapshot
+    hooks = LayerHooks(
+        on_record=keep,
+        checkpoints=setup.checkpoints,
+        snapshot=snapshot,
+        stop=setup.stop_requested,
     )
+    trained = train_layerwise_run(setup, solver, network, setup.shards, hooks, progress, start)
     decentralized = setup.plan.decentralized
     return run_outcome(
         trained.last_record,
