@@ -12,7 +12,7 @@ import torch
 
 from murmur.algorithms.arock import AsyncSolver, DssfnAsyncConfig, relax
 from murmur.algorithms.dssfn import DssfnConfig, SyncSolver
-from murmur.algorithms.protocols import AsyncWork, Ball, Ridge, RoundsWork
+from murmur.algorithms.protocols import AsyncWork, Ball, LayerProblem, Ridge, RoundsWork
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
 from murmur.metrics.counters import MessageCounters
 from murmur.sim.transport import InMemoryTransport
@@ -79,7 +79,7 @@ def test_one_dssfn_iteration_with_exact_gossip_is_the_shrunk_mean_of_the_local_s
     network = _Recorder(complete(3))
     consensus = (
         SyncSolver(config, network.graph)
-        .solve(grams, crosses, Ridge(lam=0.5), [5.0, 6.0, 7.0], network)
+        .solve(LayerProblem(grams, crosses, Ridge(lam=0.5), [5.0, 6.0, 7.0]), network)
         .outputs
     )
     mean = _first_outputs(grams, crosses, 3.0).mean(dim=0)
@@ -107,7 +107,7 @@ def test_dssfn_gossips_on_two_nodes_but_a_single_node_reports_no_rounds():
         grams, crosses = _layer_data(nodes)
         network = _Recorder(complete(nodes))
         SyncSolver(config, network.graph).solve(
-            grams, crosses, Ball(radius=10.0), [0.0] * nodes, network
+            LayerProblem(grams, crosses, Ball(radius=10.0), [0.0] * nodes), network
         )
         assert [work.rounds for work in network.rounds] == [rounds]
         assert network.counters.events == nodes * rounds
@@ -120,7 +120,7 @@ def test_a_single_dssfn_node_keeps_its_own_solution_after_the_ridge_shrinkage():
     network = _Recorder(complete(1))
     consensus = (
         SyncSolver(config, network.graph)
-        .solve(grams, crosses, Ridge(lam=0.5), [0.0], network)
+        .solve(LayerProblem(grams, crosses, Ridge(lam=0.5), [0.0]), network)
         .outputs
     )
     expected = _first_outputs(grams, crosses, 3.0) / (1.0 + 0.5 * 3.0)
@@ -132,7 +132,7 @@ def test_arock_reports_an_eigendecomposition_per_node_and_two_products_per_updat
     grams, crosses = _layer_data(3)
     network = _Recorder(complete(3))
     AsyncSolver(DssfnAsyncConfig(mu=3.0), network.graph).solve(
-        grams, crosses, Ball(radius=1.0), [1.0, 2.0, 3.0], network
+        LayerProblem(grams, crosses, Ball(radius=1.0), [1.0, 2.0, 3.0]), network
     )
     n, q = WIDTH, CLASSES
     assert network.asynchronous == [
@@ -155,7 +155,7 @@ def test_arock_charges_dense_products_even_on_the_range_of_a_low_rank_gram():
     crosses = torch.rand(2, CLASSES, WIDTH, generator=stream, dtype=F64)
     network = _Recorder(complete(2))
     AsyncSolver(DssfnAsyncConfig(mu=3.0, admm_iterations=2), network.graph).solve(
-        grams, crosses, Ball(radius=1.0), [0.0, 0.0], network
+        LayerProblem(grams, crosses, Ball(radius=1.0), [0.0, 0.0]), network
     )
     assert network.asynchronous[0].update_flops == 2 * 2.0 * CLASSES * WIDTH * WIDTH
 
@@ -166,8 +166,8 @@ def test_central_ssfn_reports_a_solve_for_the_ridge_and_admm_products_for_the_ba
     n, q = WIDTH, CLASSES
     network = _Recorder(complete(1))
     solver = CentralSolver(SsfnConfig(mu=3.0, admm_iterations=4, tolerance=0.0))
-    solver.solve(grams, crosses, Ridge(lam=0.5), [5.0], network)
-    solver.solve(grams, crosses, Ball(radius=1.0), [7.0], network)
+    solver.solve(LayerProblem(grams, crosses, Ridge(lam=0.5), [5.0]), network)
+    solver.solve(LayerProblem(grams, crosses, Ball(radius=1.0), [7.0]), network)
     assert network.alone == [
         (0, pytest.approx(5.0 + n**3 / 3 + 2.0 * q * n * n)),
         (0, pytest.approx(7.0 + n**3 + 4 * 2.0 * q * n * n)),
@@ -179,7 +179,7 @@ def test_central_ssfn_refuses_layer_data_of_different_node_counts():
     grams, crosses = _layer_data(2)
     with pytest.raises(ValueError):
         CentralSolver(SsfnConfig()).solve(
-            grams, crosses[:1], Ridge(lam=0.5), [0.0, 0.0], _Recorder(complete(2))
+            LayerProblem(grams, crosses[:1], Ridge(lam=0.5), [0.0, 0.0]), _Recorder(complete(2))
         )
 
 
@@ -199,7 +199,7 @@ def test_auto_gossip_agrees_within_its_consensus_tolerance(tolerance):
     )
     network = _Recorder(ring(8))
     solution = SyncSolver(config, network.graph).solve(
-        grams, crosses, Ridge(lam=0.5), [0.0] * 8, network
+        LayerProblem(grams, crosses, Ridge(lam=0.5), [0.0] * 8), network
     )
     expected = _shrunk_mean(grams, crosses, 3.0, 0.5)
     # The bound is on the whole stack of estimates; one node's share is at most all of it.
@@ -217,7 +217,7 @@ def test_auto_gossip_takes_more_rounds_on_a_larger_ring():
         network = _Recorder(ring(nodes))
         used.append(
             SyncSolver(config, network.graph)
-            .solve(grams, crosses, Ridge(lam=0.5), [0.0] * nodes, network)
+            .solve(LayerProblem(grams, crosses, Ridge(lam=0.5), [0.0] * nodes), network)
             .rounds[0]
         )
     assert used[1] > 4 * used[0]
@@ -239,7 +239,7 @@ def test_warm_started_gossip_reaches_the_same_layer_with_fewer_rounds():
         )
         network = _Recorder(ring(6))
         found[warm] = SyncSolver(config, network.graph).solve(
-            grams, crosses, Ball(radius=0.3), [0.0] * 6, network
+            LayerProblem(grams, crosses, Ball(radius=0.3), [0.0] * 6), network
         )
         assert all(found[warm].converged)
     cold, warm = found[False], found[True]
@@ -254,11 +254,13 @@ def test_the_ridge_layer_takes_mu0_and_the_ball_layers_mu():
     grams, crosses = _layer_data(1)
     config = DssfnConfig(mu=3.0, mu0=0.5, admm_iterations=1, tolerance=0.0)
     network = _Recorder(complete(1))
-    ridge = SyncSolver(config, network.graph).solve(grams, crosses, Ridge(lam=0.5), [0.0], network)
+    ridge = SyncSolver(config, network.graph).solve(
+        LayerProblem(grams, crosses, Ridge(lam=0.5), [0.0]), network
+    )
     expected = _first_outputs(grams, crosses, 0.5) / (1.0 + 0.5 * 0.5)
     torch.testing.assert_close(ridge.outputs, expected, rtol=1e-13, atol=0.0)
     ball = SyncSolver(config, network.graph).solve(
-        grams, crosses, Ball(radius=100.0), [0.0], network
+        LayerProblem(grams, crosses, Ball(radius=100.0), [0.0]), network
     )
     first = _first_outputs(grams, crosses, 3.0)
     torch.testing.assert_close(ball.outputs, first, rtol=1e-12, atol=0.0)

@@ -48,7 +48,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from murmur.algorithms.protocols import AsyncNode, AsyncWork, LayerNetwork, LayerSolution
+from murmur.algorithms.protocols import (
+    AsyncNode,
+    AsyncWork,
+    LayerNetwork,
+    LayerProblem,
+    LayerSolution,
+)
 from murmur.algorithms.ssfn import (
     Ball,
     LayerwiseConfig,
@@ -480,14 +486,8 @@ class AsyncSolver:
         self.tolerance = config.tolerance
         self.graph = graph
 
-    def solve(
-        self,
-        grams: torch.Tensor,
-        crosses: torch.Tensor,
-        regularizer: Regularizer,
-        setup_flops: list[float],
-        network: LayerNetwork,
-    ) -> LayerSolution:
+    def solve(self, problem: LayerProblem, network: LayerNetwork) -> LayerSolution:
+        grams, crosses, regularizer = problem.grams, problem.crosses, problem.regularizer
         _, classes, width = crosses.shape
         live = network.live_neighbours
         nodes = [
@@ -510,7 +510,7 @@ class AsyncSolver:
             node.pad_rank(rank)
         _bank(nodes)
         work = AsyncWork(
-            setup_flops=[flops + 4.0 * float(width) ** 3 for flops in setup_flops],
+            setup_flops=[flops + 4.0 * float(width) ** 3 for flops in problem.setup_flops],
             # two dense (Q, n) x (n, n) products, whatever shortcut a node takes: as for
             # synchronous dSSFN's update (which could take the same one), like for like
             update_flops=2 * matmul_flops(classes, width, width),

@@ -36,10 +36,15 @@ from typing import Literal
 
 import torch
 
-from murmur.algorithms.protocols import LayerNetwork, LayerSolution, RoundsWork, Transport
+from murmur.algorithms.protocols import (
+    LayerNetwork,
+    LayerProblem,
+    LayerSolution,
+    RoundsWork,
+    Transport,
+)
 from murmur.algorithms.ssfn import (
     LayerwiseConfig,
-    Regularizer,
     consensus_prox,
     converged,
     layer_step,
@@ -109,17 +114,10 @@ class SyncSolver:
         """Stop gossip once ||H E - E|| <= this * ||E||."""
         self.degrees = graph.degrees().tolist()
 
-    def solve(
-        self,
-        grams: torch.Tensor,
-        crosses: torch.Tensor,
-        regularizer: Regularizer,
-        setup_flops: list[float],
-        network: LayerNetwork,
-    ) -> LayerSolution:
-        """``grams``, ``crosses``: the layer data of the nodes in this process (all of
-        them in the simulator, one in the distributed runtime); gossip goes through
-        ``network.transport_for``, the stopping rules' sums through ``network.total``."""
+    def solve(self, problem: LayerProblem, network: LayerNetwork) -> LayerSolution:
+        """Gossip goes through ``network.transport_for``, the stopping rules' sums
+        through ``network.total``."""
+        grams, crosses, regularizer = problem.grams, problem.crosses, problem.regularizer
         local, classes, width = crosses.shape
         nodes = network.graph.agents
         mu = layer_step(self.config, regularizer)
@@ -152,7 +150,7 @@ class SyncSolver:
         factor_flops = float(width) ** 3
         network.work_in_rounds(
             RoundsWork(
-                setup_flops=[flops + factor_flops for flops in setup_flops],
+                setup_flops=[flops + factor_flops for flops in problem.setup_flops],
                 update_flops=matmul_flops(classes, width, width),
                 mix_flops=[2.0 * (degree + 1) * classes * width for degree in self.degrees],
                 message_bytes=classes * width * grams.element_size(),

@@ -66,8 +66,8 @@ and two abilities that a transport may have, which every transport states:
   pass over the stacked state (the simulator's when a run is compiled), or None;
   the algorithms reach it through :mod:`murmur.algorithms.mixing`.
 
-Layer-wise SSFN is a :class:`LayerSolver` that solves each layer's problem
-through a :class:`LayerNetwork`: it gossips through ``transport_for``, and it
+Layer-wise SSFN is a :class:`LayerSolver` that solves each layer's problem (a
+:class:`LayerProblem`) through a :class:`LayerNetwork`: it gossips through ``transport_for``, and it
 reports its work (flops, gossip rounds, message sizes) with ``work_alone``,
 ``work_in_rounds`` and ``run_async``; the simulator turns that work into
 virtual time, the distributed runtime does the work for real and ignores the
@@ -394,16 +394,24 @@ class LayerSolution:
     """Stopped because the residual met the tolerance (False: the cap stopped it)."""
 
 
-class LayerSolver(Protocol):
-    """Solves one layer's problem for the nodes of this process. ``setup_flops[m]`` is
-    local node m's work to build its layer data before solving; the solver reports it
-    with its own."""
+@dataclass(frozen=True)
+class LayerProblem:
+    """One layer's problem for the nodes of this process (all of them in the
+    simulator, one in the distributed runtime): one entry per local node m along the
+    first axis of each tensor and in ``setup_flops``."""
 
-    def solve(
-        self,
-        grams: torch.Tensor,
-        crosses: torch.Tensor,
-        regularizer: Regularizer,
-        setup_flops: list[float],
-        network: LayerNetwork,
-    ) -> LayerSolution: ...
+    grams: torch.Tensor
+    """(local nodes, n, n): G_m = Y_m^T Y_m of each node's layer features Y_m."""
+    crosses: torch.Tensor
+    """(local nodes, Q, n): C_m = T_m^T Y_m of each node's targets T_m and features."""
+    regularizer: Regularizer
+    """The ridge (layer 0) or the norm ball (later layers) on the output matrices."""
+    setup_flops: list[float]
+    """Local node m's work to build its layer data before solving; the solver reports
+    it with its own."""
+
+
+class LayerSolver(Protocol):
+    """Solves one layer's problem for the nodes of this process."""
+
+    def solve(self, problem: LayerProblem, network: LayerNetwork) -> LayerSolution: ...

@@ -23,7 +23,14 @@ from typing import Literal
 
 import torch
 
-from murmur.algorithms.protocols import Ball, LayerNetwork, LayerSolution, Regularizer, Ridge
+from murmur.algorithms.protocols import (
+    Ball,
+    LayerNetwork,
+    LayerProblem,
+    LayerSolution,
+    Regularizer,
+    Ridge,
+)
 from murmur.errors import UsageError
 from murmur.sections import AlgorithmConfig
 from murmur.seeding import generator
@@ -268,16 +275,10 @@ class CentralSolver:
         self.tolerance = config.tolerance
         self.iterate = isinstance(config, SsfnConfig) and config.output == "iterate"
 
-    def solve(
-        self,
-        grams: torch.Tensor,
-        crosses: torch.Tensor,
-        regularizer: Regularizer,
-        setup_flops: list[float],
-        network: LayerNetwork,
-    ) -> LayerSolution:
+    def solve(self, problem: LayerProblem, network: LayerNetwork) -> LayerSolution:
+        regularizer = problem.regularizer
         outputs, steps, residuals = [], [], []
-        for node, (gram, cross) in enumerate(zip(grams, crosses, strict=True)):
+        for node, (gram, cross) in enumerate(zip(problem.grams, problem.crosses, strict=True)):
             n, classes = gram.shape[0], cross.shape[0]
             if isinstance(regularizer, Ridge):
                 outputs.append(ridge_solution(gram, cross, regularizer.lam))
@@ -298,7 +299,7 @@ class CentralSolver:
                 steps.append(found.iterations)
                 residuals.append(found.residual)
                 flops = n**3 + found.iterations * matmul_flops(classes, n, n)
-            network.work_alone(node, setup_flops[node] + flops)
+            network.work_alone(node, problem.setup_flops[node] + flops)
         return LayerSolution(
             outputs=torch.stack(outputs),
             steps=steps,

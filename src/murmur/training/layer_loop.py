@@ -27,7 +27,12 @@ from typing import Any, NotRequired, TypedDict
 
 import torch
 
-from murmur.algorithms.protocols import LayerNetwork, LayerSolution, LayerSolver
+from murmur.algorithms.protocols import (
+    LayerNetwork,
+    LayerProblem,
+    LayerSolution,
+    LayerSolver,
+)
 from murmur.algorithms.ssfn import (
     Ball,
     LayerwiseConfig,
@@ -472,7 +477,7 @@ def _solve(
     grams, crosses, flops = state.problem()
     setup = [a + b for a, b in zip(flops, extra_flops, strict=True)]
     try:
-        solution = solver.solve(grams, crosses, regularizer, setup, network)
+        solution = solver.solve(LayerProblem(grams, crosses, regularizer, setup), network)
     except torch.linalg.LinAlgError:
         solution = None
     if solution is None or not bool(torch.isfinite(solution.outputs).all()):
