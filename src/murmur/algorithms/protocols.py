@@ -67,11 +67,11 @@ and two abilities that a transport may have, which every transport states:
   the algorithms reach it through :mod:`murmur.algorithms.mixing`.
 
 Layer-wise SSFN is a :class:`LayerSolver` that solves each layer's problem (a
-:class:`LayerProblem`) through a :class:`LayerNetwork`: it gossips through ``transport_for``, and it
-reports its work (flops, gossip rounds, message sizes) with ``work_alone``,
-``work_in_rounds`` and ``run_async``; the simulator turns that work into
-virtual time, the distributed runtime does the work for real and ignores the
-estimate.
+:class:`LayerProblem`) through a :class:`LayerNetwork`: it gossips through
+``transport_for``, and it reports its work (flops, gossip rounds, message sizes)
+with ``work_alone``, ``work_in_rounds`` and ``run_async``; the simulator turns
+that work into virtual time, the distributed runtime does the work for real and
+ignores the estimate.
 """
 
 from __future__ import annotations
