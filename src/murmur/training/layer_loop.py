@@ -369,7 +369,9 @@ class _LayerState:
             self.test_labels,
         )
 
-    def problem(self) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+    def problem(self, regularizer: Regularizer, extra_flops: list[float]) -> LayerProblem:
+        """This layer's problem: each node's G_m and C_m, whose setup work is their two
+        products plus ``extra_flops[m]`` (building the node's features)."""
         grams = torch.stack([y.T @ y for y in self.inputs])
         crosses = torch.stack([t.T @ y for t, y in zip(self.targets, self.inputs, strict=True)])
         width, classes = self.inputs[0].shape[1], self.targets[0].shape[1]
@@ -377,7 +379,8 @@ class _LayerState:
             matmul_flops(width, y.shape[0], width) + matmul_flops(classes, y.shape[0], width)
             for y in self.inputs
         ]
-        return grams, crosses, flops
+        setup = [a + b for a, b in zip(flops, extra_flops, strict=True)]
+        return LayerProblem(grams, crosses, regularizer, setup)
 
     def evaluate(
         self,
@@ -474,10 +477,9 @@ def _solve(
     network: LayerNetwork,
     extra_flops: list[float],
 ) -> LayerSolution:
-    grams, crosses, flops = state.problem()
-    setup = [a + b for a, b in zip(flops, extra_flops, strict=True)]
+    problem = state.problem(regularizer, extra_flops)
     try:
-        solution = solver.solve(LayerProblem(grams, crosses, regularizer, setup), network)
+        solution = solver.solve(problem, network)
     except torch.linalg.LinAlgError:
         solution = None
     if solution is None or not bool(torch.isfinite(solution.outputs).all()):
