@@ -13,10 +13,10 @@ import textwrap
 import pytest
 import torch
 
-from murmur.algorithms.mixing import mix_descend, mix_descend_norms
+from murmur.algorithms.mixing import MixStep, mix_descend, mix_descend_norms
 from murmur.portable import host_capability
 from murmur.sim import fused
-from murmur.sim.fused import _mix_step, _Step
+from murmur.sim.fused import _Flags, _mix_step, _Step
 from murmur.sim.transport import InMemoryTransport
 from murmur.topology import as_sparse, erdos_renyi
 
@@ -38,10 +38,7 @@ def _step(sent, out, grads, table=None) -> _Step:
         table=table or fused.NeighbourTable.of(OPERATOR, sent.dtype),
         scratch=grads,
         scalars=torch.tensor([1.0, 0.1]),
-        keep=True,
-        descend=True,
-        drift=True,
-        keep_drift=False,
+        flags=_Flags(keep=True, descend=True, drift=True, keep_drift=False),
     )
 
 
@@ -71,7 +68,7 @@ def _compiled_transport(sent: torch.Tensor, monkeypatch) -> InMemoryTransport:
 
 def _eager_result(sent, start, grads):
     out, scratch = start.clone(), grads.clone()
-    norms = mix_descend_norms(InMemoryTransport(GRAPH, sent), OPERATOR, out, scratch, alpha=0.1)
+    norms = mix_descend_norms(InMemoryTransport(GRAPH, sent), MixStep(OPERATOR, out, scratch, 0.1))
     return out, norms
 
 
@@ -86,7 +83,7 @@ def test_a_kernel_that_disagrees_with_the_eager_step_is_dropped_for_it(monkeypat
 
     transport._fused._kernel = off_by_a_little  # type: ignore[union-attr]
     out, scratch = start.clone(), grads.clone()
-    norms = mix_descend_norms(transport, OPERATOR, out, scratch, alpha=0.1)
+    norms = mix_descend_norms(transport, MixStep(OPERATOR, out, scratch, 0.1))
     eager_out, eager_norms = _eager_result(sent, start, grads)
     torch.testing.assert_close(out, eager_out)  # the step kept is the eager one
     torch.testing.assert_close(norms, eager_norms)
@@ -106,7 +103,7 @@ def test_a_kernel_that_does_not_build_is_dropped_for_the_eager_step(monkeypatch,
 
     transport._fused._kernel = broken  # type: ignore[union-attr]
     out, scratch = start.clone(), grads.clone()
-    mix_descend_norms(transport, OPERATOR, out, scratch, alpha=0.1)
+    mix_descend_norms(transport, MixStep(OPERATOR, out, scratch, 0.1))
     torch.testing.assert_close(out, _eager_result(sent, start, grads)[0])
     assert transport.fused_mix is None
     assert "failed to build the step (RuntimeError: C++ compile error line two)" in (
@@ -126,7 +123,7 @@ def test_a_kernel_that_agrees_is_checked_once_per_variant(monkeypatch):
 
     transport._fused._kernel = counted  # type: ignore[union-attr]
     for _ in range(3):
-        mix_descend(transport, OPERATOR, start.clone(), grads.clone(), alpha=0.1)
+        mix_descend(transport, MixStep(OPERATOR, start.clone(), grads.clone(), 0.1))
     assert transport.compile_fallback is None and transport.fused_mix is not None
     assert len(calls) == 3  # each call compiled; the first also computed eagerly
     assert len(transport._fused._checked) == 1  # type: ignore[union-attr]
@@ -184,6 +181,7 @@ def test_the_check_catches_what_inductor_computes_under_pinned_kernels():
     completed = _python(
         """
         import torch
+        from murmur.algorithms.protocols import MixStep
         from murmur.sim import fused
         from murmur.topology import as_sparse, erdos_renyi
         fused.kernels_below_host = lambda: None
@@ -193,7 +191,7 @@ def test_the_check_catches_what_inductor_computes_under_pinned_kernels():
         sent, start = torch.randn(2, 10, 300, generator=generator)
         mixing = fused.FusedMixing(lambda: sent)
         out = start.clone()
-        mixing(operator, out, 1.0, None, 0.0, True, False, False)
+        mixing(MixStep(operator, out), keep=True, drift="none")
         exact = start + operator.to_dense() @ sent
         print(mixing.fallback)
         print(float((out - exact).abs().max()))

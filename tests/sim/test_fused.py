@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from murmur.algorithms.mixing import (
+    MixStep,
     mix_descend,
     mix_descend_drift,
     mix_descend_norms,
@@ -51,8 +52,8 @@ def test_neighbour_table_rebuilds_the_operator_row_by_row():
     torch.testing.assert_close(rebuilt.to(laplacian.dtype), laplacian)
 
 
-def _mix(transport, operator, out, grads, *, scale):
-    transport.mix(operator, out, scale=scale)
+def _mix(transport, step):
+    transport.mix(step.operator, step.out, scale=step.scale)
 
 
 @pytest.mark.parametrize(
@@ -76,7 +77,7 @@ def test_one_fused_step_equals_the_eager_calls(step, options):
     results = []
     for transport in _transports(graph, sent):
         out, scratch = start.clone(), grads.clone()
-        norms = step(transport, operator, out, scratch, **options)
+        norms = step(transport, MixStep(operator, out, scratch, **options))
         results.append((out, scratch, norms))
     (eager_out, eager_scratch, eager_norms), (fused_out, fused_scratch, fused_norms) = results
     torch.testing.assert_close(fused_out, eager_out, rtol=1e-5, atol=1e-5)

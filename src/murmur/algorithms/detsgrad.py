@@ -48,7 +48,7 @@ from murmur.algorithms.estimates import (
     warm_starts,
     with_warm,
 )
-from murmur.algorithms.mixing import mix_descend_drift, mix_descend_norms
+from murmur.algorithms.mixing import MixStep, mix_descend_drift, mix_descend_norms
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig, check_step
 from murmur.errors import UsageError
@@ -157,13 +157,12 @@ class Detsgrad:
         alpha = self.gradient_step(iteration)
         x = state.x
         laplacian, beta = self.consensus(transport.graph)
+        step = MixStep(laplacian, x, grads, alpha, scale=-beta(iteration))
         if self.exact:
-            norms = mix_descend_norms(
-                transport, laplacian, x, grads, alpha=alpha, scale=-beta(iteration)
-            )
+            norms = mix_descend_norms(transport, step)
             transport.broadcast(norms >= self.v0 * alpha, x)
             return state
-        mix_descend_drift(transport, laplacian, x, grads, alpha=alpha, scale=-beta(iteration))
+        mix_descend_drift(transport, step)
         drift = grads
         state = with_warm(state)
         segments = self.segments(x.shape[1])

@@ -23,7 +23,7 @@ from typing import Literal, NamedTuple
 
 import torch
 
-from murmur.algorithms.mixing import mix_replace, mix_replace_descend
+from murmur.algorithms.mixing import MixStep, mix_replace, mix_replace_descend
 from murmur.algorithms.protocols import Transport
 from murmur.algorithms.schedules import SgdConfig, check_step
 from murmur.sections import Step
@@ -96,8 +96,8 @@ class Dsgd:
         if self.adapt_first:
             x.add_(grads, alpha=-alpha)
             transport.broadcast_all_overwriting(x)
-            mix_replace(transport, mixing, x)
+            mix_replace(transport, MixStep(mixing, x))
             return state
         transport.broadcast_all_overwriting(x)
-        mix_replace_descend(transport, mixing, x, grads, alpha=alpha)
+        mix_replace_descend(transport, MixStep(mixing, x, grads, alpha))
         return state

@@ -78,7 +78,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 
@@ -87,24 +87,31 @@ from murmur.metrics.counters import MessageCounters
 from murmur.topology import Graph
 
 
-class FusedMix(Protocol):
-    """``out <- (out if keep else 0) + scale * operator @ V - alpha * grads`` in one pass
-    over the stacked state, V being what the agents last sent (no gradient step where
-    ``grads`` is None)."""
+@dataclass(frozen=True)
+class MixStep:
+    """What one mixing step is given: ``out <- [out] + scale * operator @ V - alpha *
+    grads``, V being what the agents last sent (no gradient step where ``grads`` is
+    None)."""
 
-    def __call__(
-        self,
-        operator: torch.Tensor,
-        out: torch.Tensor,
-        scale: float,
-        grads: torch.Tensor | None,
-        alpha: float,
-        keep: bool,
-        drift: bool,
-        keep_drift: bool,
-    ) -> torch.Tensor | None:
-        """Update ``out`` in place; with ``drift``, return ``||out - V||`` per row (else
-        None), and with ``keep_drift`` too leave ``out - V`` in ``grads``."""
+    operator: torch.Tensor
+    out: torch.Tensor
+    """Updated in place."""
+    grads: torch.Tensor | None = None
+    alpha: float = 0.0
+    scale: float = 1.0
+
+
+Drift = Literal["none", "norms", "kept"]
+"""What a mixing step gives of the drift ``out - V``: nothing, each row's norm, or each
+row's norm with the drift itself left in the step's ``grads``."""
+
+
+class FusedMix(Protocol):
+    """A :class:`MixStep` in one pass over the stacked state."""
+
+    def __call__(self, mix: MixStep, *, keep: bool, drift: Drift) -> torch.Tensor | None:
+        """Update ``mix.out`` in place, adding to it with ``keep`` and replacing it
+        otherwise; return the drift's norms per row unless ``drift`` is ``"none"``."""
         ...
 
 

@@ -32,9 +32,11 @@ import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
+from murmur.algorithms.protocols import Drift, MixStep
 from murmur.errors import one_line
 from murmur.portable import kernels_below_host
 
@@ -74,6 +76,24 @@ class NeighbourTable:
         return cls(index, weight.unsqueeze(2))
 
 
+class _Flags(NamedTuple):
+    """Which parts of the update a kernel does; each set of them is a compiled variant."""
+
+    keep: bool
+    """Add to ``out`` (else replace it)."""
+    descend: bool
+    """Subtract ``alpha * grads``."""
+    drift: bool
+    """Return the norms of ``out - V`` per row."""
+    keep_drift: bool
+    """Leave ``out - V`` in ``grads``."""
+
+    @classmethod
+    def of(cls, step: MixStep, keep: bool, drift: Drift) -> _Flags:
+        descend = step.grads is not None
+        return cls(keep, descend, drift != "none", drift == "kept" and descend)
+
+
 def _mix_step(
     out: torch.Tensor,
     values: torch.Tensor,
@@ -81,23 +101,20 @@ def _mix_step(
     weight: torch.Tensor,
     grads: torch.Tensor,
     scalars: torch.Tensor,
-    keep: bool,
-    descend: bool,
-    drift: bool,
-    keep_drift: bool,
+    flags: _Flags,
 ) -> torch.Tensor:
     """The fused update; see :meth:`FusedMixing.__call__` (``scalars``: scale, alpha)."""
     mixed = (weight * values[index]).sum(dim=1)
     new = mixed * scalars[0]
-    if keep:
+    if flags.keep:
         new = new + out
-    if descend:
+    if flags.descend:
         new = new - scalars[1] * grads
     out.copy_(new)
-    if not drift:
+    if not flags.drift:
         return new.new_zeros(())
     difference = new - values
-    if keep_drift:
+    if flags.keep_drift:
         grads.copy_(difference)
     return torch.linalg.vector_norm(difference, dim=1)
 
@@ -111,10 +128,7 @@ class _Step:
     table: NeighbourTable
     scratch: torch.Tensor
     scalars: torch.Tensor
-    keep: bool
-    descend: bool
-    drift: bool
-    keep_drift: bool
+    flags: _Flags
 
     def run(
         self, kernel: Callable[..., torch.Tensor], out: torch.Tensor, scratch: torch.Tensor
@@ -128,10 +142,7 @@ class _Step:
             self.table.weight,
             scratch,
             self.scalars,
-            self.keep,
-            self.descend,
-            self.drift,
-            self.keep_drift,
+            self.flags,
         )
 
     def variant(self) -> tuple[object, ...]:
@@ -142,10 +153,7 @@ class _Step:
             self.table.index.shape,
             self.values.dtype,
             self.values.device,
-            self.keep,
-            self.descend,
-            self.drift,
-            self.keep_drift,
+            *self.flags,
         )
 
 
@@ -160,9 +168,9 @@ def rounding_bound(step: _Step) -> torch.Tensor:
     weight, index, values = step.table.weight, step.table.index, step.values
     scale, alpha = step.scalars.abs()
     terms = scale * (weight.abs() * values.abs()[index]).sum(dim=1)
-    if step.keep:
+    if step.flags.keep:
         terms = terms + step.out.abs()
-    if step.descend:
+    if step.flags.descend:
         terms = terms + alpha * step.scratch.abs()
     count = index.shape[1] + 2
     eps = torch.finfo(values.dtype).eps  # 2 u
@@ -182,7 +190,8 @@ class _Results:
     def of(
         cls, step: _Step, out: torch.Tensor, scratch: torch.Tensor, norms: torch.Tensor
     ) -> _Results:
-        return cls(out, scratch if step.keep_drift else None, norms if step.drift else None)
+        flags = step.flags
+        return cls(out, scratch if flags.keep_drift else None, norms if flags.drift else None)
 
 
 def disagreement(
@@ -245,32 +254,20 @@ class FusedMixing:
             self._tables.popitem(last=False)
         return table
 
-    def __call__(
-        self,
-        operator: torch.Tensor,
-        out: torch.Tensor,
-        scale: float,
-        grads: torch.Tensor | None,
-        alpha: float,
-        keep: bool,
-        drift: bool,
-        keep_drift: bool,
-    ) -> torch.Tensor | None:
-        """Update ``out`` in place; return ``||out - V||`` per row when ``drift``, and leave
-        ``out - V`` in ``grads`` when ``keep_drift`` too. The first call of a variant is
-        computed both ways and checked (:meth:`_checked_step`)."""
+    def __call__(self, mix: MixStep, *, keep: bool, drift: Drift) -> torch.Tensor | None:
+        """Update ``mix.out`` in place, adding to it with ``keep``; return ``||out - V||``
+        per row unless ``drift`` is ``"none"``, and leave ``out - V`` in ``mix.grads``
+        where it is ``"kept"``. The first call of a variant is computed both ways and
+        checked (:meth:`_checked_step`)."""
         values = self.sent()
         step = _Step(
-            out=out,
+            out=mix.out,
             values=values,
-            table=self.table(operator, values.dtype),
-            scratch=grads if grads is not None else out,
+            table=self.table(mix.operator, values.dtype),
+            scratch=mix.grads if mix.grads is not None else mix.out,
             # Tensors, not floats: a float would be compiled in as a constant.
-            scalars=torch.tensor([scale, alpha], dtype=values.dtype, device=values.device),
-            keep=keep,
-            descend=grads is not None,
-            drift=drift,
-            keep_drift=keep_drift and grads is not None,
+            scalars=torch.tensor([mix.scale, mix.alpha], dtype=values.dtype, device=values.device),
+            flags=_Flags.of(mix, keep, drift),
         )
         if self.fallback is not None:
             norms = step.run(_mix_step, step.out, step.scratch)
@@ -278,7 +275,7 @@ class FusedMixing:
             norms = self._compiled(step, step.out, step.scratch)
         else:
             norms = self._checked_step(step)
-        return norms if drift else None
+        return norms if step.flags.drift else None
 
     def _compiled(self, step: _Step, out: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
         # One compiled variant per shape and flags: a process that runs many shapes (a

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from murmur.algorithms.estimates import EstimateUpdate
+from murmur.algorithms.protocols import MixStep
 from murmur.metrics.counters import MessageCounters
 from murmur.sim.fused import FusedMixing
 from murmur.topology import Graph, PerGraph
@@ -122,7 +123,7 @@ class InMemoryTransport:
     def mix(self, operator: torch.Tensor, out: torch.Tensor, scale: float = 1.0) -> None:
         """``out += scale * operator @ sent``; a sparse operator costs O(edges * P)."""
         if self.fused_mix is not None:
-            self.fused_mix(operator, out, scale, None, 0.0, True, False, False)
+            self.fused_mix(MixStep(operator, out, scale=scale), keep=True, drift="none")
             return
         out.addmm_(self._operators(operator), self.sent, alpha=scale)
 
