@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from murmur.algorithms.protocols import MixStep, Transport
+from murmur.algorithms.protocols import Drift, MixStep, Transport
 
 __all__ = [
     "MixStep",
@@ -30,79 +30,59 @@ __all__ = [
 
 def mix_replace(transport: Transport, step: MixStep) -> None:
     """``out <- scale * operator @ V``, in place (``step.grads`` unused)."""
-    fused = transport.fused_mix
-    if fused is not None:
-        fused(MixStep(step.operator, step.out, scale=step.scale), keep=False, drift="none")
-        return
-    step.out.zero_()
-    transport.mix(step.operator, out=step.out, scale=step.scale)
+    _mix(transport, MixStep(step.operator, step.out, scale=step.scale), keep=False, drift="none")
 
 
 def mix_replace_descend(transport: Transport, step: MixStep) -> None:
     """``out <- scale * operator @ V - alpha * grads``, in place."""
-    grads = _grads(step)
-    fused = transport.fused_mix
-    if fused is not None:
-        fused(step, keep=False, drift="none")
-        return
-    step.out.zero_()
-    _mix_descend_eagerly(transport, step, grads)
+    _mix(transport, _descending(step), keep=False, drift="none")
 
 
 def mix_descend(transport: Transport, step: MixStep) -> None:
     """``out <- out + scale * operator @ V - alpha * grads``, in place."""
-    grads = _grads(step)
-    fused = transport.fused_mix
-    if fused is not None:
-        fused(step, keep=True, drift="none")
-        return
-    _mix_descend_eagerly(transport, step, grads)
+    _mix(transport, _descending(step), keep=True, drift="none")
 
 
 def mix_descend_norms(transport: Transport, step: MixStep) -> torch.Tensor:
     """:func:`mix_descend`, then each row's drift ``||out - last_sent||``; ``grads`` is
     scratch space (its numbers may be anything afterwards)."""
-    grads = _grads(step)
-    fused = transport.fused_mix
-    if fused is not None:
-        return _norms(fused(step, keep=True, drift="norms"))
-    _mix_descend_eagerly(transport, step, grads)
-    return _drift_norms(transport, step.out, grads)
+    return _norms(_mix(transport, _descending(step), keep=True, drift="norms"))
 
 
 def mix_descend_drift(transport: Transport, step: MixStep) -> torch.Tensor:
     """:func:`mix_descend`, then ``grads <- out - last_sent`` (the drift); returns each
     row's norm of it."""
-    grads = _grads(step)
+    return _norms(_mix(transport, _descending(step), keep=True, drift="kept"))
+
+
+def _mix(transport: Transport, step: MixStep, *, keep: bool, drift: Drift) -> torch.Tensor | None:
+    """``step`` as :class:`~murmur.algorithms.protocols.FusedMix` states it, through the
+    transport's ``fused_mix`` where it has one, else in separate torch calls: ``mix``,
+    the gradient step, then the drift ``grads <- out - last_sent`` and its rows' norms."""
     fused = transport.fused_mix
     if fused is not None:
-        return _norms(fused(step, keep=True, drift="kept"))
-    _mix_descend_eagerly(transport, step, grads)
-    return _drift_norms(transport, step.out, grads)
-
-
-def _grads(step: MixStep) -> torch.Tensor:
-    """The step's gradients, which a step that descends needs."""
-    if step.grads is None:
-        raise TypeError("a mixing step with a gradient step needs the step's grads")
-    return step.grads
-
-
-def _mix_descend_eagerly(transport: Transport, step: MixStep, grads: torch.Tensor) -> None:
-    """``out += scale * operator @ V``, then ``out -= alpha * grads``: two torch calls."""
+        return fused(step, keep=keep, drift=drift)
+    if not keep:
+        step.out.zero_()
     transport.mix(step.operator, out=step.out, scale=step.scale)
-    step.out.add_(grads, alpha=-step.alpha)
-
-
-def _drift_norms(transport: Transport, out: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:
-    """``grads <- out - last_sent``, and its rows' norms."""
-    difference = torch.sub(out, transport.last_sent, out=grads)
+    if step.grads is None:
+        return None
+    step.out.add_(step.grads, alpha=-step.alpha)
+    if drift == "none":
+        return None
+    difference = torch.sub(step.out, transport.last_sent, out=step.grads)
     return torch.linalg.vector_norm(difference, dim=1)
 
 
+def _descending(step: MixStep) -> MixStep:
+    """``step``, which must have the gradients of its gradient step."""
+    if step.grads is None:
+        raise TypeError("a mixing step with a gradient step needs the step's grads")
+    return step
+
+
 def _norms(returned: torch.Tensor | None) -> torch.Tensor:
-    """The drift's norms a :class:`~murmur.algorithms.protocols.FusedMix` returns when
-    asked for them."""
+    """The drift's norms :func:`_mix` returns when asked for them."""
     if returned is None:
-        raise TypeError("a fused mixing step asked for the drift returned no norms")
+        raise TypeError("a mixing step asked for the drift returned no norms")
     return returned
