@@ -48,7 +48,7 @@ from murmur.algorithms.detsgrad_gt import (
     publish_halves,
     tracker_half,
 )
-from murmur.algorithms.estimates import warm_starts, with_warm
+from murmur.algorithms.estimates import Message, with_warm
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.errors import UsageError
 from murmur.topology import Graph
@@ -130,6 +130,6 @@ class Beer:
         x.add_(v, alpha=-eta)
         difference = torch.sub(pair, transport.last_sent, out=scratch)
         sent = half_triggers(difference, self.v0 * eta, self.vy)
-        warm = warm_starts(state)
-        publish_halves(transport, gossip.compressor, difference, sent, self.seed, iteration, warm)
+        message = Message(self.seed, transport.agents, iteration)
+        publish_halves(transport, gossip.compressor, difference, sent, message, state)
         return state

@@ -31,15 +31,7 @@ from murmur.algorithms.compressors import (
     WarmStarts,
     kept_share,
 )
-from murmur.algorithms.draws import Draws
-from murmur.algorithms.estimates import (
-    CompressedState,
-    Segments,
-    compressed_update,
-    message_draws,
-    warm_starts,
-    with_warm,
-)
+from murmur.algorithms.estimates import CompressedState, Message, Segments, sent_update, with_warm
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import SgdConfig, check_step
 from murmur.errors import UsageError
@@ -185,8 +177,8 @@ class Choco:
         x.add_(grads, alpha=-self.gradient_step(iteration))
         everyone = torch.ones(x.shape[0], 1, dtype=torch.bool, device=x.device)
         difference = torch.sub(x, transport.last_sent, out=grads)
-        draws = message_draws(self.seed, transport.agents, iteration, x.device)
-        publish_and_mix(self.gossip, x, difference, everyone, (draws, state), transport)
+        message = Message(self.seed, transport.agents, iteration)
+        publish_and_mix(self.gossip, x, difference, everyone, (message, state), transport)
         return state
 
 
@@ -195,16 +187,14 @@ def publish_and_mix(
     x: torch.Tensor,
     difference: torch.Tensor,
     sent: torch.Tensor,
-    streams: tuple[Draws, CompressedState],
+    streams: tuple[Message, CompressedState],
     transport: Transport,
 ) -> None:
     """Send C(x - x^) where ``sent`` (agents, 1) says so, then step x towards the
     neighbours' estimates: x += gamma (W - I) X^. ``difference`` is x - x^; ``streams``:
-    the message's draws and the state whose warm starts the compressor uses."""
-    draws, state = streams
+    the message (whose draws the compressor uses) and the state with its warm starts."""
+    message, state = streams
     transport.publish(
-        compressed_update(
-            gossip.compressor, difference, sent, gossip.segments, draws, warm_starts(state)
-        )
+        sent_update(gossip.compressor, difference, sent, gossip.segments, message, state)
     )
     transport.mix(gossip.operator, out=x, scale=gossip.gamma)

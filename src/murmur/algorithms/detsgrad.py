@@ -41,13 +41,7 @@ from typing import Literal, NamedTuple
 import torch
 
 from murmur.algorithms.compressors import CompressionConfig, WarmStarts, kept_share
-from murmur.algorithms.estimates import (
-    Segments,
-    compressed_update,
-    message_draws,
-    warm_starts,
-    with_warm,
-)
+from murmur.algorithms.estimates import Message, Segments, sent_update, with_warm
 from murmur.algorithms.mixing import MixStep, mix_descend_drift, mix_descend_norms
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig, check_step
@@ -169,9 +163,6 @@ class Detsgrad:
         if self.shares.device != drift.device:  # once: the state's device (a GPU)
             self.shares = self.shares.to(drift.device)
         sent = segments.norms(drift) >= self.v0 * alpha * self.shares
-        draws = message_draws(self.seed, transport.agents, iteration, x.device)
-        update = compressed_update(
-            self.compressor, drift, sent, segments, draws, warm_starts(state)
-        )
-        transport.publish(update)
+        message = Message(self.seed, transport.agents, iteration)
+        transport.publish(sent_update(self.compressor, drift, sent, segments, message, state))
         return state

@@ -40,13 +40,7 @@ import torch
 
 from murmur.algorithms import gossip_probe
 from murmur.algorithms.compressors import CompressionConfig, Compressor, WarmStarts, kept_share
-from murmur.algorithms.estimates import (
-    Segments,
-    compressed_update,
-    message_draws,
-    warm_starts,
-    with_warm,
-)
+from murmur.algorithms.estimates import CompressedState, Message, Segments, sent_update, with_warm
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.algorithms.schedules import Decaying, SgdConfig, check_step
 from murmur.errors import UsageError
@@ -119,18 +113,15 @@ def publish_halves(
     compressor: Compressor,
     drift: torch.Tensor,
     sent: torch.Tensor,
-    seed: int,
-    iteration: int,
-    warm: WarmStarts,
+    message: Message,
+    state: CompressedState,
 ) -> None:
     """Each agent sends C of each half of its row of ``drift`` (agents, 2P) that ``sent``
     (:func:`half_triggers`) flags, the model's and the tracker's, each as a message of
-    its own; ``seed``: the run's, for the message's draws; ``warm``: the senders' warm
-    starts."""
+    its own; ``message``: the message, for its draws; ``state``: the senders' state,
+    for their warm starts."""
     half = drift.shape[1] // 2
-    draws = message_draws(seed, transport.agents, iteration, drift.device)
-    update = compressed_update(compressor, drift, sent, Segments((half, half)), draws, warm)
-    transport.publish(update)
+    transport.publish(sent_update(compressor, drift, sent, Segments((half, half)), message, state))
 
 
 class DetsgradGtState(NamedTuple):
@@ -220,6 +211,6 @@ class DetsgradGt:
             transport.broadcast(sent.any(1), pair)
             return state
         state = with_warm(state)
-        warm = warm_starts(state)
-        publish_halves(transport, self.compressor, drift, sent, self.seed, iteration, warm)
+        message = Message(self.seed, transport.agents, iteration)
+        publish_halves(transport, self.compressor, drift, sent, message, state)
         return state

@@ -22,7 +22,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 import torch
 
@@ -187,6 +187,30 @@ def warm_starts(state: CompressedState) -> WarmStarts:
     if state.warm is None:
         raise ValueError("warm starts are made before the first message")
     return state.warm
+
+
+class Message(NamedTuple):
+    """What a compressed message's draws follow from: the run's seed, the agents that
+    send it and the iteration."""
+
+    seed: int
+    agents: Sequence[int]
+    iteration: int
+
+
+def sent_update(
+    compressor: Compressor,
+    difference: torch.Tensor,
+    sent: torch.Tensor,
+    segments: Segments,
+    message: Message,
+    state: CompressedState,
+) -> EstimateUpdate:
+    """:func:`compressed_update` of ``difference`` with ``message``'s draws and the warm
+    starts :func:`with_warm` gave ``state``: what the agents publish."""
+    seed, agents, iteration = message
+    draws = message_draws(seed, agents, iteration, difference.device)
+    return compressed_update(compressor, difference, sent, segments, draws, warm_starts(state))
 
 
 def message_draws(seed: int, agents: Sequence[int], iteration: int, device: torch.device) -> Draws:

@@ -25,7 +25,7 @@ import torch
 
 from murmur.algorithms.choco import GossipConfig, gossip_setup, publish_and_mix
 from murmur.algorithms.compressors import WarmStarts
-from murmur.algorithms.estimates import message_draws, with_warm
+from murmur.algorithms.estimates import Message, with_warm
 from murmur.algorithms.protocols import BuildContext, Transport
 from murmur.errors import UsageError
 from murmur.topology import Graph
@@ -107,6 +107,6 @@ class Sparq:
         difference = torch.sub(x, transport.last_sent, out=grads)
         drift = torch.linalg.vector_norm(difference, dim=1, keepdim=True)
         sent = drift.square() >= self.event_threshold(iteration)
-        draws = message_draws(self.seed, transport.agents, iteration, x.device)
-        publish_and_mix(self.gossip, x, difference, sent, (draws, state), transport)
+        message = Message(self.seed, transport.agents, iteration)
+        publish_and_mix(self.gossip, x, difference, sent, (message, state), transport)
         return state
