@@ -96,6 +96,10 @@ class DatasetInfo:
         return self.classes or self.targets
 
 
+FULL_MNIST_SIZES: tuple[int, int, int, int, Source] = (60000, 10000, 784, 10, "on disk")
+"""Training and test images, pixels, classes and source of the full MNIST and
+Fashion-MNIST sets, which share their shape: 28x28 images in ten classes."""
+
 DATASETS: dict[str, DatasetInfo] = {
     info.name: info
     for info in (
@@ -141,20 +145,12 @@ DATASETS: dict[str, DatasetInfo] = {
         DatasetInfo(
             "mnist",
             "MNIST handwritten digits from the official IDX files (data.root)",
-            60000,
-            10000,
-            784,
-            10,
-            "on disk",
+            *FULL_MNIST_SIZES,
         ),
         DatasetInfo(
             "fashion-mnist",
             "Fashion-MNIST clothing images from IDX files (data.root)",
-            60000,
-            10000,
-            784,
-            10,
-            "on disk",
+            *FULL_MNIST_SIZES,
         ),
         DatasetInfo(
             "synthetic",
