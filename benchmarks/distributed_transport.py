@@ -77,8 +77,10 @@ import torch.distributed as dist
 
 from murmur.config import Config, apply_overrides, build_config, read_preset
 from murmur.distributed.group import loopback_interface
-from murmur.distributed.mailbox import HEADER_FIELDS, MAGIC, Envelope, Kind, Mailbox, Outbox
+from murmur.distributed.mailbox import Mailbox
+from murmur.distributed.outbox import Outbox
 from murmur.distributed.transport import DistributedTransport
+from murmur.distributed.wire import HEADER_FIELDS, MAGIC, Envelope, Kind
 from murmur.registry import ALGORITHMS
 from murmur.training.setup import build_context, prepare
 
