@@ -32,7 +32,7 @@ def _steps(algorithm: Beer, steps: int = STEPS):
     states = []
     for step in range(steps):
         state = algorithm.step(state, grads[step].clone(), step, transport)
-        states.append((state.x.clone(), state.v.clone()))
+        states.append((state.x.clone(), state.tracker.clone()))
     return states, grads, initial, transport
 
 

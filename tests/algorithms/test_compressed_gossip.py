@@ -194,7 +194,7 @@ def test_gradient_tracking_keeps_the_trackers_sum_equal_to_the_smoothed_gradient
     state = algorithm.init(initial)
     for step in range(STEPS):
         state = algorithm.step(state, grads[step].clone(), step, transport)
-        torch.testing.assert_close(state.y.sum(0), state.smoothed.sum(0), rtol=0, atol=1e-4)
+        torch.testing.assert_close(state.tracker.sum(0), state.grad_memory.sum(0), rtol=0, atol=1e-4)
     assert 0 < transport.counters.events < AGENTS * STEPS, "some agents stay silent"
     assert transport.counters.bytes == transport.counters.messages * 2 * P * 4
 
@@ -218,7 +218,7 @@ def test_gradient_tracking_without_thresholds_or_smoothing_is_the_textbook_rule(
         x = x - b * laplacian @ sent_x - a * y
         sent_x, sent_y = x.clone(), y.clone()
     torch.testing.assert_close(state.x, x, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(state.y, y, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(state.tracker, y, rtol=1e-4, atol=1e-4)
 
 
 def test_compressed_gradient_tracking_sends_the_model_and_the_tracker_as_two_messages():
@@ -231,6 +231,6 @@ def test_compressed_gradient_tracking_sends_the_model_and_the_tracker_as_two_mes
     state = algorithm.init(initial)
     for step in range(STEPS):
         state = algorithm.step(state, grads[step].clone(), step, transport)
-        torch.testing.assert_close(state.y.sum(0), state.smoothed.sum(0), rtol=0, atol=1e-4)
+        torch.testing.assert_close(state.tracker.sum(0), state.grad_memory.sum(0), rtol=0, atol=1e-4)
     assert transport.counters.events == 2 * AGENTS * STEPS
     assert transport.counters.bytes == 2 * AGENTS * STEPS * 2 * 10 * 8

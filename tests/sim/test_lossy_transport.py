@@ -203,7 +203,7 @@ def _tracker_sums(config, resend: bool) -> tuple[torch.Tensor, torch.Tensor]:
     state, trackers = algorithm.init(initial), []
     for step in range(30):
         state = algorithm.step(state, grads[step].clone(), step, transport)
-        trackers.append(state.v.sum(0))
+        trackers.append(state.tracker.sum(0))
     assert transport.dropped > 0
     return torch.stack(trackers), grads.sum(1)
 

@@ -35,21 +35,18 @@ still sum to the gradients' sum. v0 = vy = 0 (the default) sends both every step
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
 from murmur.algorithms.choco import GossipConfig, GossipSetup, gossip_setup
-from murmur.algorithms.compressors import WarmStarts
-from murmur.algorithms.detsgrad_gt import (
-    half_triggers,
-    model_and_tracker,
-    model_half,
-    publish_halves,
-    tracker_half,
-)
 from murmur.algorithms.estimates import Message, with_warm
 from murmur.algorithms.protocols import BuildContext, Transport
+from murmur.algorithms.tracking import (
+    TrackedPair,
+    half_triggers,
+    model_and_tracker,
+    publish_halves,
+)
 from murmur.errors import UsageError
 from murmur.topology import Graph
 
@@ -71,24 +68,9 @@ class BeerConfig(GossipConfig):
             raise UsageError("algorithm.v0 and algorithm.vy must be >= 0")
 
 
-class BeerState(NamedTuple):
-    pair: torch.Tensor
-    """(agents, 2P): each agent's model x_i, then its tracker v_i (zero before the first
-    step); their estimates [h_i | g_i] are what the transport holds as sent."""
-    last_grads: torch.Tensor | None = None
-    """Each agent's gradient of the step before, (agents, P); None before the first step."""
-    scratch: torch.Tensor | None = None
-    """(agents, 2P) of room for the differences to the estimates."""
-    warm: WarmStarts | None = None
-    """The senders' warm starts (``lowrank``), kept from message to message."""
-
-    @property
-    def x(self) -> torch.Tensor:
-        return model_half(self.pair)
-
-    @property
-    def v(self) -> torch.Tensor:
-        return tracker_half(self.pair)
+BeerState = TrackedPair
+"""BEER's state: the tracker is v_i, ``grad_memory`` each agent's gradient of the step
+before, and the transport's estimates are [h_i | g_i]."""
 
 
 class Beer:
@@ -115,12 +97,12 @@ class Beer:
     def step(
         self, state: BeerState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> BeerState:
-        last, scratch = state.last_grads, state.scratch
+        last, scratch = state.grad_memory, state.scratch
         if last is None or scratch is None:
             last, scratch = torch.zeros_like(grads), torch.empty_like(state.pair)
-            state = state._replace(last_grads=last, scratch=scratch)
+            state = state._replace(grad_memory=last, scratch=scratch)
         state = with_warm(state)
-        pair, x, v = state.pair, state.x, state.v
+        pair, x, v = state.pair, state.x, state.tracker
         gossip = self.gossip
         # [x | v] += gamma (W - I) [h | g], both read before this step's messages
         transport.mix(gossip.operator, out=pair, scale=gossip.gamma)

@@ -34,114 +34,48 @@ reached DSGD's accuracy.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
 from murmur.algorithms import gossip_probe
-from murmur.algorithms.compressors import CompressionConfig, Compressor, WarmStarts, kept_share
-from murmur.algorithms.estimates import CompressedState, Message, Segments, sent_update, with_warm
+from murmur.algorithms.compressors import CompressionConfig, kept_share
+from murmur.algorithms.estimates import Message, with_warm
 from murmur.algorithms.protocols import BuildContext, Transport
-from murmur.algorithms.schedules import Decaying, SgdConfig, check_step
+from murmur.algorithms.schedules import Decaying, DecayingConsensus, SgdConfig
+from murmur.algorithms.tracking import (
+    TrackedPair,
+    half_triggers,
+    model_and_tracker,
+    publish_halves,
+)
 from murmur.errors import UsageError
-from murmur.sections import Step
 from murmur.topology import Graph, consensus_step
 from murmur.topology.spectra import DENSE_LIMIT
 
 
 @dataclass(frozen=True)
-class DetsgradGtConfig(CompressionConfig, SgdConfig):
+class DetsgradGtConfig(DecayingConsensus, CompressionConfig, SgdConfig):
     """Parameters of DETSGRAD-GT."""
 
     name = "detsgrad-gt"
 
-    def mixing_weights(self) -> str:
-        """W = I - beta_k L, decaying with the consensus step."""
-        return "laplacian"
-
-    b: Step = "auto"
-    """Consensus step scale: beta_k = b / (eps k + 1)^d1; "auto" is 1 / (lambda_2 + lambda_max)."""
     v0: float = 15.0
     """Model threshold: an agent sends once ||x_i - x^_i|| reaches v0 alpha_k (>= 0)."""
     vy: float = 3.0
     """Tracker threshold: or once ||y_i - y^_i|| reaches vy (>= 0)."""
     momentum: float = 0.9
     """mu, the smoothing of the gradients the trackers follow, in [0, 1)."""
-    d1: float = 0.1
-    """Decay exponent of the consensus step."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_step("algorithm.b", self.b)
         if self.v0 < 0 or self.vy < 0:
             raise UsageError("algorithm.v0 and algorithm.vy must be >= 0")
         if not 0 <= self.momentum < 1:
             raise UsageError(f"algorithm.momentum must be in [0, 1), not {self.momentum:g}")
-        if self.d1 < 0:
-            raise UsageError("algorithm.d1 must be >= 0")
 
 
-def model_and_tracker(params: torch.Tensor) -> torch.Tensor:
-    """Every agent's row (x_0, 0): its model and a zero tracker, as it starts known."""
-    return torch.cat([params, torch.zeros_like(params)], dim=1)
-
-
-def model_half(pair: torch.Tensor) -> torch.Tensor:
-    """The model's half of each row of ``pair`` (agents, 2P), as a view."""
-    return pair[:, : pair.shape[1] // 2]
-
-
-def tracker_half(pair: torch.Tensor) -> torch.Tensor:
-    """The tracker's half of each row of ``pair`` (agents, 2P), as a view."""
-    return pair[:, pair.shape[1] // 2 :]
-
-
-def half_triggers(drift: torch.Tensor, model: float, tracker: float) -> torch.Tensor:
-    """(agents, 2) bool: which halves of each row of ``drift`` (agents, 2P), the model's
-    and the tracker's, moved at least ``model`` and ``tracker`` in norm."""
-    return torch.stack(
-        [
-            torch.linalg.vector_norm(model_half(drift), dim=1) >= model,
-            torch.linalg.vector_norm(tracker_half(drift), dim=1) >= tracker,
-        ],
-        dim=1,
-    )
-
-
-def publish_halves(
-    transport: Transport,
-    compressor: Compressor,
-    drift: torch.Tensor,
-    sent: torch.Tensor,
-    message: Message,
-    state: CompressedState,
-) -> None:
-    """Each agent sends C of each half of its row of ``drift`` (agents, 2P) that ``sent``
-    (:func:`half_triggers`) flags, the model's and the tracker's, each as a message of
-    its own; ``message``: the message, for its draws; ``state``: the senders' state,
-    for their warm starts."""
-    half = drift.shape[1] // 2
-    transport.publish(sent_update(compressor, drift, sent, Segments((half, half)), message, state))
-
-
-class DetsgradGtState(NamedTuple):
-    pair: torch.Tensor
-    """(agents, 2P): each agent's model x_i, then its tracker y_i of the average
-    smoothed gradient (zero before the first step); one row is one message."""
-    smoothed: torch.Tensor | None = None
-    """Each agent's smoothed gradient m_i, (agents, P); None before the first step."""
-    scratch: torch.Tensor | None = None
-    """(agents, 2P) of room for the drift."""
-    warm: WarmStarts | None = None
-    """The senders' warm starts (``lowrank``), kept from message to message."""
-
-    @property
-    def x(self) -> torch.Tensor:
-        return model_half(self.pair)
-
-    @property
-    def y(self) -> torch.Tensor:
-        return tracker_half(self.pair)
+DetsgradGtState = TrackedPair
+"""DETSGRAD-GT's state: ``grad_memory`` holds each agent's smoothed gradient m_i."""
 
 
 class DetsgradGt:
@@ -193,15 +127,15 @@ class DetsgradGt:
     def step(
         self, state: DetsgradGtState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> DetsgradGtState:
-        if state.smoothed is None or state.scratch is None:
-            state.y.copy_(grads)
-            state = state._replace(smoothed=grads.clone(), scratch=torch.empty_like(state.pair))
+        if state.grad_memory is None or state.scratch is None:
+            state.tracker.copy_(grads)
+            state = state._replace(grad_memory=grads.clone(), scratch=torch.empty_like(state.pair))
         else:
             # m <- mu m + (1 - mu) g; y <- y + (m_new - m_old): grads becomes m_new - m_old.
-            grads.sub_(state.smoothed).mul_(1.0 - self.momentum)
-            state.smoothed.add_(grads)
-            state.y.add_(grads)
-        pair, x, y = state.pair, state.x, state.y
+            grads.sub_(state.grad_memory).mul_(1.0 - self.momentum)
+            state.grad_memory.add_(grads)
+            state.tracker.add_(grads)
+        pair, x, y = state.pair, state.x, state.tracker
         transport.mix(self.laplacian, out=pair, scale=-self.consensus_step(iteration))
         alpha = self.gradient_step(iteration)
         x.add_(y, alpha=-alpha)
