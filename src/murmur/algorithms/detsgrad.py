@@ -44,36 +44,25 @@ from murmur.algorithms.compressors import CompressionConfig, WarmStarts, kept_sh
 from murmur.algorithms.estimates import Message, Segments, sent_update, with_warm
 from murmur.algorithms.mixing import MixStep, mix_descend_drift, mix_descend_norms
 from murmur.algorithms.protocols import BuildContext, Transport
-from murmur.algorithms.schedules import Decaying, SgdConfig, check_step
+from murmur.algorithms.schedules import Decaying, DecayingConsensus, SgdConfig
 from murmur.errors import UsageError
-from murmur.sections import Step
 from murmur.topology import Graph, PerGraph, consensus_step
 
 
 @dataclass(frozen=True)
-class DetsgradConfig(CompressionConfig, SgdConfig):
+class DetsgradConfig(DecayingConsensus, CompressionConfig, SgdConfig):
     """Parameters of DETSGRAD (defaults: docs/methods/detsgrad.md)."""
 
     name = "detsgrad"
 
-    def mixing_weights(self) -> str:
-        """W = I - beta_k L, decaying with the consensus step."""
-        return "laplacian"
-
-    b: Step = "auto"
-    """Consensus step scale: beta_k = b / (eps k + 1)^d1; needs b * lambda_max(L) < 2;
-    "auto" picks 2 / (lambda_2 + lambda_max)."""
     v0: float = 1.0
     """Event threshold scale: v_k = v0 * alpha_k; an agent sends when its drift reaches v_k,
     so 0 sends every step."""
-    d1: float = 0.1
-    """Decay exponent of the consensus step."""
     trigger: Literal["model", "layer"] = "model"
     """One event for the whole model, or one per parameter tensor."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_step("algorithm.b", self.b)
         if self.v0 < 0:
             raise UsageError(f"algorithm.v0 must be >= 0, not {self.v0}")
         if self.compress == "lowrank" and self.trigger == "layer":
@@ -81,8 +70,6 @@ class DetsgradConfig(CompressionConfig, SgdConfig):
                 'algorithm.compress = "lowrank" compresses whole models; trigger = "layer" '
                 "sends one tensor at a time: use another compressor"
             )
-        if self.d1 < 0:
-            raise UsageError("algorithm.d1 must be >= 0")
 
 
 class DetsgradState(NamedTuple):

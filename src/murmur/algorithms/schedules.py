@@ -42,6 +42,29 @@ def check_step(key: str, value: Step) -> None:
 
 
 @dataclass(frozen=True)
+class DecayingConsensus(AlgorithmConfig):
+    """The decaying consensus step of the event-triggered methods (DETSGRAD,
+    DETSGRAD-GT): the agents mix with W = I - beta_k L, beta_k = b / (eps k + 1)^d1."""
+
+    b: Step = "auto"
+    """Consensus step scale: beta_k = b / (eps k + 1)^d1; needs b * lambda_max(L) < 2;
+    "auto" picks 2 / (lambda_2 + lambda_max) for DETSGRAD, 1 / (lambda_2 + lambda_max)
+    for DETSGRAD-GT."""
+    d1: float = 0.1
+    """Decay exponent of the consensus step."""
+
+    def mixing_weights(self) -> str:
+        """W = I - beta_k L, decaying with the consensus step."""
+        return "laplacian"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_step("algorithm.b", self.b)
+        if self.d1 < 0:
+            raise UsageError("algorithm.d1 must be >= 0")
+
+
+@dataclass(frozen=True)
 class SgdConfig(AlgorithmConfig):
     """The gradient step every SGD algorithm shares: alpha_k = a / (eps k + 1)^d2
     (times min(1, (k + 1) / warmup)), along the direction the local optimizer makes of
