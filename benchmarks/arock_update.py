@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from murmur.algorithms.arock import ArockNode
+from murmur.algorithms.arock import ArockNode, ArockRule
 from murmur.algorithms.ssfn import Ball
 
 SHARDS = {"vowel": (26, 522, 11), "satimage": (222, 512, 6)}
@@ -42,7 +42,7 @@ def shard(samples: int, width: int, classes: int, seed: int):
 
 def node(gram: torch.Tensor, cross: torch.Tensor, seed: int) -> ArockNode:
     classes, width = cross.shape
-    made = ArockNode(0, gram, cross, [1, 2], Ball(radius=0.5), 20, 2.0, 0.8, cap=10**9)
+    made = ArockNode(0, gram, cross, [1, 2], Ball(radius=0.5), 20, ArockRule(2.0, 0.8, cap=10**9))
     stream = torch.Generator().manual_seed(seed)
     for j in made.inbox:
         made.inbox[j] = torch.randn(classes, width, generator=stream, dtype=torch.float64)

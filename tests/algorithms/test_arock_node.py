@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from murmur.algorithms.arock import ArockNode, ball_constrained_solve
+from murmur.algorithms.arock import ArockNode, ArockRule, ball_constrained_solve
 from murmur.algorithms.ssfn import Ball, Ridge
 
 GRAM = torch.tensor([[2.0, 1.0], [1.0, 3.0]], dtype=torch.float64)
@@ -30,7 +30,7 @@ NODES = 4
 
 
 def _node(regularizer, eta: float) -> ArockNode:
-    node = ArockNode(0, GRAM, CROSS, [1, 2], regularizer, NODES, GAMMA, eta, cap=10)
+    node = ArockNode(0, GRAM, CROSS, [1, 2], regularizer, NODES, ArockRule(GAMMA, eta, cap=10))
     node.inbox = {j: block.clone() for j, block in INBOX.items()}
     node.own = {j: block.clone() for j, block in OWN.items()}
     return node
@@ -82,7 +82,9 @@ def test_a_ball_that_does_not_bind_adds_no_ridge_and_eta_one_takes_the_full_step
 
 
 def _machine(cap: int = 2, tolerance: float = 0.0) -> ArockNode:
-    return ArockNode(0, GRAM, CROSS, [1, 2], Ridge(8.0), NODES, GAMMA, 0.5, cap, tolerance)
+    return ArockNode(
+        0, GRAM, CROSS, [1, 2], Ridge(8.0), NODES, ArockRule(GAMMA, 0.5, cap, tolerance)
+    )
 
 
 SETTLED, BUSY = 1, 0
@@ -252,7 +254,7 @@ def test_a_node_with_fewer_samples_than_features_solves_on_the_range_of_its_gram
     targets = torch.randn(3, 2, generator=stream, dtype=torch.float64)
     gram, cross = inputs.T @ inputs, targets.T @ inputs
     for radius in (0.05, 1e6):
-        node = ArockNode(0, gram, cross, [1, 2], Ball(radius), NODES, GAMMA, 0.5, cap=10)
+        node = ArockNode(0, gram, cross, [1, 2], Ball(radius), NODES, ArockRule(GAMMA, 0.5, cap=10))
         assert node.reduced and node.basis.shape == (8, 3)
         for _ in range(3):
             node.inbox = {
@@ -274,7 +276,7 @@ def test_a_low_rank_node_left_without_neighbours_takes_the_minimum_norm_solution
     inputs = torch.randn(3, 8, generator=stream, dtype=torch.float64)
     targets = torch.randn(3, 2, generator=stream, dtype=torch.float64)
     gram, cross = inputs.T @ inputs, targets.T @ inputs
-    node = ArockNode(0, gram, cross, [1, 2], Ball(0.05), NODES, GAMMA, 0.5, cap=10)
+    node = ArockNode(0, gram, cross, [1, 2], Ball(0.05), NODES, ArockRule(GAMMA, 0.5, cap=10))
     node.drop(1)
     node.drop(2)
     node.update()

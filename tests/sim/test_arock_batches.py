@@ -101,9 +101,7 @@ def test_a_node_s_update_is_the_same_whoever_shares_its_batch():
             [(index + 1) % 3, (index + 2) % 3],
             Ball(0.3),
             3,
-            2.0,
-            0.8,
-            cap=100,
+            arock.ArockRule(2.0, 0.8, cap=100),
         )
         for j in node.inbox:
             node.inbox[j] = torch.rand(3, 12, generator=stream, dtype=torch.float64)

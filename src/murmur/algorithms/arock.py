@@ -174,6 +174,21 @@ def ball_multipliers(
     return shifts
 
 
+@dataclass(frozen=True)
+class ArockRule:
+    """The numbers of one layer's ARock rule, the same at every node: the ADMM
+    penalty, the relaxation step, and when a node counts as settled."""
+
+    gamma: float
+    """The edge penalty gamma = 2 / mu (2 / mu0 for layer 0's ridge)."""
+    eta: float
+    """The relaxation step eta, in (0, 1]."""
+    cap: int
+    """The most updates a node makes in the layer (``algorithm.admm_iterations``)."""
+    tolerance: float = 0.0
+    """The fixed-point residual at which a node is settled; 0: only the cap settles it."""
+
+
 class ArockNode:
     """Node i's part of one layer, as a state machine (:class:`AsyncNode`): its edge
     blocks z_{e,j}, the blocks z_{e,i} its neighbours last pushed, its update count
@@ -190,16 +205,13 @@ class ArockNode:
         neighbours: list[int],
         regularizer: Regularizer,
         nodes: int,
-        gamma: float,
-        eta: float,
-        cap: int,
-        tolerance: float = 0.0,
+        rule: ArockRule,
     ) -> None:
         self.index = index
         values, basis = torch.linalg.eigh(gram)
         self.ridge = 0.0 if isinstance(regularizer, Ball) else regularizer.lam / nodes
         self.radius = regularizer.radius if isinstance(regularizer, Ball) else None
-        self.gamma, self.eta, self.cap, self.tolerance = gamma, eta, cap, tolerance
+        self.rule = rule
         # G = Y^T Y has rank at most the node's samples: on the rest of the space the
         # update's curvature is the same constant, so only G's range needs the basis
         # (on a shard of 26 samples and 522 features, 20 times fewer flops).
@@ -233,7 +245,7 @@ class ArockNode:
 
     def rest_curvature(self, degree: int) -> float:
         """The update's curvature where G is 0: gamma per edge plus twice the ridge share."""
-        return self.gamma * degree + 2.0 * self.ridge
+        return self.rule.gamma * degree + 2.0 * self.ridge
 
     @property
     def neighbours(self) -> list[int]:
@@ -252,8 +264,8 @@ class ArockNode:
         """The latest update met the tolerance, or the cap is reached."""
         if self.pending is not None:
             raise RuntimeError(f"node {self.index}'s update is not made yet: relax() it first")
-        return self.updates >= self.cap or (
-            self.updates > 0 and tolerance_met(self.residual, self.tolerance)
+        return self.updates >= self.rule.cap or (
+            self.updates > 0 and tolerance_met(self.residual, self.rule.tolerance)
         )
 
     @property
@@ -395,7 +407,7 @@ def _relax_group(updates: list[PendingUpdate], outside: bool, degree: int) -> No
         (whole, rest) if outside else None,
     )
     own = [_stacked([update.own[d] for update in updates]) for d in range(degree)]
-    new, residuals = _relax_blocks(own, inbox, x, first.gamma, first.eta, len(nodes) > 1)
+    new, residuals = _relax_blocks(own, inbox, x, first.rule.gamma, first.rule.eta, len(nodes) > 1)
     rows = [blocks.unbind() for blocks in new]  # every node's views at once
     for update, node, solution, shift, residual, *edges in zip(
         updates, nodes, x.unbind(), shifts.tolist(), residuals.tolist(), *rows, strict=True
@@ -490,6 +502,9 @@ class AsyncSolver:
         grams, crosses, regularizer = problem.grams, problem.crosses, problem.regularizer
         _, classes, width = crosses.shape
         live = network.live_neighbours
+        rule = ArockRule(
+            2.0 / layer_step(self.config, regularizer), self.eta, self.cap, self.tolerance
+        )
         nodes = [
             ArockNode(
                 index,
@@ -498,10 +513,7 @@ class AsyncSolver:
                 live(index),
                 regularizer,
                 self.graph.agents,
-                2.0 / layer_step(self.config, regularizer),
-                self.eta,
-                self.cap,
-                self.tolerance,
+                rule,
             )
             for local, index in enumerate(network.local_nodes)
         ]
