@@ -467,7 +467,7 @@ def _seeds_override(args: argparse.Namespace) -> str:
 
 def _launch(args: argparse.Namespace) -> int:
     """``murmur launch``: the run's ranks forked on this machine, each running ``main``."""
-    from murmur.distributed.launch import launch
+    from murmur.distributed.launch import RankOptions, launch
 
     if args.resume is not None and (args.preset or args.overrides or args.out):
         raise UsageError(
@@ -479,10 +479,12 @@ def _launch(args: argparse.Namespace) -> int:
         args.preset,
         args.overrides,
         args.out,
-        port=args.port,
-        timeout=args.timeout,
-        progress=not args.quiet,
-        max_restarts=args.max_restarts,
+        ranks=RankOptions(
+            port=args.port,
+            timeout=args.timeout,
+            progress=not args.quiet,
+            max_restarts=args.max_restarts,
+        ),
         resume=args.resume,
         rank_main=main,
         agents_per_rank=args.agents_per_rank,
@@ -826,7 +828,15 @@ def _reproduce(paper: str, out: str | None, quick: bool, progress: bool, portabl
 def _tune(args: argparse.Namespace) -> int:
     """``murmur tune``: every check first, then the studies, tuned.toml and tuning.md."""
     from murmur.config import parse_seeds, shadowed_path
-    from murmur.tune import FILE, REPORT, check_folder, parse_range, plan_search, tune
+    from murmur.tune import (
+        FILE,
+        REPORT,
+        SearchSettings,
+        check_folder,
+        parse_range,
+        plan_search,
+        tune,
+    )
     from murmur.tune.bytes_limit import parse_bytes_limit
     from murmur.tune.report import overview
 
@@ -839,11 +849,13 @@ def _tune(args: argparse.Namespace) -> int:
         members=_member_labels(args.members) if args.members is not None else None,
         seeds=parse_seeds(args.seeds),
         ranges=[parse_range(text) for text in args.ranges],
-        sampler=args.sampler,
-        trials=args.trials,
-        timeout=args.timeout,
-        pruning=not args.no_pruning,
-        max_bytes=parse_bytes_limit(args.max_bytes) if args.max_bytes is not None else None,
+        settings=SearchSettings(
+            sampler=args.sampler,
+            trials=args.trials,
+            timeout=args.timeout,
+            pruning=not args.no_pruning,
+            max_bytes=parse_bytes_limit(args.max_bytes) if args.max_bytes is not None else None,
+        ),
     )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     root = Path(args.out) if args.out else Path("runs") / f"tune-{search.name}-{stamp}"

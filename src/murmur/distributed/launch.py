@@ -38,51 +38,64 @@ LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 29500
 
 
+@dataclasses.dataclass(frozen=True)
+class RankOptions:
+    """How the ranks of a launch are run, whatever run they hold: the port of their
+    process group, their patience, their printing and their restarts."""
+
+    port: int = DEFAULT_PORT
+    """The loopback port rank 0 listens on for the process group."""
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds each rank waits for a peer: to join, for each step's messages, to finish."""
+    progress: bool = True
+    """Whether the ranks print their progress (False: ``--quiet``)."""
+    max_restarts: int = 0
+    """How many times every rank is restarted after one fails; the restarted ranks
+    continue from their checkpoints (:mod:`murmur.distributed.checkpoints`)."""
+
+
 def launch(
     nproc: int | None,
     source: str | None,
     overrides: Sequence[str],
     out: str | None,
     *,
-    port: int = DEFAULT_PORT,
-    timeout: float = DEFAULT_TIMEOUT,
-    progress: bool = True,
-    max_restarts: int = 0,
+    ranks: RankOptions,
     resume: str | None = None,
     agents_per_rank: int = 1,
     rank_main: Callable[[list[str]], int],
 ) -> int:
     """Start ``nproc`` ranks of ``source`` on this machine, forked from this process
-    (:mod:`murmur.distributed.local_ranks`), bound to loopback.
+    (:mod:`murmur.distributed.local_ranks`), bound to loopback, run as ``ranks`` says.
 
     Everything that can be wrong with the input is checked first; returns 0,
-    or the exit status of the first rank that failed. ``max_restarts``: how many
-    times torchrun restarts every rank after one fails; the restarted ranks
-    continue from their checkpoints (:mod:`murmur.distributed.checkpoints`).
+    or the exit status of the first rank that failed.
     ``resume``: the folder of a stopped run to continue, with its own config
     (``source``, ``overrides`` and ``out`` are then None or empty).
     ``agents_per_rank``: each rank holds a block of that many agents.
     ``rank_main``: what each forked rank runs with its ``murmur run`` arguments (the
     command line's ``main``).
     """
-    _check_arguments(nproc, agents_per_rank, timeout, port, max_restarts)
+    _check_arguments(nproc, agents_per_rank, ranks)
     torch.set_num_threads(1)  # see _prepare_here
     if resume is not None:
         checked, done = check_resumable_launch(Path(resume), nproc, agents_per_rank)
-        if progress:
+        if ranks.progress:
             unit = FAMILIES[checked.kind].unit
             print(f"resuming {resume} from {unit} {done}", file=sys.stderr)
         rank_argv, name, preset = ["--resume", resume], "", ""
     else:
         checked, rank_argv, name, preset = _planned(nproc, source, overrides, out, agents_per_rank)
-    check_restarts(checked, max_restarts)
-    check_port_free(LOOPBACK, port)
+    check_restarts(checked, ranks.max_restarts)
+    check_port_free(LOOPBACK, ranks.port)
     rank_environment(checked)
     with tempfile.TemporaryDirectory(prefix="murmur-launch-") as folder:
         plan_file = Path(folder) / "plan.json"
         write_plan_file(plan_file, checked, name, preset)
-        argv = _rank_argv(checked, timeout, progress, [*rank_argv, f"--plan={plan_file}"])
-        return run_ranks(checked.processes, argv, LOOPBACK, port, max_restarts, rank_main)
+        argv = _rank_argv(checked, ranks, [*rank_argv, f"--plan={plan_file}"])
+        return run_ranks(
+            checked.processes, argv, LOOPBACK, ranks.port, ranks.max_restarts, rank_main
+        )
 
 
 def rank_environment(checked: Plan) -> None:
@@ -134,31 +147,29 @@ def _prepare_here(checked: Plan) -> None:
     )
 
 
-def _check_arguments(
-    nproc: int | None, agents_per_rank: int, timeout: float, port: int, max_restarts: int
-) -> None:
+def _check_arguments(nproc: int | None, agents_per_rank: int, ranks: RankOptions) -> None:
     """UsageError, in one line, for a number out of its range."""
     if nproc is not None and nproc < 1:
         raise UsageError(f"--nproc must be at least 1, not {nproc}")
     if agents_per_rank < 1:
         raise UsageError(f"--agents-per-rank must be at least 1, not {agents_per_rank}")
-    if timeout <= 0:
-        raise UsageError(f"--timeout must be positive, not {timeout:g}")
-    if not 0 < port < 65536:
-        raise UsageError(f"--port must be a port number (1..65535), not {port}")
-    if max_restarts < 0:
-        raise UsageError(f"--max-restarts must be 0 or more, not {max_restarts}")
+    if ranks.timeout <= 0:
+        raise UsageError(f"--timeout must be positive, not {ranks.timeout:g}")
+    if not 0 < ranks.port < 65536:
+        raise UsageError(f"--port must be a port number (1..65535), not {ranks.port}")
+    if ranks.max_restarts < 0:
+        raise UsageError(f"--max-restarts must be 0 or more, not {ranks.max_restarts}")
 
 
-def _rank_argv(checked: Plan, timeout: float, progress: bool, rank_argv: list[str]) -> list[str]:
+def _rank_argv(checked: Plan, ranks: RankOptions, rank_argv: list[str]) -> list[str]:
     """What every rank runs: ``murmur run`` with ``rank_argv`` in the distributed runtime."""
     return [
         "run",
         *rank_argv,
         "--runtime=distributed",
         f"--agents-per-rank={checked.agents_per_rank}",
-        f"--timeout={timeout:g}",
-        *(() if progress else ("--quiet",)),
+        f"--timeout={ranks.timeout:g}",
+        *(() if ranks.progress else ("--quiet",)),
     ]
 
 
