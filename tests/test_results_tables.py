@@ -283,7 +283,7 @@ def test_the_pages_remade_with_tuned_steps_tune_at_their_own_length(results_tabl
     --list prints it, the page's run of its tuned file and the time both take."""
     from murmur.cli import build_parser
     from murmur.config import parse_seeds
-    from murmur.tune import plan_search
+    from murmur.tune import SearchSettings, plan_search
 
     tuned = [table for table in results_tables.TABLES if table.tuning is not None]
     assert {table.name for table in tuned} == TUNED_PAGES
@@ -295,8 +295,7 @@ def test_the_pages_remade_with_tuned_steps_tune_at_their_own_length(results_tabl
             args.target,
             args.overrides[:-1],  # this process computed before: it cannot pin its kernels
             seeds=parse_seeds(args.seeds),
-            sampler=args.sampler,
-            trials=args.trials,
+            settings=SearchSettings(sampler=args.sampler, trials=args.trials),
         )
         assert {member.config.run.iterations for member in search.members} == {3000}
     assert results_tables.main(["--list", "--only", "cnn"]) == 0

@@ -8,7 +8,7 @@ from tune_problems import SMALL, settings
 
 from murmur.cli import main
 from murmur.training.setup import prepare
-from murmur.tune import plan_search, tune
+from murmur.tune import SearchSettings, plan_search, tune
 from murmur.tune.bytes_limit import BYTES, OWN_TRIAL, parse_bytes_limit
 from murmur.tune.space import parse_range
 from murmur.tune.study import own_bytes, within_limit
@@ -30,9 +30,8 @@ def test_a_limit_keeps_the_tune_off_the_more_accurate_points_that_send_more(tmp_
         "detsgrad",
         SMALL,
         seeds=(0,),
-        sampler="grid",
         ranges=[parse_range("algorithm.v0=0.5:50")],
-        max_bytes=parse_bytes_limit("60%"),
+        settings=SearchSettings(sampler="grid", max_bytes=parse_bytes_limit("60%")),
     )
     (result,) = tune(search, tmp_path / "t", progress=False)
     complete = _complete(result)
@@ -51,7 +50,9 @@ def test_a_limit_keeps_the_tune_off_the_more_accurate_points_that_send_more(tmp_
 
 
 def test_own_holds_each_trial_to_what_the_members_own_steps_send(tmp_path):
-    search = plan_search("detsgrad", SMALL, seeds=(0,), trials=6, max_bytes="own")
+    search = plan_search(
+        "detsgrad", SMALL, seeds=(0,), settings=SearchSettings(trials=6, max_bytes="own")
+    )
     (result,) = tune(search, tmp_path / "t", progress=False)
     first = result.trials[0]
     algorithm = search.members[0].config.algorithm
@@ -64,7 +65,7 @@ def test_own_holds_each_trial_to_what_the_members_own_steps_send(tmp_path):
 
 
 def test_the_own_steps_trial_runs_the_step_auto_chooses(tmp_path):
-    search = plan_search("choco-sgd", SMALL, seeds=(0,), trials=1)
+    search = plan_search("choco-sgd", SMALL, seeds=(0,), settings=SearchSettings(trials=1))
     (member,) = search.members
     assert member.config.algorithm.gamma == "auto"
     (result,) = tune(search, tmp_path / "t", progress=False)

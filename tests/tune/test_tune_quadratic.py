@@ -8,7 +8,7 @@ import pytest
 from tune_problems import least_squares, settings
 
 from murmur.cli import main
-from murmur.tune import plan_search, tune
+from murmur.tune import SearchSettings, plan_search, tune
 from murmur.tune.space import parse_range
 
 
@@ -37,8 +37,7 @@ def test_the_grid_of_a_range_is_as_many_points_evenly_spaced_on_its_log_scale(tm
         "centralized",
         least_squares(tmp_path),
         ranges=[parse_range("algorithm.a=0.25:4")],
-        sampler="grid",
-        pruning=False,
+        settings=SearchSettings(sampler="grid", pruning=False),
     )
     (member,) = search.members
     assert member.space[0].grid() == (0.25, 0.5, 1.0, 2.0, 4.0)

@@ -9,7 +9,7 @@ import pytest
 from tune_problems import SMALL, least_squares
 
 import murmur.tune.objective
-from murmur.tune import plan_search, tune
+from murmur.tune import SearchSettings, plan_search, tune
 from murmur.tune.objective import Objective, Stopped, score_point
 from murmur.tune.space import parse_range
 from murmur.tune.study import state_of
@@ -41,8 +41,7 @@ def test_a_collapsed_run_is_pruned_and_never_chosen_whatever_its_figures(tmp_pat
         "dsgd",
         SMALL,
         ranges=[parse_range("algorithm.a=0.05:0.8")],
-        sampler="grid",
-        pruning=False,
+        settings=SearchSettings(sampler="grid", pruning=False),
     )
     (result,) = tune(search, tmp_path / "t", progress=False)
     by_step = {trial.params["a"]: trial for trial in result.trials}
@@ -65,8 +64,7 @@ def test_a_step_whose_loss_is_no_longer_a_number_scores_nothing(tmp_path, settin
         "centralized",
         [*least_squares(tmp_path), *settings],
         ranges=[parse_range("algorithm.a=0.5:1e20")],
-        sampler="grid",
-        pruning=False,
+        settings=SearchSettings(sampler="grid", pruning=False),
     )
     (result,) = tune(search, tmp_path / "t", progress=False)
     largest = max(result.trials, key=lambda trial: trial.params["a"])

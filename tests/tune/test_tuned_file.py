@@ -11,7 +11,7 @@ from tune_problems import SMALL, settings
 
 from murmur.cli import main
 from murmur.config import load_experiment
-from murmur.tune import plan_search, tune, tuned_config
+from murmur.tune import SearchSettings, plan_search, tune, tuned_config
 from murmur.tune.tuned_file import differences
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -23,7 +23,7 @@ def in_tmp_path(tmp_path, monkeypatch):
 
 
 def test_murmur_run_runs_the_tuned_file_with_each_member_at_its_chosen_steps(tmp_path):
-    search = plan_search("default", SMALL, trials=2)
+    search = plan_search("default", SMALL, settings=SearchSettings(trials=2))
     results = tune(search, tmp_path / "t", progress=False)
     assert [result.member.label for result in results] == [
         "detsgrad",
@@ -46,7 +46,7 @@ def test_murmur_run_runs_the_tuned_file_with_each_member_at_its_chosen_steps(tmp
 
 
 def test_the_tuned_file_says_what_was_searched_and_what_chose_each_point(tmp_path):
-    search = plan_search("detsgrad", SMALL, trials=3, seeds=(0, 1))
+    search = plan_search("detsgrad", SMALL, seeds=(0, 1), settings=SearchSettings(trials=3))
     (result,) = tune(search, tmp_path / "t", progress=False)
     text = (tmp_path / "t" / "tuned.toml").read_text()
     assert result.chosen is not None
@@ -69,7 +69,7 @@ def test_the_tuned_file_says_what_was_searched_and_what_chose_each_point(tmp_pat
 
 def test_a_file_target_is_named_by_its_absolute_path(tmp_path):
     (tmp_path / "mine.toml").write_text('extends = "dsgd"\n\n[run]\niterations = 40\n')
-    search = plan_search("mine.toml", SMALL[:-2], trials=1)
+    search = plan_search("mine.toml", SMALL[:-2], settings=SearchSettings(trials=1))
     (result,) = tune(search, tmp_path / "t", progress=False)
     entry = tomllib.loads((tmp_path / "t" / "tuned.toml").read_text())["compare"][0]
     assert entry["preset"] == str(tmp_path / "mine.toml")

@@ -24,7 +24,14 @@ import optuna
 
 from murmur import portable
 from murmur.errors import UsageError
-from murmur.tune.members import DEFAULT_TRIALS, DEFAULT_VALIDATION, Member, Search, plan_search
+from murmur.tune.members import (
+    DEFAULT_TRIALS,
+    DEFAULT_VALIDATION,
+    Member,
+    Search,
+    SearchSettings,
+    plan_search,
+)
 from murmur.tune.objective import Objective
 from murmur.tune.report import REPORT, write_report
 from murmur.tune.space import RangeSetting, parse_range
@@ -41,6 +48,7 @@ __all__ = [
     "Objective",
     "RangeSetting",
     "Search",
+    "SearchSettings",
     "Tuned",
     "check_folder",
     "parse_range",

@@ -57,22 +57,32 @@ class Member:
         return math.prod(len(searched.grid()) for searched in self.space)
 
 
-@dataclass(frozen=True)
-class Search:
-    """A tune: its members and how they are searched."""
+@dataclass(frozen=True, kw_only=True)
+class SearchSettings:
+    """How each member is searched: what ``murmur tune`` reads from ``--sampler``,
+    ``--trials``, ``--timeout``, ``--no-pruning`` and ``--max-bytes-vs-dsgd``."""
 
-    name: str
-    """The experiment's name (the preset's, or the file's stem)."""
-    members: tuple[Member, ...]
-    seeds: tuple[int, ...]
     sampler: Sampler = "tpe"
+    """``tpe``: Optuna's TPE, seeded; ``grid``: every point of the ranges' grids."""
     trials: int | None = None
     """Trials per member; None: :data:`DEFAULT_TRIALS`, or the whole grid for ``grid``."""
     timeout: float | None = None
     """Seconds per member, of one command: no trial starts after them."""
     pruning: bool = True
+    """Stop a trial that falls behind the median of the trials before it; False: every
+    trial runs to its end."""
     max_bytes: BytesLimit | None = None
     """``--max-bytes-vs-dsgd``: a share of DSGD's bytes, ``own``, or None (no limit)."""
+
+
+@dataclass(frozen=True)
+class Search(SearchSettings):
+    """A tune: its members, its seeds, and how they are searched (its settings)."""
+
+    name: str
+    """The experiment's name (the preset's, or the file's stem)."""
+    members: tuple[Member, ...]
+    seeds: tuple[int, ...]
     notes: tuple[str, ...] = ()
     """Lines to tell the user: the validation split tune chose, ``--set`` notes."""
 
@@ -90,19 +100,15 @@ def plan_search(
     members: Sequence[str] | None = None,
     seeds: Sequence[int] = (0,),
     ranges: Sequence[RangeSetting] = (),
-    sampler: Sampler = "tpe",
-    trials: int | None = None,
-    timeout: float | None = None,
-    pruning: bool = True,
-    max_bytes: BytesLimit | None = None,
+    settings: SearchSettings = SearchSettings(),
 ) -> Search:
     """The checked tune of ``target`` (a preset, a comparison or a TOML file) with
-    ``overrides``, of the members named ``members`` (None: all); the other arguments
-    are the fields of :class:`Search`. UsageError, in one line, for anything it cannot
-    run; nothing is trained or written."""
+    ``overrides``, of the members named ``members`` (None: all), over ``seeds``, each
+    searched on ``ranges`` as ``settings`` say. UsageError, in one line, for anything
+    it cannot run; nothing is trained or written."""
     if any(parse_override(item)[:2] == ("run", "seeds") for item in overrides):
         raise UsageError("murmur tune takes its seeds from --seeds; drop --set run.seeds")
-    if max_bytes == "own" and sampler == "grid":
+    if settings.max_bytes == "own" and settings.sampler == "grid":
         raise UsageError(
             "--max-bytes-vs-dsgd own measures the member's own steps in its first trial, "
             "which a grid does not run; give a percentage of DSGD's bytes with --sampler grid"
@@ -131,11 +137,11 @@ def plan_search(
         experiment.name,
         tuple(resolved),
         tuple(seeds),
-        sampler=sampler,
-        trials=trials,
-        timeout=timeout,
-        pruning=pruning,
-        max_bytes=max_bytes,
+        sampler=settings.sampler,
+        trials=settings.trials,
+        timeout=settings.timeout,
+        pruning=settings.pruning,
+        max_bytes=settings.max_bytes,
         notes=tuple(notes),
     )
 
