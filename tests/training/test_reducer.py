@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from murmur.training.reducer import (
     AgentRows,
     AgentTotals,
     LayerRows,
+    RunFacts,
     layer_record,
     run_outcome,
     sgd_record,
@@ -97,15 +99,14 @@ def test_a_layer_record_takes_the_nme_of_the_summed_residuals_and_the_spread_of_
 def test_an_outcome_counts_the_saving_against_every_agent_sending_every_round():
     """communication_saving = 1 - events / (agents x rounds); None without rounds."""
     totals = AgentTotals(events=[5, 10], messages=[10, 20], bytes=[100, 200])
-    kwargs = dict(
-        topology="ring", iterations=20, train_seconds=1.0, samples=64, parameters=None, extra={}
-    )
-    outcome = run_outcome({"iteration": 20}, totals, rounds=20, **kwargs)
+    facts = RunFacts(topology="ring", iterations=20, train_seconds=1.0, samples=64)
+    kwargs = dict(parameters=None, extra={})
+    outcome = run_outcome({"iteration": 20}, totals, replace(facts, rounds=20), **kwargs)
     assert outcome.agents == 2
     assert outcome.communication_saving == pytest.approx(1 - 15 / 40)
     assert (outcome.messages, outcome.bytes, outcome.events_per_agent) == (30, 300, [5, 10])
-    assert run_outcome({}, totals, **kwargs).communication_saving is None
-    assert run_outcome({}, totals, agents=4, **kwargs).agents == 4
+    assert run_outcome({}, totals, facts, **kwargs).communication_saving is None
+    assert run_outcome({}, totals, replace(facts, agents=4), **kwargs).agents == 4
 
 
 def test_rows_are_measured_from_the_per_agent_tensors_and_the_counters():
@@ -190,10 +191,7 @@ def test_an_outcome_keeps_the_topology_iterations_and_the_run_fields():
     outcome = run_outcome(
         {"iteration": 20},
         totals,
-        topology="ring",
-        iterations=20,
-        train_seconds=1.5,
-        samples=64,
+        RunFacts(topology="ring", iterations=20, train_seconds=1.5, samples=64),
         parameters=parameters,
         extra={"k": 1},
     )

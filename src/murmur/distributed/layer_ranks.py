@@ -65,7 +65,7 @@ from murmur.training.layer_loop import (
     layerwise_extra,
     train_layerwise_run,
 )
-from murmur.training.reducer import AgentTotals, LayerRows, layer_record, run_outcome
+from murmur.training.reducer import AgentTotals, LayerRows, RunFacts, layer_record, run_outcome
 from murmur.training.setup import LayerSetup
 
 
@@ -716,10 +716,13 @@ def _layer_outcome(
     return run_outcome(
         records[-1],
         AgentTotals(per_agent["events"], per_agent["messages"], per_agent["bytes"]),
-        topology=graph.name,
-        iterations=trained.admm_iterations,
-        train_seconds=float(total["train_seconds"].max()),
-        samples=int(sum(setup.shards[rank].numel() for rank in ranks)),
+        RunFacts(
+            topology=graph.name,
+            iterations=trained.admm_iterations,
+            train_seconds=float(total["train_seconds"].max()),
+            samples=int(sum(setup.shards[rank].numel() for rank in ranks)),
+            agents=graph.agents,
+        ),
         parameters=results.outputs[-1],
         extra={
             **layerwise_extra(trained, records, graph, decentralized=True),
@@ -733,5 +736,4 @@ def _layer_outcome(
             "failed_agents": sorted(results.failures),
             "failures": {str(rank): why for rank, why in sorted(results.failures.items())},
         },
-        agents=graph.agents,
     )

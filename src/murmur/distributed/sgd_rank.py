@@ -48,7 +48,7 @@ from murmur.metrics.evaluation import model_columns
 from murmur.metrics.record_types import EvaluationRecord, ModelColumns
 from murmur.metrics.records import Outcome
 from murmur.training.plan import Plan
-from murmur.training.reducer import AgentTotals, run_outcome
+from murmur.training.reducer import AgentTotals, RunFacts, run_outcome
 from murmur.training.setup import Problem, SgdSetup
 from murmur.training.sgd_checkpoint import SgdSnapshot, resume_sgd, sgd_snapshot
 from murmur.training.sgd_loop import (
@@ -305,10 +305,13 @@ def _gather(
     return run_outcome(
         last_record,
         AgentTotals(totals.events, totals.messages, totals.bytes),
-        topology=topology_name(setup.config, setup.graph),
-        iterations=iterations,
-        train_seconds=totals.train_seconds,
-        samples=sum(totals.samples),
+        RunFacts(
+            topology=topology_name(setup.config, setup.graph),
+            iterations=iterations,
+            train_seconds=totals.train_seconds,
+            samples=sum(totals.samples),
+            rounds=iterations,
+        ),
         parameters=torch.cat(gathered) if gathered is not None else None,
         extra={
             "runtime": "distributed",
@@ -320,7 +323,6 @@ def _gather(
             "control_messages_per_agent": totals.control,
             "rejected_per_agent": totals.rejected,
         },
-        rounds=iterations,
     )
 
 

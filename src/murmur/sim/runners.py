@@ -28,7 +28,7 @@ from murmur.training.layer_loop import (
     layerwise_extra,
     train_layerwise_run,
 )
-from murmur.training.reducer import AgentTotals, run_outcome
+from murmur.training.reducer import AgentTotals, RunFacts, run_outcome
 from murmur.training.runs import OnRecord
 from murmur.training.setup import LayerSetup, SgdSetup
 from murmur.training.sgd_checkpoint import SgdSnapshot, resume_sgd, sgd_snapshot
@@ -137,10 +137,13 @@ def _sgd_outcome(
     return run_outcome(
         records[-1],
         AgentTotals.of(transport.counters),
-        topology=_topology_name(setup) if setup.plan.decentralized else "none",
-        iterations=iterations,
-        train_seconds=trained.train_seconds,
-        samples=trained.samples,
+        RunFacts(
+            topology=_topology_name(setup) if setup.plan.decentralized else "none",
+            iterations=iterations,
+            train_seconds=trained.train_seconds,
+            samples=trained.samples,
+            rounds=iterations,
+        ),
         parameters=trained.params.cpu(),
         extra={
             "virtual_seconds": trained.virtual_seconds,
@@ -149,7 +152,6 @@ def _sgd_outcome(
             **_measured(records[-1]),
             **_compile_fallback(transport),
         },
-        rounds=iterations,
     )
 
 
@@ -301,10 +303,12 @@ def run_layerwise(
     return run_outcome(
         trained.last_record,
         AgentTotals.of(network.counters),
-        topology=graph.name if decentralized else "none",
-        iterations=trained.admm_iterations,
-        train_seconds=trained.train_seconds,
-        samples=int(sum(shard.numel() for shard in setup.shards)),
+        RunFacts(
+            topology=graph.name if decentralized else "none",
+            iterations=trained.admm_iterations,
+            train_seconds=trained.train_seconds,
+            samples=int(sum(shard.numel() for shard in setup.shards)),
+        ),
         parameters=trained.outputs,
         extra={
             "virtual_seconds": _virtual_seconds(trained.virtual_seconds),

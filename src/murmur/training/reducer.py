@@ -191,35 +191,51 @@ class AgentTotals:
         )
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What a runtime knows of a run as a whole when it ends, beside its last record,
+    its message counts and its parameters: the graph, how long it trained and on how
+    many samples, and against what its communication is measured."""
+
+    topology: str
+    """The graph's name (``none`` where the agents train without one)."""
+    iterations: int
+    """The iterations the run took (fewer than ``run.iterations`` where a rule stopped it;
+    a layer-wise run's ADMM iterations, all layers together)."""
+    train_seconds: float
+    """Real time of the training steps alone."""
+    samples: int
+    """Training samples processed, all agents together."""
+    rounds: int | None = None
+    """The synchronous rounds each agent could have sent in (the communication saving is
+    1 - events / (agents x rounds)); None where that is not meaningful."""
+    agents: int | None = None
+    """How many agents took part; None: one per entry of the totals."""
+
+
 def run_outcome(
     last_record: EvaluationRecord,
     totals: AgentTotals,
+    facts: RunFacts,
     *,
-    topology: str,
-    iterations: int,
-    train_seconds: float,
-    samples: int,
     parameters: torch.Tensor | None,
     extra: OutcomeExtra,
-    rounds: int | None = None,
-    agents: int | None = None,
 ) -> Outcome:
     """The outcome of a run; ``totals`` has one entry per agent that reported (all of
-    them unless ``agents`` says more took part). ``rounds``: the synchronous rounds
-    each agent could have sent in (the communication saving is 1 - events / (agents
-    x rounds)); None where that is not meaningful."""
-    agents = len(totals.events) if agents is None else agents
+    them unless ``facts.agents`` says more took part)."""
+    agents = len(totals.events) if facts.agents is None else facts.agents
     events = sum(totals.events)
+    rounds = facts.rounds
     return Outcome(
         agents=agents,
-        topology=topology,
-        iterations=iterations,
+        topology=facts.topology,
+        iterations=facts.iterations,
         last_record=last_record,
         events_per_agent=totals.events,
         messages=sum(totals.messages),
         bytes=sum(totals.bytes),
-        train_seconds=train_seconds,
-        samples=samples,
+        train_seconds=facts.train_seconds,
+        samples=facts.samples,
         communication_saving=1.0 - events / (agents * rounds) if rounds else None,
         parameters=parameters,
         extra=extra,
