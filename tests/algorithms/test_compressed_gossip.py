@@ -194,7 +194,9 @@ def test_gradient_tracking_keeps_the_trackers_sum_equal_to_the_smoothed_gradient
     state = algorithm.init(initial)
     for step in range(STEPS):
         state = algorithm.step(state, grads[step].clone(), step, transport)
-        torch.testing.assert_close(state.tracker.sum(0), state.grad_memory.sum(0), rtol=0, atol=1e-4)
+        torch.testing.assert_close(
+            state.tracker.sum(0), state.grad_memory.sum(0), rtol=0, atol=1e-4
+        )
     assert 0 < transport.counters.events < AGENTS * STEPS, "some agents stay silent"
     assert transport.counters.bytes == transport.counters.messages * 2 * P * 4
 
@@ -231,6 +233,8 @@ def test_compressed_gradient_tracking_sends_the_model_and_the_tracker_as_two_mes
     state = algorithm.init(initial)
     for step in range(STEPS):
         state = algorithm.step(state, grads[step].clone(), step, transport)
-        torch.testing.assert_close(state.tracker.sum(0), state.grad_memory.sum(0), rtol=0, atol=1e-4)
+        torch.testing.assert_close(
+            state.tracker.sum(0), state.grad_memory.sum(0), rtol=0, atol=1e-4
+        )
     assert transport.counters.events == 2 * AGENTS * STEPS
     assert transport.counters.bytes == 2 * AGENTS * STEPS * 2 * 10 * 8
