@@ -322,8 +322,8 @@ def test_to_dict_puts_the_algorithm_name_first():
         "levels",
         *COMPRESSION_DEFAULTS,
         "b",
-        "v0",
         "d1",
+        "v0",
         "trigger",
     ]
     assert algorithm["name"] == "detsgrad"
