@@ -640,6 +640,7 @@ def _resume(args: argparse.Namespace) -> int:
             checked=read_plan_file(Path(args.plan))[0] if args.plan is not None else None,
         )
         if result.run_dir is not None:
+            _say_stopped(result.name, result)
             print(format_table([result.to_dict()]))
         return 0
     if not args.quiet:
@@ -724,6 +725,7 @@ def _run_distributed(args: argparse.Namespace) -> int:
         agents_per_rank=args.agents_per_rank,
     )
     if result.run_dir is not None:
+        _say_stopped(label, result)
         print(format_table([result.to_dict()]))
         _warn_caps(label, result.to_dict(), config.config if isinstance(config, Plan) else config)
     return 0

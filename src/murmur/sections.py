@@ -417,8 +417,9 @@ class CollapseConfig:
     ``consensus-growing`` (the agents' distance to their average keeps growing) too,
     for decentralized mini-batch runs without ``[faults]``; ``chance`` (the mean
     accuracy at chance level for ``patience`` evaluations) ends it as ``collapsed``.
-    The last two judge only evaluations after the warm-up. The simulator's runs only:
-    the distributed runtime keeps the non-finite check, which fails the run.
+    The last two judge only evaluations after the warm-up. Both runtimes apply them,
+    but for asynchronous dSSFN in the distributed runtime, whose records reach rank 0
+    only at its end: it keeps the non-finite check, which fails the run.
     """
 
     enabled: bool = True

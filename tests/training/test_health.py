@@ -208,7 +208,13 @@ def test_which_rules_a_run_is_held_to():
     distributed = dataclasses.replace(
         sgd, plan=dataclasses.replace(sgd.plan, runtime="distributed")
     )
-    assert health_watch(distributed) is None  # the ranks keep the non-finite check
+    assert health_watch(distributed) is not None  # rank 0 judges, every rank stops
+    arock = prepare(plan(_config("dssfn-async-vowel", "algorithm.layers=2")))
+    assert health_watch(arock) is not None
+    arock_ranks = dataclasses.replace(
+        arock, plan=dataclasses.replace(arock.plan, runtime="distributed")
+    )
+    assert health_watch(arock_ranks) is None  # no shared evaluation: the non-finite check
     faults = prepare(plan(_config("dsgd", *SMALL_SGD, "faults.drop=0.1")))
     assert not health_watch(faults).shape.consensus  # cut-off agents drift apart by design
     centralized = prepare(plan(_config("centralized", *SMALL_SGD)))

@@ -321,7 +321,8 @@ def run_layerwise_rank(
     start: Start = "new",
 ) -> Outcome:
     """Node ``rank`` of a dSSFN run; every layer's record brought together across the
-    ranks and handed to ``on_record`` on rank 0, which writes them. Without
+    ranks and handed to ``on_record`` (rank 0's writes them; synchronous dSSFN makes
+    them on every rank, whose rules of ``[collapse]`` judge them alike). Without
     ``virtual_seconds``: each rank's virtual clock sees only its own node.
 
     Synchronous dSSFN gathers with collectives (every rank is there, or the run
@@ -340,7 +341,7 @@ def run_layerwise_rank(
     networks: list[DistributedNetwork] = []
     stream = None
     if not isinstance(setup.config.algorithm, DssfnAsyncConfig):
-        stream = LayerStream(rank, on_record, timeout, lambda: networks[0])
+        stream = LayerStream(on_record, timeout, lambda: networks[0])
     hooks = LayerHooks(
         on_record=records.append,
         checkpoints=saves if saves is not None and saves.every > 0 else None,
@@ -383,17 +384,17 @@ def _gathered(local: _RankResults) -> _RankResults:
 class LayerStream:
     """Synchronous dSSFN's records as the run goes: after each layer every rank brings
     its node's rows of the layers rank 0 has not written yet (one all-gather, given the
-    run's timeout) and rank 0 writes their records, so that a run killed midway keeps
-    its layers so far. A resumed run's first layer brings the layers it restored too."""
+    run's timeout) and every rank makes their records, which rank 0 writes, so that a
+    run killed midway keeps its layers so far, and every rank's rules of ``[collapse]``
+    judge the same records and stop the run at the same layer. A resumed run's first
+    layer brings the layers it restored too."""
 
     def __init__(
         self,
-        rank: int,
         on_record: Callable[[EvaluationRecord], None],
         timeout: float,
         network: Callable[[], DistributedNetwork],
     ) -> None:
-        self.rank = rank
         self.on_record = on_record
         self.timeout = timeout
         self.network = network
@@ -416,10 +417,8 @@ class LayerStream:
         sizes = [rows.numel(), *(o.numel() for o in outputs)]
         stacked_rows, *stacked = gathered.split(sizes, dim=1)
         every = stacked_rows.reshape(gathered.shape[0], *rows.shape)
-        for e, output in enumerate(stacked):
-            if self.rank == 0:
-                record = _layer_record(every[:, e], output.reshape(-1, *outputs[e].shape))
-                self.on_record(record)
+        for e, output in enumerate(stacked):  # every rank: each judges the same records
+            self.on_record(_layer_record(every[:, e], output.reshape(-1, *outputs[e].shape)))
         self.written = len(at.records)
 
     def _gather(self, local: torch.Tensor, layer: int) -> torch.Tensor:

@@ -19,6 +19,11 @@ for the frozen rank's messages. So the all-reduce is started (``async_op``) and
 the rank goes on; after each iteration it takes the sums that are in, in order,
 and only at the end (after the neighbours said STOP) does it wait for the last
 ones, with the run's deadline, listening for the failures its neighbours report.
+A run that rules of ``[collapse]`` watch is the exception: at each evaluation rank 0
+waits for the sum, judges the record, and every rank waits for its verdict
+(:meth:`RankRecords.agree_stop`), listening for failures as at the end; a rank that
+froze inside an evaluation is then named by nobody, the others failing on the
+deadline of that evaluation's sum.
 The sums run in a gloo process group of their own, whose deadline (the run's
 timeout) closes only its own connections, never the mailboxes'.
 
@@ -153,15 +158,36 @@ class RankRecords:
 
     def finish(self) -> None:
         """Wait (with the run's timeout) for every sum started, and make their records."""
-        deadline = time.monotonic() + self.timeout
         while self.pending:
-            if self.pending[0].work.is_completed():
-                self._make(self.pending.popleft())
-                deadline = time.monotonic() + self.timeout
-            elif time.monotonic() > deadline:
-                self._fail(self.pending[0].index, f"no answer within {self.timeout:g} s")
-            else:
-                self.transport.raise_failure_within(POLL_SECONDS)
+            self._wait(self.pending[0].work, self.pending[0].index)
+            self._make(self.pending.popleft())
+
+    def agree_stop(self, stop: Callable[[], bool]) -> bool:
+        """Collective, after :meth:`add` of an evaluation: whether the run ends there, as
+        rank 0 judges it (``stop``, its rules of ``[collapse]``, once it has made the
+        record), the same answer on every rank. Rank 0 waits for the record; the other
+        ranks wait for rank 0's answer (the group's collectives come in order), listening
+        for the failures their neighbours report."""
+        judge = self.score_average is not None
+        if judge:
+            self.finish()
+        verdict = torch.tensor([1.0 if judge and stop() else 0.0], dtype=torch.float64)
+        index = self.next_index - 1
+        try:
+            work = dist.all_reduce(verdict, group=self.group, async_op=True)
+        except RuntimeError as error:
+            self._fail(index, first_line(error))
+        self._wait(work, index)
+        return bool(verdict[0] > 0)
+
+    def _wait(self, work: dist.Work, index: int) -> None:
+        """Wait for ``work`` (evaluation ``index``'s) up to the run's timeout, listening for
+        the failures the neighbours report."""
+        deadline = time.monotonic() + self.timeout
+        while not work.is_completed():
+            if time.monotonic() > deadline:
+                self._fail(index, f"no answer within {self.timeout:g} s")
+            self.transport.raise_failure_within(POLL_SECONDS)
 
     def _make(self, done: _Sum) -> None:
         try:

@@ -13,9 +13,10 @@ it applies the mean of every M gradients with the step schedule as they
 arrive, counts each one's staleness (server version at apply - version read)
 and answers each push with its current model. It stops after
 ``run.iterations`` updates or once the training loss (evaluated every
-``run.eval_every`` updates) reaches ``algorithm.target_loss``, then sends STOP
-to the workers still there. This module is the wire: threads, outbox,
-deadlines, failures, STOP and ABORT, and the workers' loop.
+``run.eval_every`` updates) reaches ``algorithm.target_loss``, or once a rule of
+``[collapse]`` stops the run at an evaluation (the server alone makes the records, so
+it alone judges them), then sends STOP to the workers still there. This module is the
+wire: threads, outbox, deadlines, failures, STOP and ABORT, and the workers' loop.
 
 Every wait has a deadline (``timeout``). A worker whose connection closes, that
 sends something malformed, or that sends nothing for ``timeout`` seconds since
@@ -375,6 +376,8 @@ class _Server:
         self.records = 0
         """Records written so far."""
         self.on_record = on_record
+        self.stop_requested = setup.stop_requested
+        """Whether a rule of ``[collapse]`` ended the run at the evaluation just made."""
         self.problem = setup.problem
         self.timeout = timeout
         self.workers = config.workers
@@ -411,7 +414,7 @@ class _Server:
         try:
             started = time.monotonic()  # every worker starts from the initial model
             self.waiting_since = dict.fromkeys(self.ranks, started)
-            while not server.done:
+            while not server.done and not self.stop_requested():
                 self._require_workers()
                 message = self._next()
                 if message is None or message.source in self.failed:

@@ -16,6 +16,10 @@ messages and parameters.
 Each evaluation's measurements are summed across the ranks as the run goes
 (:mod:`murmur.distributed.rank_records`: fixed-size tensors, no pickles), and rank 0
 writes each record, with the average model's test scores, as soon as the sum is in.
+Where rules of ``[collapse]`` watch the run (``setup.watched``), rank 0 waits for each
+evaluation's sum, judges the record, and every rank learns its verdict in one more
+all-reduce (:meth:`~murmur.distributed.rank_records.RankRecords.agree_stop`) before it
+steps on: every rank stops at the evaluation that fired, as the simulator's run does.
 At the end each rank sends STOP to its neighbours, waits for theirs, and the counters
 and parameters are gathered (:class:`RankTotals`).
 """
@@ -224,6 +228,7 @@ def _train(
     config, problem = setup.config, setup.problem
     agents = transport.agents
     block = len(agents)
+    stopping = [False]  # rank 0's rules of [collapse] ended the run at the last evaluation
 
     def evaluate(at: Evaluation) -> None:
         accuracy, loss = problem.model.evaluate(at.params, problem.x_test, problem.y_test)
@@ -232,6 +237,8 @@ def _train(
             held = problem.model.evaluate(at.params, *problem.validation)
             rows = [row + _validation_row(*held, i) for i, row in enumerate(rows)]
         records.add(at, rows)
+        if setup.watched:
+            stopping[0] = records.agree_stop(setup.stop_requested)
 
     def snapshot(at: SgdProgress) -> SgdSnapshot:
         saved = sgd_snapshot(at, transport, problem.sampler)
@@ -251,7 +258,12 @@ def _train(
         config.run.iterations,
         config.run.eval_every,
         evaluate,
-        SgdHooks(checkpoints=saves, snapshot=snapshot, after_step=records.collect),
+        SgdHooks(
+            checkpoints=saves,
+            snapshot=snapshot,
+            after_step=records.collect,
+            stop=lambda: stopping[0],
+        ),
         progress=progress,
         start=start,
     )
@@ -301,7 +313,7 @@ def _gather(
     params = trained.params.contiguous()
     gathered = [torch.empty_like(params) for _ in range(world)] if rank == 0 else None
     dist.gather(params, gathered, dst=0)
-    iterations = setup.config.run.iterations
+    iterations = trained.iterations  # fewer where a rule of [collapse] stopped the run
     return run_outcome(
         last_record,
         AgentTotals(totals.events, totals.messages, totals.bytes),

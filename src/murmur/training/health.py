@@ -42,6 +42,7 @@ from typing import Literal
 
 import torch
 
+from murmur.algorithms.arock import DssfnAsyncConfig
 from murmur.algorithms.ssfn import LayerwiseConfig
 from murmur.data.datasets import Dataset
 from murmur.metrics.fields import finite_number
@@ -266,10 +267,16 @@ def majority_share(labels: torch.Tensor) -> float:
 
 def health_watch(setup: Setup) -> HealthWatch | None:
     """The rules ``setup``'s run is held to; None where none apply: ``collapse.enabled``
-    is false, or the run is distributed, whose records reach rank 0 while the ranks
-    train on (it keeps the non-finite check, which fails the run)."""
+    is false, or the run is asynchronous dSSFN in the distributed runtime, whose
+    records reach rank 0 only at its end (it keeps the non-finite check, which fails the
+    run). In the distributed runtime every rank holds a watch of its own, and every rank
+    judges the same records (an SGD run's are the ranks' sums; a synchronous dSSFN run's
+    the ranks' gathered rows; a server's its own), so that all of them stop at the same
+    evaluation."""
     config = setup.config
-    if not config.collapse.enabled or setup.plan.runtime != "simulator":
+    if not config.collapse.enabled:
+        return None
+    if setup.plan.runtime == "distributed" and isinstance(config.algorithm, DssfnAsyncConfig):
         return None
     algorithm = config.algorithm
     span = algorithm.layers if isinstance(algorithm, LayerwiseConfig) else config.run.iterations

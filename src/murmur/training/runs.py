@@ -86,7 +86,9 @@ def train_run(
         kept=list(writer.records),
     )
     stop_requested = watch.stopping if watch is not None else setup.stop_requested
-    run_setup = dataclasses.replace(setup, checkpoints=checkpoints, stop_requested=stop_requested)
+    run_setup = dataclasses.replace(
+        setup, checkpoints=checkpoints, stop_requested=stop_requested, watched=watch is not None
+    )
     try:
         outcome = runner(run_setup, _record_taker(writer, watch), progress)
     except BaseException as error:

@@ -75,6 +75,10 @@ class Setup:
     """Whether a rule of ``[collapse]`` has stopped the run at the evaluation just made
     (``train_run`` sets it; :mod:`murmur.training.health`): the runner then ends there,
     as if it were the last."""
+    watched: bool = False
+    """Whether rules of ``[collapse]`` judge each evaluation as the run makes it
+    (``train_run`` sets it): a distributed SGD rank then waits for the ranks' record
+    of each evaluation before it steps on, so that every rank stops at the same one."""
 
     @property
     def steps(self) -> dict[str, float]:
