@@ -42,7 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_run(commands)
     _add_launch(commands)
-    commands.add_parser("presets", help="list the presets shipped with murmur")
+    presets = commands.add_parser(
+        "presets", help="list the presets shipped with murmur, and the algorithms of plugins"
+    )
+    _add_plugins(presets)
     _add_datasets(commands)
     _add_report(commands)
     _add_tune(commands)
@@ -59,6 +62,7 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="preset name or path to a .toml file (default: default)",
     )
     _add_overrides(run, "override one config value (repeatable), e.g. --set topology.agents=20")
+    _add_plugins(run)
     run.add_argument(
         "--seeds",
         metavar="SEEDS",
@@ -105,6 +109,7 @@ def _add_launch(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     launch.add_argument("preset", nargs="?", help="preset name or path to a .toml file")
     _add_overrides(launch, "override one config value (repeatable)")
+    _add_plugins(launch)
     launch.add_argument("--out", help="run folder (default: runs/PRESET-TIMESTAMP)")
     launch.add_argument(
         "--port", type=int, default=29500, help="rendezvous port on 127.0.0.1 (default 29500)"
@@ -306,6 +311,18 @@ def _add_overrides(parser: argparse.ArgumentParser, help: str) -> None:
     )
 
 
+def _add_plugins(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--plugin",
+        dest="plugins",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="import a plugin first: a .py file or a module that registers algorithms "
+        "through murmur.extend (repeatable); every run records it in run.plugins",
+    )
+
+
 def _add_portable(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--portable",
@@ -415,12 +432,13 @@ def _portable_first(args: argparse.Namespace) -> None:
 
 def _command(args: argparse.Namespace) -> int:
     """Run the command ``args`` names; UsageError for bad input."""
+    _given_plugins(args)
     if args.command == "run":
         return _run_command(args)
     if args.command == "launch":
         return _launch(args)
     if args.command == "presets":
-        return _presets()
+        return _presets(args.plugins)
     if args.command == "datasets":
         return _datasets() if args.file is None else _describe_file(args)
     if args.command == "reproduce":
@@ -430,6 +448,22 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "tune":
         return _tune(args)
     return _report(args.runs, args.out, args.format, args.dpi)
+
+
+def _given_plugins(args: argparse.Namespace) -> None:
+    """Import the plugins of ``--plugin`` first (their paths made absolute), so that
+    everything after may name what they register; refused with a run's own config."""
+    given = getattr(args, "plugins", [])
+    if not given:
+        return
+    if getattr(args, "resume", None) is not None or getattr(args, "plan", None) is not None:
+        raise UsageError(
+            "--resume and --plan import the run's own plugins (its run.plugins); drop --plugin"
+        )
+    from murmur.plugins import load_plugins, resolved
+
+    args.plugins = [resolved(spec, Path.cwd()) for spec in given]
+    load_plugins(args.plugins)
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -448,7 +482,14 @@ def _run_command(args: argparse.Namespace) -> int:
     if args.runtime == "distributed":
         return _run_distributed(args)
     source = "default" if args.preset is None else args.preset
-    return _run(source, args.overrides, args.out, progress=not args.quiet, check=args.check)
+    return _run(
+        source,
+        args.overrides,
+        args.out,
+        progress=not args.quiet,
+        check=args.check,
+        plugins=args.plugins,
+    )
 
 
 def _seeds_override(args: argparse.Namespace) -> str:
@@ -488,6 +529,7 @@ def _launch(args: argparse.Namespace) -> int:
         resume=args.resume,
         rank_main=main,
         agents_per_rank=args.agents_per_rank,
+        plugins=args.plugins,
     )
 
 
@@ -502,7 +544,12 @@ def _shown_path(path: Any, limit: int = 80) -> str:
 
 
 def _run(
-    source: str, overrides: list[str], out: str | None, progress: bool, check: bool = False
+    source: str,
+    overrides: list[str],
+    out: str | None,
+    progress: bool,
+    check: bool = False,
+    plugins: Sequence[str] = (),
 ) -> int:
     from murmur.config import load_experiment, shadowed_path
     from murmur.training.plan import plan
@@ -512,7 +559,7 @@ def _run(
     note = shadowed_path(source)
     if note is not None:
         print(f"murmur: {note}", file=sys.stderr)
-    experiment = load_experiment(source, overrides)
+    experiment = load_experiment(source, overrides, plugins)
     if any(config.run.portable for _, config in experiment.runs):
         from murmur import portable
 
@@ -710,7 +757,7 @@ def _run_distributed(args: argparse.Namespace) -> int:
         root = Path(args.out) if args.out else default_run_dir(preset or label)
     else:
         experiment = load_experiment(
-            "default" if args.preset is None else args.preset, args.overrides
+            "default" if args.preset is None else args.preset, args.overrides, args.plugins
         )
         label, config = single_run(experiment)
         preset = experiment.name
@@ -731,14 +778,22 @@ def _run_distributed(args: argparse.Namespace) -> int:
     return 0
 
 
-def _presets() -> int:
+def _presets(plugins: Sequence[str]) -> int:
+    """The presets, then each algorithm a plugin registered (``--plugin`` or installed)."""
     from murmur.config import preset_names, read_preset
+    from murmur.plugins import load_installed, loaded_plugins
+    from murmur.registry import ALGORITHMS
 
     names = preset_names()
     width = max(len(name) for name in names)
     for name in names:
         _, raw = read_preset(name)
         print(f"{name:<{width}}  {raw.get('description', '')}")
+    load_installed()
+    for plugin in loaded_plugins():
+        for algorithm in plugin.names:
+            summary = ALGORITHMS[algorithm].summary
+            print(f"algorithm {algorithm} from {plugin.origin}: {summary}")
     return 0
 
 

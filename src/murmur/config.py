@@ -47,6 +47,7 @@ from typing import Any, Literal
 import tomli_w
 
 from murmur.errors import UsageError, shortened
+from murmur.plugins import load_plugins, resolved
 from murmur.registry import ALGORITHMS
 from murmur.sections import (
     AlgorithmConfig,
@@ -162,6 +163,7 @@ def build_config(raw: Mapping[str, Any]) -> Config:
         ("collapse", CollapseConfig),
     ):
         sections[name] = _build_section(name, cls, raw.get(name, {}))
+    sections["run"] = _with_plugins(sections["run"])
     algorithm = dict(raw.get("algorithm", {}))
     algorithm_name = algorithm.pop("name", None)
     if algorithm_name is None:
@@ -170,6 +172,14 @@ def build_config(raw: Mapping[str, Any]) -> Config:
         "algorithm", algorithm_config_class(str(algorithm_name)), algorithm
     )
     return Config(**sections)
+
+
+def _with_plugins(run: RunConfig) -> RunConfig:
+    """``run`` with its plugins' paths made absolute (relative ones are relative to the
+    current directory), once they are imported and checked against their digests."""
+    specs = tuple(resolved(spec, Path.cwd()) for spec in run.plugins)
+    load_plugins(specs, run.plugins_sha256)
+    return run if specs == run.plugins else dataclasses.replace(run, plugins=specs)
 
 
 def algorithm_config_class(name: str) -> type[AlgorithmConfig]:
@@ -378,14 +388,46 @@ def _read_preset(
     raw["compare"] = _members_within(raw, source, path)
     if raw["compare"] is None:
         del raw["compare"]
+    plugins = _plugins_within(raw, source, path)
     parent = raw.pop("extends", None)
     if parent is not None:
         if not isinstance(parent, str) or not parent or "\0" in parent:
             raise UsageError(f"{source}: 'extends' must be a preset name or a .toml path")
         _, base = _read_preset(parent, seen + ((identity, source),), path or "preset")
         base.pop("description", None)
+        plugins = [*base.pop("plugins", []), *plugins]
         raw = _merge(base, raw)
+    if plugins:
+        raw["plugins"] = list(dict.fromkeys(plugins))
     return name, raw
+
+
+def _plugins_within(raw: dict[str, Any], source: str, path: Path | None) -> list[str]:
+    """The file's top-level ``plugins`` list, taken out of ``raw``, and its
+    ``run.plugins``, each file's path made absolute against the file's folder."""
+    folder = path.parent if path is not None else Path.cwd()
+    plugins = raw.pop("plugins", [])
+    if not isinstance(plugins, list):
+        raise UsageError(f"{source}: 'plugins' must be a list of .py files or module names")
+    run = raw.get("run")
+    if isinstance(run, Mapping) and isinstance(run.get("plugins"), list):
+        raw["run"] = {**run, "plugins": [resolved(spec, folder) for spec in run["plugins"]]}
+    return [resolved(spec, folder) for spec in plugins]
+
+
+def _fold_plugins(raw: dict[str, Any], plugins: Sequence[str]) -> dict[str, Any]:
+    """``raw`` with ``plugins`` and its top-level ``plugins`` list added to its
+    ``run.plugins`` (each once), imported already so that overrides may name what
+    they register."""
+    specs = [*plugins, *raw.pop("plugins", [])]
+    run = raw.get("run", {})
+    if not specs or not isinstance(run, Mapping):
+        return raw
+    listed = run.get("plugins", [])
+    listed = listed if isinstance(listed, list) else []
+    merged = list(dict.fromkeys([*specs, *listed]))
+    load_plugins(merged)
+    return {**raw, "run": {**run, "plugins": merged}}
 
 
 def _preset_path(source: str, within: Path | None | Literal["preset"]) -> Path | None:
@@ -472,13 +514,17 @@ def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def load_experiment(source: str, overrides: Sequence[str] = ()) -> Experiment:
-    """Resolve a preset name or TOML path plus overrides into validated runs."""
+def load_experiment(
+    source: str, overrides: Sequence[str] = (), plugins: Sequence[str] = ()
+) -> Experiment:
+    """Resolve a preset name or TOML path plus overrides into validated runs;
+    ``plugins`` (absolute paths or module names): more plugins for every run."""
     name, raw = read_preset(source)
     description = str(raw.pop("description", ""))
     members = raw.pop("compare", None)
+    plugins = [*plugins, *raw.pop("plugins", [])]
     if members is None:
-        config = build_config(apply_overrides(raw, overrides))
+        config = build_config(apply_overrides(_fold_plugins(raw, plugins), overrides))
         return _expanded(Experiment(name, description, ((config.algorithm.name, config),)))
     if raw:
         raise UsageError(f"preset {name} has 'compare' and also sections {sorted(raw)}; keep one")
@@ -489,7 +535,7 @@ def load_experiment(source: str, overrides: Sequence[str] = ()) -> Experiment:
         preset, label, settings = _compare_member(name, member)
         _, member_raw = _read_preset(preset, seen=(), within="preset")
         member_raw.pop("description", None)
-        runs.append((label, apply_overrides(member_raw, settings)))
+        runs.append((label, apply_overrides(_fold_plugins(member_raw, plugins), settings)))
     labels = [label for label, _ in runs]
     if len(set(labels)) != len(labels):
         raise UsageError(f"preset {name}: 'compare' labels must differ, got {labels}")

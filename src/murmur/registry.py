@@ -17,8 +17,11 @@ refuses, in one line, what a run asks for that its algorithm or runtime cannot d
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Generic, Literal, TypeVar
 
@@ -37,6 +40,7 @@ from murmur.algorithms.protocols import Algorithm, BuildContext, LayerSolver
 from murmur.algorithms.schedules import Optimizer
 from murmur.algorithms.sparq import Sparq, SparqConfig
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
+from murmur.errors import UsageError
 from murmur.sections import AlgorithmConfig
 from murmur.topology import Graph
 
@@ -184,6 +188,81 @@ class Member(Generic[B]):
     build: Callable[[AlgorithmConfig, Graph, BuildContext], B]
     """What the family's runners train, from the algorithm's config (checked to be of
     ``config``), the run's graph and the rest of the run."""
+    origin: str = "murmur"
+    """Where the algorithm comes from: ``murmur`` for a built-in one, else the plugin
+    that registered it (its file or module, or an installed package's entry point)."""
+
+
+ALGORITHMS: dict[str, Member[object]] = {}
+"""Every algorithm by name, built-in ones in the order of ``murmur presets`` and error
+messages, then those of plugins in the order they registered."""
+
+BUILT_IN = "murmur"
+"""The origin of murmur's own algorithms."""
+_ORIGIN = [BUILT_IN]
+"""Whose registrations these are: the innermost :func:`registering_as`."""
+
+SGD_RULE = ("init", "initial_sent", "params", "step", "chosen_steps")
+"""What a synchronous SGD rule must have (:class:`~murmur.algorithms.protocols.Algorithm`)."""
+NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+class RegistrationError(ValueError):
+    """An algorithm that cannot be registered: a taken or malformed name, a config class
+    that is not an algorithm's section, a rule that lacks what its family calls."""
+
+
+@contextmanager
+def registering_as(origin: str) -> Iterator[None]:
+    """Mark what is registered inside the block as coming from ``origin`` (a plugin)."""
+    _ORIGIN.append(origin)
+    try:
+        yield
+    finally:
+        _ORIGIN.pop()
+
+
+def forget(name: str) -> None:
+    """Take the algorithm ``name`` out of the registry (a plugin that failed to load)."""
+    member = ALGORITHMS.pop(name)
+    family = FAMILIES[member.kind]
+    if isinstance(family, Family):
+        family.members.pop(name, None)
+
+
+def _checked_name(config: type[AlgorithmConfig]) -> str:
+    """``config.name``, refused where it is not an algorithm's section or its name is
+    malformed or taken."""
+    if not (isinstance(config, type) and issubclass(config, AlgorithmConfig)):
+        raise RegistrationError(
+            f"{config!r} is not a config class: derive it from AlgorithmConfig "
+            "(SgdConfig for a mini-batch rule) and make it a frozen dataclass"
+        )
+    if not dataclasses.is_dataclass(config):
+        raise RegistrationError(
+            f"{config.__name__} is not a dataclass: add @dataclass(frozen=True)"
+        )
+    name = config.name
+    if not isinstance(name, str) or not name or not set(name) <= NAME_CHARACTERS:
+        raise RegistrationError(
+            f"{config.__name__}.name must be a name of lower-case letters, digits, '-', "
+            f"'_' and '.', not {name!r}"
+        )
+    if name in ALGORITHMS:
+        taken = ALGORITHMS[name].origin
+        whose = "a built-in algorithm" if taken == BUILT_IN else f"an algorithm of {taken}"
+        raise RegistrationError(f"algorithm name '{name}' is taken by {whose}")
+    return name
+
+
+def _checked_rule(name: str, build: Callable[..., object]) -> None:
+    """Refuse a synchronous SGD rule class that lacks a method its runners call."""
+    missing = [method for method in SGD_RULE if not callable(getattr(build, method, None))]
+    if inspect.isclass(build) and missing:
+        raise RegistrationError(
+            f"algorithm '{name}': {build.__name__} lacks {', '.join(missing)} "
+            f"(a rule has {', '.join(SGD_RULE)})"
+        )
 
 
 @dataclass(frozen=True)
@@ -221,18 +300,23 @@ class Family(FamilyInfo, Generic[B]):
         decentralized: bool,
         capabilities: Capabilities | None = None,
     ) -> None:
-        """Add the algorithm ``config.name``, built by ``build``; ``capabilities``: the
-        family's defaults with the fields where it differs replaced
-        (``replace(FAMILY.defaults, ...)``), None where it differs in none."""
-        self.members[config.name] = Member(
-            config.name,
+        """Add the algorithm ``config.name``, built by ``build``, to this family and to
+        :data:`ALGORITHMS`; ``capabilities``: the family's defaults with the fields
+        where it differs replaced (``replace(FAMILY.defaults, ...)``), None where it
+        differs in none. Refuses (:class:`RegistrationError`) a name already taken."""
+        name = _checked_name(config)
+        member = Member(
+            name,
             config,
             summary,
             decentralized,
             self.kind,
             self.defaults if capabilities is None else capabilities,
             _checked(config, build),
+            _ORIGIN[-1],
         )
+        self.members[name] = member
+        ALGORITHMS[name] = member
 
     def build(self, config: AlgorithmConfig, graph: Graph, context: BuildContext) -> B:
         """What this family's runners train for the algorithm ``config`` configures."""
@@ -264,7 +348,16 @@ class RoundsFamily(Family[Algorithm]):
     (:func:`~murmur.algorithms.optimizers.with_optimizer`; plain SGD is left alone)."""
 
     def build(self, config: AlgorithmConfig, graph: Graph, context: BuildContext) -> Algorithm:
-        return with_optimizer(super().build(config, graph, context), config)
+        rule = super().build(config, graph, context)
+        missing = [method for method in SGD_RULE if not callable(getattr(rule, method, None))]
+        if missing:
+            member = self.members[config.name]
+            raise UsageError(
+                f"algorithm '{config.name}' ({member.origin}): what its build returned, a "
+                f"{type(rule).__name__}, lacks {', '.join(missing)} (a rule has "
+                f"{', '.join(SGD_RULE)})"
+            )
+        return with_optimizer(rule, config)
 
 
 def _gamma_on_dense_w(config: AlgorithmConfig) -> bool | None:
@@ -299,79 +392,6 @@ SGD: Family[Algorithm] = RoundsFamily(
 VARIES = Ability(True)
 """A time-varying graph, for an algorithm that derives its mixing weights from each
 iteration's graph or, being one learner, has none."""
-SGD.add(
-    DetsgradConfig,
-    Detsgrad,
-    "event-triggered decentralized SGD",
-    decentralized=True,
-    capabilities=replace(
-        SGD.defaults,
-        varying=VARIES,
-        # the threshold is v0 times the step: the two are tuned together
-        tuned=Ability((STEP, SearchRange("v0", 0.5, 50.0))),
-    ),
-)
-SGD.add(
-    DsgdConfig,
-    lambda config, graph, context: Dsgd(config, graph),
-    "decentralized SGD, every agent sends every step",
-    decentralized=True,
-    capabilities=replace(
-        SGD.defaults,
-        varying=VARIES,
-        full_exchange=True,
-        # its parameters, what was sent, the gradient and the mixing result (its peak at
-        # 10,000 and 100,000 agents, benchmarks/many_agents.py, is within 30 % of the
-        # memory estimate)
-        state_copies=4,
-    ),
-)
-SGD.add(
-    DetsgradGtConfig,
-    DetsgradGt,
-    "event-triggered decentralized SGD with gradient tracking",
-    decentralized=True,
-    capabilities=replace(
-        SGD.defaults,
-        tuned=Ability((STEP, SearchRange("v0", 1.5, 150.0), SearchRange("vy", 0.3, 30.0))),
-        dense_step=_compressed_b_on_dense_w,
-    ),
-)
-SGD.add(
-    ChocoConfig,
-    Choco,
-    "decentralized SGD with compressed gossip of differences to public estimates",
-    decentralized=True,
-    capabilities=replace(SGD.defaults, tuned=Ability((STEP, GAMMA)), dense_step=_gamma_on_dense_w),
-)
-SGD.add(
-    BeerConfig,
-    Beer,
-    "decentralized SGD with compressed gradient tracking (model and tracker estimates)",
-    decentralized=True,
-    capabilities=replace(
-        SGD.defaults, tuned=Ability((SMALL_STEP, GAMMA)), dense_step=_gamma_on_dense_w
-    ),
-)
-SGD.add(
-    SparqConfig,
-    Sparq,
-    "local steps, event-triggered and compressed gossip (CHOCO-SGD with triggers)",
-    decentralized=True,
-    capabilities=replace(SGD.defaults, tuned=Ability((STEP, GAMMA)), dense_step=_gamma_on_dense_w),
-)
-SGD.add(
-    CentralizedConfig,
-    lambda config, graph, context: Centralized(config),
-    "one learner on all the data",
-    decentralized=False,
-    capabilities=replace(
-        SGD.defaults,
-        runtimes=Ability(SIMULATOR, "it is one learner: `murmur run centralized`"),
-        varying=VARIES,
-        blocks=False,
-    ),
-)
 
 SERVER: Family[WorkersConfig] = Family(
     "server",
@@ -386,40 +406,6 @@ SERVER: Family[WorkersConfig] = Family(
         varying=Ability(False, "its workers talk to one server, over no graph"),
         cuda=True,
         tuned=Ability((SMALL_STEP,)),
-    ),
-)
-SERVER.add(
-    AsysgConfig,
-    _itself,
-    "asynchronous SGD, parameter server applying stale gradients as they arrive",
-    decentralized=False,
-)
-SERVER.add(
-    SyncPsConfig,
-    _itself,
-    "synchronous parameter server: waits for all workers every update",
-    decentralized=False,
-    capabilities=replace(
-        SERVER.defaults,
-        faults=Ability(
-            frozenset(),
-            "its barrier waits for every worker, and its pushes and pulls have no model "
-            "of lost messages or down links",
-        ),
-    ),
-)
-SERVER.add(
-    AsysgInconConfig,
-    _itself,
-    "asynchronous SGD in shared memory, reads mixing recent versions",
-    decentralized=False,
-    capabilities=replace(
-        SERVER.defaults,
-        runtimes=Ability(
-            SIMULATOR,
-            "its workers share one model in memory: its real-process form is "
-            "`murmur run hogwild`, processes on one machine",
-        ),
     ),
 )
 
@@ -445,12 +431,6 @@ HOGWILD: Family[HogwildConfig] = Family(
         tuned=Ability((SMALL_STEP,)),
     ),
 )
-HOGWILD.add(
-    HogwildConfig,
-    _itself,
-    "Hogwild!: lock-free SGD of W processes on one shared-memory model",
-    decentralized=False,
-)
 
 LAYERWISE: Family[LayerSolver] = Family(
     "layerwise",
@@ -471,10 +451,190 @@ LAYERWISE: Family[LayerSolver] = Family(
         ),
     ),
 )
-LAYERWISE.add(
+
+FAMILIES: dict[FamilyKind, FamilyInfo] = {
+    family.kind: family for family in (SGD, LAYERWISE, SERVER, HOGWILD)
+}
+"""Every family, by kind, in the order messages list them."""
+
+
+def register_algorithm(
+    config: type[C],
+    build: Callable[[C, Graph, BuildContext], object],
+    summary: str,
+    *,
+    family: FamilyKind = "sgd",
+    decentralized: bool = True,
+    capabilities: Capabilities | None = None,
+) -> None:
+    """Make the algorithm ``config.name`` known to every runtime and command.
+
+    ``config``: its ``[algorithm]`` section, a frozen dataclass derived from
+    :class:`~murmur.sections.AlgorithmConfig` (``SgdConfig`` for a mini-batch rule)
+    whose class attribute ``name`` is the name runs give; ``build(config, graph,
+    context)``: what the family's runners train (for ``sgd``, an
+    :class:`~murmur.algorithms.protocols.Algorithm`; a rule's class with that
+    signature will do); ``summary``: one line for listings; ``family``: ``sgd``,
+    ``server``, ``hogwild`` or ``layerwise``; ``capabilities``: what its runs can be,
+    the family's defaults (:func:`family_defaults`) with the fields where it differs
+    replaced. Refuses (:class:`RegistrationError`) a taken or malformed name and a rule
+    class that lacks a method its runners call.
+    """
+    if family not in FAMILIES:
+        raise RegistrationError(f"family must be one of {', '.join(FAMILIES)}, not {family!r}")
+    name = _checked_name(config)
+    if family == "sgd":
+        _checked_rule(name, build)
+    target = FAMILIES[family]
+    assert isinstance(target, Family)
+    target.add(config, build, summary, decentralized=decentralized, capabilities=capabilities)
+
+
+def family_defaults(family: FamilyKind) -> Capabilities:
+    """The capabilities a member of ``family`` has unless it says otherwise."""
+    return FAMILIES[family].defaults
+
+
+register_algorithm(
+    DetsgradConfig,
+    Detsgrad,
+    "event-triggered decentralized SGD",
+    family="sgd",
+    decentralized=True,
+    capabilities=replace(
+        SGD.defaults,
+        varying=VARIES,
+        # the threshold is v0 times the step: the two are tuned together
+        tuned=Ability((STEP, SearchRange("v0", 0.5, 50.0))),
+    ),
+)
+
+register_algorithm(
+    DsgdConfig,
+    lambda config, graph, context: Dsgd(config, graph),
+    "decentralized SGD, every agent sends every step",
+    family="sgd",
+    decentralized=True,
+    capabilities=replace(
+        SGD.defaults,
+        varying=VARIES,
+        full_exchange=True,
+        # its parameters, what was sent, the gradient and the mixing result (its peak at
+        # 10,000 and 100,000 agents, benchmarks/many_agents.py, is within 30 % of the
+        # memory estimate)
+        state_copies=4,
+    ),
+)
+
+register_algorithm(
+    DetsgradGtConfig,
+    DetsgradGt,
+    "event-triggered decentralized SGD with gradient tracking",
+    family="sgd",
+    decentralized=True,
+    capabilities=replace(
+        SGD.defaults,
+        tuned=Ability((STEP, SearchRange("v0", 1.5, 150.0), SearchRange("vy", 0.3, 30.0))),
+        dense_step=_compressed_b_on_dense_w,
+    ),
+)
+
+register_algorithm(
+    ChocoConfig,
+    Choco,
+    "decentralized SGD with compressed gossip of differences to public estimates",
+    family="sgd",
+    decentralized=True,
+    capabilities=replace(SGD.defaults, tuned=Ability((STEP, GAMMA)), dense_step=_gamma_on_dense_w),
+)
+
+register_algorithm(
+    BeerConfig,
+    Beer,
+    "decentralized SGD with compressed gradient tracking (model and tracker estimates)",
+    family="sgd",
+    decentralized=True,
+    capabilities=replace(
+        SGD.defaults, tuned=Ability((SMALL_STEP, GAMMA)), dense_step=_gamma_on_dense_w
+    ),
+)
+
+register_algorithm(
+    SparqConfig,
+    Sparq,
+    "local steps, event-triggered and compressed gossip (CHOCO-SGD with triggers)",
+    family="sgd",
+    decentralized=True,
+    capabilities=replace(SGD.defaults, tuned=Ability((STEP, GAMMA)), dense_step=_gamma_on_dense_w),
+)
+
+register_algorithm(
+    CentralizedConfig,
+    lambda config, graph, context: Centralized(config),
+    "one learner on all the data",
+    family="sgd",
+    decentralized=False,
+    capabilities=replace(
+        SGD.defaults,
+        runtimes=Ability(SIMULATOR, "it is one learner: `murmur run centralized`"),
+        varying=VARIES,
+        blocks=False,
+    ),
+)
+
+register_algorithm(
+    AsysgConfig,
+    _itself,
+    "asynchronous SGD, parameter server applying stale gradients as they arrive",
+    family="server",
+    decentralized=False,
+)
+
+register_algorithm(
+    SyncPsConfig,
+    _itself,
+    "synchronous parameter server: waits for all workers every update",
+    family="server",
+    decentralized=False,
+    capabilities=replace(
+        SERVER.defaults,
+        faults=Ability(
+            frozenset(),
+            "its barrier waits for every worker, and its pushes and pulls have no model "
+            "of lost messages or down links",
+        ),
+    ),
+)
+
+register_algorithm(
+    AsysgInconConfig,
+    _itself,
+    "asynchronous SGD in shared memory, reads mixing recent versions",
+    family="server",
+    decentralized=False,
+    capabilities=replace(
+        SERVER.defaults,
+        runtimes=Ability(
+            SIMULATOR,
+            "its workers share one model in memory: its real-process form is "
+            "`murmur run hogwild`, processes on one machine",
+        ),
+    ),
+)
+
+register_algorithm(
+    HogwildConfig,
+    _itself,
+    "Hogwild!: lock-free SGD of W processes on one shared-memory model",
+    family="hogwild",
+    decentralized=False,
+)
+
+register_algorithm(
     SsfnConfig,
     lambda config, graph, context: CentralSolver(config),
     "SSFN, layers solved by ADMM on all the data",
+    family="layerwise",
     decentralized=False,
     capabilities=replace(
         LAYERWISE.defaults,
@@ -488,10 +648,12 @@ LAYERWISE.add(
         ),
     ),
 )
-LAYERWISE.add(
+
+register_algorithm(
     DssfnConfig,
     lambda config, graph, context: SyncSolver(config, graph),
     "decentralized SSFN, synchronous ADMM with gossip",
+    family="layerwise",
     decentralized=True,
     capabilities=replace(
         LAYERWISE.defaults,
@@ -503,10 +665,12 @@ LAYERWISE.add(
         checkpoints=BOTH,
     ),
 )
-LAYERWISE.add(
+
+register_algorithm(
     DssfnAsyncConfig,
     lambda config, graph, context: AsyncSolver(config, graph),
     "decentralized SSFN, asynchronous ADMM (ARock)",
+    family="layerwise",
     decentralized=True,
     capabilities=replace(
         LAYERWISE.defaults,
@@ -517,18 +681,6 @@ LAYERWISE.add(
         ),
     ),
 )
-
-FAMILIES: dict[FamilyKind, FamilyInfo] = {
-    family.kind: family for family in (SGD, LAYERWISE, SERVER, HOGWILD)
-}
-"""Every family, by kind, in the order messages list them."""
-
-ALGORITHMS: dict[str, Member[object]] = {
-    name: member
-    for family in (SGD, SERVER, HOGWILD, LAYERWISE)
-    for name, member in family.members.items()
-}
-"""Every algorithm by name, in the order of ``murmur presets`` and error messages."""
 
 
 def family_of(name: str) -> FamilyInfo:

@@ -68,9 +68,25 @@ class RunConfig:
     ``metrics.csv``, TensorBoard event files (``pip install 'murmur[tensorboard]'``)."""
     last_k: int = 5
     """The summary's ``last_k`` accuracy is the mean of the last this many evaluations."""
+    plugins: tuple[str, ...] = ()
+    """Plugins the run imports before it builds anything: Python files (a path ending in
+    ``.py``, relative to the current directory; a TOML file's top-level ``plugins`` list
+    is relative to that file) or importable modules, each registering its algorithms
+    through ``murmur.extend`` (docs/guides/your-own-method.md). Saved as absolute paths."""
+    plugins_sha256: tuple[str, ...] = ()
+    """The SHA-256 of each plugin's source, one per plugin, filled in when the run is
+    planned: a run resumed from its folder refuses a plugin that changed since. Empty:
+    any."""
 
     def __post_init__(self) -> None:
         require(self.seed >= 0, f"run.seed must be >= 0, not {self.seed}")
+        require(
+            len(set(self.plugins)) == len(self.plugins), "run.plugins must not repeat a plugin"
+        )
+        require(
+            all(_is_sha256(digest) for digest in self.plugins_sha256),
+            "run.plugins_sha256 must be SHA-256 digests (64 lower-case hex characters)",
+        )
         require(self.iterations >= 1, "run.iterations must be at least 1")
         require(self.eval_every >= 1, "run.eval_every must be at least 1")
         require(self.eval_agents >= 0, f"run.eval_agents must be >= 0, not {self.eval_agents}")

@@ -174,6 +174,18 @@ class Algorithm(Protocol):
         ...
 
 
+class Rule:
+    """A base for an :class:`Algorithm` of one's own, with the parts most rules share:
+    every agent's neighbours start out holding its initial parameters, and no step was
+    chosen from the graph (override :meth:`chosen_steps` where one is)."""
+
+    def initial_sent(self, params: torch.Tensor) -> torch.Tensor:
+        return params
+
+    def chosen_steps(self) -> dict[str, float]:
+        return {}
+
+
 class Wrapped:
     """An algorithm stepped by a wrapper (under a fault schedule, over a varying graph):
     everything but its step is the wrapped algorithm's; subclasses define ``step``."""

@@ -64,6 +64,7 @@ def launch(
     resume: str | None = None,
     agents_per_rank: int = 1,
     rank_main: Callable[[list[str]], int],
+    plugins: Sequence[str] = (),
 ) -> int:
     """Start ``nproc`` ranks of ``source`` on this machine, forked from this process
     (:mod:`murmur.distributed.local_ranks`), bound to loopback, run as ``ranks`` says.
@@ -74,7 +75,8 @@ def launch(
     (``source``, ``overrides`` and ``out`` are then None or empty).
     ``agents_per_rank``: each rank holds a block of that many agents.
     ``rank_main``: what each forked rank runs with its ``murmur run`` arguments (the
-    command line's ``main``).
+    command line's ``main``). ``plugins``: plugins of every run besides its config's
+    (``--plugin``), recorded in the plan every rank imports.
     """
     _check_arguments(nproc, agents_per_rank, ranks)
     torch.set_num_threads(1)  # see _prepare_here
@@ -85,7 +87,9 @@ def launch(
             print(f"resuming {resume} from {unit} {done}", file=sys.stderr)
         rank_argv, name, preset = ["--resume", resume], "", ""
     else:
-        checked, rank_argv, name, preset = _planned(nproc, source, overrides, out, agents_per_rank)
+        checked, rank_argv, name, preset = _planned(
+            nproc, source, overrides, out, agents_per_rank, plugins
+        )
     check_restarts(checked, ranks.max_restarts)
     check_port_free(LOOPBACK, ranks.port)
     rank_environment(checked)
@@ -117,6 +121,7 @@ def _planned(
     overrides: Sequence[str],
     out: str | None,
     agents_per_rank: int,
+    plugins: Sequence[str] = (),
 ) -> tuple[Plan, list[str], str, str]:
     """A new run's plan, checked for ``nproc`` ranks, with its data files read, and the
     ranks' arguments, name and preset; its folder is checked to be free."""
@@ -125,7 +130,7 @@ def _planned(
     note = shadowed_path(source)
     if note is not None:
         print(f"murmur: {note}", file=sys.stderr)
-    experiment = load_experiment(source, overrides)
+    experiment = load_experiment(source, overrides, plugins)
     name, config = single_run(experiment)
     checked = plan(
         config, "distributed", world=nproc, world_name="--nproc", agents_per_rank=agents_per_rank

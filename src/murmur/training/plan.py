@@ -20,6 +20,7 @@ the graph's lambda_max is refused when the algorithm is built
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import shutil
 import tomllib
@@ -39,6 +40,7 @@ from murmur.errors import UsageError, one_line
 from murmur.metrics.logs import check_logs
 from murmur.models import build_model
 from murmur.models.stacked import check_buffers
+from murmur.plugins import load_plugins
 from murmur.registry import (
     ALGORITHMS,
     FAMILIES,
@@ -150,6 +152,7 @@ def plan(
     _check_compiler(config)
     check_logs(config.run.log)
     config, info, dataset = resolve_data(config, data, runtime)
+    config = _pinned_plugins(config)
     check_training_left(config, member.decentralized, info)
     learners, workers = _learners(member, config)
     transport, scheduled = _delivery(member, config, runtime)
@@ -179,6 +182,16 @@ def plan(
         device=device,
         memory=memory,
     )
+
+
+def _pinned_plugins(config: Config) -> Config:
+    """``config`` with the SHA-256 of each of its plugins as imported, so that a run
+    resumed from its folder refuses a plugin that changed since."""
+    plugins = {plugin.spec: plugin.sha256 for plugin in load_plugins(config.run.plugins)}
+    digests = tuple(plugins[spec] for spec in config.run.plugins)
+    if digests == config.run.plugins_sha256:
+        return config
+    return dataclasses.replace(config, run=dataclasses.replace(config.run, plugins_sha256=digests))
 
 
 def _check_task(member: Member[object], config: Config, info: DatasetInfo) -> None:

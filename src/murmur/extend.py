@@ -1,0 +1,70 @@
+"""murmur's public extension API: what a plugin writes its own algorithm with.
+
+Everything a decentralized rule needs is here, under one name: the protocols the
+runtimes implement (:class:`Algorithm`, :class:`Transport`), the base classes of an
+algorithm's ``[algorithm]`` section (:class:`AlgorithmConfig`, :class:`SgdConfig`),
+the helpers murmur's own rules are written with (mixing through the transport, the
+mixing matrices and consensus steps of a graph), and :func:`register_algorithm`, which
+murmur's own algorithms register through too. A rule registered here runs in the
+simulator and in the distributed runtime, from ``murmur run``, ``--resume``,
+``murmur launch`` and ``murmur tune``, with every message and byte counted as murmur
+counts its own. The guide: docs/guides/your-own-method.md.
+
+Stability: the names in ``__all__`` keep their meaning and signatures within a major
+version of murmur. A change to one of them is announced in the release notes, and the
+old form keeps working, with a ``DeprecationWarning``, for at least one minor release
+before it goes. Anything imported from elsewhere in murmur may change at any release.
+"""
+
+from murmur.algorithms.mixing import (
+    mix_descend,
+    mix_descend_norms,
+    mix_replace,
+    mix_replace_descend,
+)
+from murmur.algorithms.protocols import Algorithm, BuildContext, MixStep, Rule, Transport
+from murmur.algorithms.schedules import SgdConfig, check_step
+from murmur.errors import UsageError
+from murmur.registry import (
+    GAMMA,
+    SMALL_STEP,
+    STEP,
+    Ability,
+    Capabilities,
+    RegistrationError,
+    SearchRange,
+    family_defaults,
+    register_algorithm,
+)
+from murmur.sections import AlgorithmConfig, Step
+from murmur.topology import Graph, PerGraph, consensus_step, mixing_operator
+
+__all__ = [
+    "GAMMA",
+    "SMALL_STEP",
+    "STEP",
+    "Ability",
+    "Algorithm",
+    "AlgorithmConfig",
+    "BuildContext",
+    "Capabilities",
+    "Graph",
+    "MixStep",
+    "PerGraph",
+    "RegistrationError",
+    "Rule",
+    "SearchRange",
+    "SgdConfig",
+    "Step",
+    "Transport",
+    "UsageError",
+    "check_step",
+    "consensus_step",
+    "family_defaults",
+    "mix_descend",
+    "mix_descend_norms",
+    "mix_replace",
+    "mix_replace_descend",
+    "mixing_operator",
+    "register_algorithm",
+]
