@@ -47,7 +47,7 @@ from typing import Any, Literal
 import tomli_w
 
 from murmur.errors import UsageError, shortened
-from murmur.plugins import load_plugins, resolved
+from murmur.plugins import load_installed, load_plugins, resolved
 from murmur.registry import ALGORITHMS
 from murmur.sections import (
     AlgorithmConfig,
@@ -183,10 +183,13 @@ def _with_plugins(run: RunConfig) -> RunConfig:
 
 
 def algorithm_config_class(name: str) -> type[AlgorithmConfig]:
-    """The parameter dataclass of the algorithm called ``name``."""
+    """The parameter dataclass of the algorithm called ``name`` (installed plugins
+    imported first)."""
+    load_installed()
     if name not in ALGORITHMS:
         raise UsageError(
-            f"unknown algorithm.name '{name}'; valid names: {', '.join(sorted(ALGORITHMS))}"
+            f"unknown algorithm.name '{name}'; valid names: {', '.join(sorted(ALGORITHMS))} "
+            "(an algorithm of your own: --plugin FILE, or plugins in the TOML file)"
         )
     return ALGORITHMS[name].config
 
