@@ -46,6 +46,16 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
+@pytest.fixture(autouse=True)
+def no_plugins_after():
+    """A test's plugins are forgotten after it, so that every other test sees murmur's
+    own algorithms alone."""
+    yield
+    from murmur.plugins import forget_loaded
+
+    forget_loaded()
+
+
 @pytest.fixture
 def periodic_checkpoints(monkeypatch):
     """Checkpoints every ``run.checkpoint_every`` steps but not after the last one: the

@@ -60,6 +60,8 @@ def test_section_defaults():
         "portable": False,
         "log": ("jsonl",),
         "last_k": 5,
+        "plugins": (),
+        "plugins_sha256": (),
     }
     assert dataclasses.asdict(DataConfig()) == {
         "dataset": "mnist5k",

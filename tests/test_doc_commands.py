@@ -53,4 +53,7 @@ def test_every_command_shown_parses(where, argv):
         return
     shipped = (ROOT / args.preset).is_file()
     if args.preset in preset_names() or shipped:
-        load_experiment(str(ROOT / args.preset) if shipped else args.preset, args.overrides)
+        plugins = [str(ROOT / plugin) for plugin in args.plugins]
+        load_experiment(
+            str(ROOT / args.preset) if shipped else args.preset, args.overrides, plugins
+        )

@@ -55,7 +55,13 @@ x_train, y_train, x_test, y_test = _x[:800], _y[:800], _x[800:], _y[800:]
 
 
 def _blocks(page: Path, language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    """The page's blocks of ``language``, each snippet line (``--8<-- "PATH"``, a file of
+    the repository the manual's build puts in its place) replaced by that file."""
+    blocks = re.findall(rf"```{language}\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    return [
+        re.sub(r'^--8<-- "(.+)"$', lambda m: (ROOT / m[1]).read_text(), block, flags=re.M)
+        for block in blocks
+    ]
 
 
 PAGES = sorted(DOCS.rglob("*.md"))
@@ -115,6 +121,8 @@ TOML_PAGES = [page for page in PAGES if _blocks(page, "toml")]
 def test_every_toml_example_of_a_page_loads(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sensors.csv").write_text(_csv(30))
+    for example in (ROOT / "examples").glob("*.py"):  # the plugins a page's files name
+        (tmp_path / example.name).write_text(example.read_text())
     for name, block in _named_toml(page).items():
         (tmp_path / name).write_text(block)
     for block in _blocks(page, "toml"):

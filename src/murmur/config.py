@@ -428,7 +428,7 @@ def _fold_plugins(raw: dict[str, Any], plugins: Sequence[str]) -> dict[str, Any]
         return raw
     listed = run.get("plugins", [])
     listed = listed if isinstance(listed, list) else []
-    merged = list(dict.fromkeys([*specs, *listed]))
+    merged = list(dict.fromkeys(resolved(spec, Path.cwd()) for spec in [*specs, *listed]))
     load_plugins(merged)
     return {**raw, "run": {**run, "plugins": merged}}
 

@@ -81,7 +81,8 @@ def resolved(spec: str, folder: Path) -> str:
 
 def load_plugins(specs: Sequence[str], pinned: Sequence[str] = ()) -> tuple[Plugin, ...]:
     """Import the plugins ``specs`` (and the installed ones) unless this process has;
-    ``pinned``: the SHA-256 each must still have (empty: any)."""
+    a relative file path is relative to the current directory; ``pinned``: the SHA-256
+    each must still have (empty: any)."""
     load_installed()
     if pinned and len(pinned) != len(specs):
         raise UsageError(
@@ -89,7 +90,8 @@ def load_plugins(specs: Sequence[str], pinned: Sequence[str] = ()) -> tuple[Plug
             "give one per plugin, or none"
         )
     plugins = []
-    for index, spec in enumerate(specs):
+    for index, given in enumerate(specs):
+        spec = resolved(given, Path.cwd())
         plugin = _load(spec, pinned[index] if pinned else "")
         plugins.append(plugin)
     return tuple(plugins)
@@ -115,6 +117,16 @@ def _entry_module(point: EntryPoint) -> ModuleType | None:
 def loaded_plugins() -> tuple[Plugin, ...]:
     """Every plugin this process imported, installed ones first."""
     return tuple(_INSTALLED) + tuple(_LOADED.values())
+
+
+def forget_loaded() -> None:
+    """Take back what the plugins named by spec registered, and forget them: the next
+    run that names one imports it again (installed plugins stay)."""
+    for plugin in _LOADED.values():
+        for name in plugin.names:
+            if name in ALGORITHMS:
+                forget(name)
+    _LOADED.clear()
 
 
 def _load(spec: str, pinned: str) -> Plugin:
