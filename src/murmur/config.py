@@ -47,7 +47,7 @@ from typing import Any, Literal
 import tomli_w
 
 from murmur.errors import UsageError, shortened
-from murmur.plugins import load_installed, load_plugins, resolved
+from murmur.plugins import load_factory, load_installed, load_plugins, resolved
 from murmur.registry import ALGORITHMS
 from murmur.sections import (
     AlgorithmConfig,
@@ -163,7 +163,10 @@ def build_config(raw: Mapping[str, Any]) -> Config:
         ("collapse", CollapseConfig),
     ):
         sections[name] = _build_section(name, cls, raw.get(name, {}))
+    sections["model"], sections["run"] = _with_factory(sections["model"], sections["run"])
     sections["run"] = _with_plugins(sections["run"])
+    if sections["model"].name == "factory":
+        load_factory(sections["model"])
     algorithm = dict(raw.get("algorithm", {}))
     algorithm_name = algorithm.pop("name", None)
     if algorithm_name is None:
@@ -172,6 +175,20 @@ def build_config(raw: Mapping[str, Any]) -> Config:
         "algorithm", algorithm_config_class(str(algorithm_name)), algorithm
     )
     return Config(**sections)
+
+
+def _with_factory(model: ModelConfig, run: RunConfig) -> tuple[ModelConfig, RunConfig]:
+    """A factory's file made absolute (relative to the current directory) and its file
+    or module added to the run's plugins, so that every process imports it."""
+    if model.name != "factory":
+        return model, run
+    spec, function = model.factory_parts()
+    spec = resolved(spec, Path.cwd())
+    model = dataclasses.replace(model, factory=f"{spec}:{function}")
+    plugins = tuple(resolved(given, Path.cwd()) for given in run.plugins)
+    if spec not in plugins:
+        run = dataclasses.replace(run, plugins=(*plugins, spec))
+    return model, run
 
 
 def _with_plugins(run: RunConfig) -> RunConfig:
@@ -407,7 +424,8 @@ def _read_preset(
 
 def _plugins_within(raw: dict[str, Any], source: str, path: Path | None) -> list[str]:
     """The file's top-level ``plugins`` list, taken out of ``raw``, and its
-    ``run.plugins``, each file's path made absolute against the file's folder."""
+    ``run.plugins`` and ``model.factory``, each file's path made absolute against the
+    file's folder."""
     folder = path.parent if path is not None else Path.cwd()
     plugins = raw.pop("plugins", [])
     if not isinstance(plugins, list):
@@ -415,6 +433,11 @@ def _plugins_within(raw: dict[str, Any], source: str, path: Path | None) -> list
     run = raw.get("run")
     if isinstance(run, Mapping) and isinstance(run.get("plugins"), list):
         raw["run"] = {**run, "plugins": [resolved(spec, folder) for spec in run["plugins"]]}
+    model = raw.get("model")
+    factory = model.get("factory") if isinstance(model, Mapping) else None
+    if isinstance(factory, str) and ":" in factory and isinstance(model, Mapping):
+        spec, _, function = factory.rpartition(":")
+        raw["model"] = {**model, "factory": f"{resolved(spec, folder)}:{function}"}
     return [resolved(spec, folder) for spec in plugins]
 
 

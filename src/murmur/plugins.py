@@ -31,7 +31,9 @@ from pathlib import Path
 from types import ModuleType
 
 from murmur.errors import UsageError, shortened
+from murmur.models.networks import FACTORIES
 from murmur.registry import ALGORITHMS, RegistrationError, forget, registering_as
+from murmur.sections import ModelConfig
 
 ENTRY_POINTS = "murmur.plugins"
 """The entry-point group whose modules every run imports (installed packages)."""
@@ -55,6 +57,8 @@ class Plugin:
 
 _LOADED: dict[str, Plugin] = {}
 """The plugins this process imported, by spec."""
+_MODULES: dict[str, ModuleType | None] = {}
+"""Their modules, by spec."""
 _INSTALLED: list[Plugin] = []
 _INSTALLED_DONE: list[bool] = [False]
 
@@ -119,6 +123,17 @@ def loaded_plugins() -> tuple[Plugin, ...]:
     return tuple(_INSTALLED) + tuple(_LOADED.values())
 
 
+def load_factory(model: ModelConfig) -> None:
+    """Make ``model.factory``'s function known to :func:`murmur.models.build_model`; its
+    plugin is imported already (:func:`load_plugins`)."""
+    spec, name = model.factory_parts()
+    module = _MODULES.get(resolved(spec, Path.cwd()))
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise UsageError(f"model.factory {model.factory}: {origin_of(spec)} has no function {name}")
+    FACTORIES[model.factory] = function
+
+
 def forget_loaded() -> None:
     """Take back what the plugins named by spec registered, and forget them: the next
     run that names one imports it again (installed plugins stay)."""
@@ -127,6 +142,8 @@ def forget_loaded() -> None:
             if name in ALGORITHMS:
                 forget(name)
     _LOADED.clear()
+    _MODULES.clear()
+    FACTORIES.clear()
 
 
 def _load(spec: str, pinned: str) -> Plugin:
@@ -145,14 +162,21 @@ def _load(spec: str, pinned: str) -> Plugin:
                 "run it in a new process"
             )
         return known
-    plugin = _imported(spec, lambda: _import(spec, digest))
+    module: list[ModuleType | None] = []
+    plugin = _imported(spec, lambda: _remembered(module, _import(spec, digest)))
     if pinned and plugin.sha256 != pinned:
         raise UsageError(
             f"{origin_of(spec)} has changed since the run was planned: sha256 "
             f"{plugin.sha256}, the run's {pinned}; restore it, or start a new run"
         )
     _LOADED[spec] = plugin
+    _MODULES[spec] = module[0]
     return plugin
+
+
+def _remembered(into: list[ModuleType | None], module: ModuleType | None) -> ModuleType | None:
+    into.append(module)
+    return module
 
 
 def _digest_before(spec: str) -> str:

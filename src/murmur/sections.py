@@ -8,6 +8,7 @@ murmur but its errors, so every layer may use it.
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -195,17 +196,62 @@ class DataConfig:
 class ModelConfig:
     """The network every agent trains a copy of."""
 
-    name: Literal["mlp", "linear", "cnn", "custom"] = "mlp"
+    name: Literal["mlp", "linear", "cnn", "factory", "custom"] = "mlp"
     """``mlp`` (ReLU hidden layers), ``linear`` (one affine layer), ``cnn`` (a LeNet-5:
     two convolutions with max-pooling, then 120 -> 84 -> classes; for the 28x28 images
-    of mnist5k, mnist, fashion-mnist and, with 3x3 kernels, the 8x8 ones of digits), or
+    of mnist5k, mnist, fashion-mnist and, with 3x3 kernels, the 8x8 ones of digits),
+    ``factory``: the network a function of your own builds (``model.factory``), or
     ``custom``: the ``torch.nn.Module`` given to ``murmur.run(config, model=...)`` from
     Python, which a config alone cannot rebuild."""
     hidden: tuple[int, ...] = (100,)
     """Hidden layer widths of the MLP (the other models ignore it)."""
+    factory: str = ""
+    """With ``name = "factory"``: the function that builds the network, as
+    ``FILE.py:FUNCTION`` (a path relative to the current directory, or to the TOML file
+    that names it) or ``MODULE:FUNCTION``. murmur calls ``FUNCTION(features, outputs,
+    **options)`` with the data's input features and classes and trains the
+    ``torch.nn.Module`` it returns; the file or module is one of the run's plugins
+    (``run.plugins``), imported by every process and pinned by its SHA-256."""
+    options: tuple[str, ...] = ()
+    """The factory's keyword arguments, each ``key=value`` with a TOML value, e.g.
+    ``["hidden=64", "p=0.2"]``."""
 
     def __post_init__(self) -> None:
         require(all(width >= 1 for width in self.hidden), "model.hidden widths must be >= 1")
+        if self.name != "factory":
+            require(
+                not self.factory and not self.options,
+                f"model.factory and model.options are for model.name = factory, not "
+                f"{self.name}",
+            )
+            return
+        module, colon, function = self.factory.rpartition(":")
+        require(
+            bool(colon and module and function.isidentifier()),
+            f"model.factory must be FILE.py:FUNCTION or MODULE:FUNCTION, not {self.factory!r}",
+        )
+        self.keywords()  # checks the options
+
+    def keywords(self) -> dict[str, object]:
+        """``options`` as the keyword arguments of the factory."""
+        keywords: dict[str, object] = {}
+        for item in self.options:
+            key, equals, text = item.partition("=")
+            key = key.strip()
+            require(
+                bool(equals) and key.isidentifier() and key not in keywords,
+                f"model.options entries must be key=value with distinct keys, not {item!r}",
+            )
+            try:
+                keywords[key] = tomllib.loads(f"v = {text.strip()}")["v"]
+            except tomllib.TOMLDecodeError:
+                keywords[key] = text.strip()
+        return keywords
+
+    def factory_parts(self) -> tuple[str, str]:
+        """``factory`` as (the file or module, the function's name)."""
+        module, _, function = self.factory.rpartition(":")
+        return module, function
 
 
 @dataclass(frozen=True)

@@ -38,3 +38,24 @@ def test_four_ranks_of_a_plugins_rule_give_the_simulators_run(tmp_path):
         assert launched[key] == getattr(simulated, key), key
     assert launched["messages"] == 4 * 2 * 20  # 4 agents on a ring, one round in 3 of 60
     assert_records_match(read_records(out), read_records(tmp_path / "simulated"))
+
+
+NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks.py"
+
+
+def test_a_dropout_network_by_import_path_gives_the_simulators_run_in_blocks(tmp_path):
+    """Each agent keys its own dropout masks: two ranks of two agents draw what one
+    process of four does."""
+    settings = [*SETTINGS[:6], "model.name=factory", f"model.factory={NETWORKS}:dropout_mlp"]
+    settings.append('model.options=["p=0.3", "hidden=16"]')
+    flags = [item for setting in settings for item in ("--set", setting)]
+    out = tmp_path / "launched"
+    argv = ["launch", "--nproc", "2", "--agents-per-rank", "2", "dsgd", *flags]
+    done = launch([*argv, "--out", str(out), "--quiet"], timeout=240)
+    assert done.returncode == 0, done.stderr
+    ((_, config),) = load_experiment("dsgd", settings).runs
+    simulated = run(config, tmp_path / "simulated")
+    launched = json.loads((out / "summary.json").read_text())
+    assert launched["accuracy"] == simulated.accuracy
+    assert launched["test_loss"] == simulated.test_loss
+    assert_records_match(read_records(out), read_records(tmp_path / "simulated"))

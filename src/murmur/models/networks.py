@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -13,6 +16,11 @@ IMAGE_SHAPES: dict[int, tuple[int, int, int]] = {784: (1, 28, 28), 64: (1, 8, 8)
 count: 784 for mnist5k, mnist and fashion-mnist, 64 for digits."""
 
 CNN_DATASETS = "mnist5k, mnist, fashion-mnist (28x28) and digits (8x8)"
+
+
+FACTORIES: dict[str, Callable[..., object]] = {}
+"""The functions of ``model.factory``, by that setting, once their plugins are imported
+(:mod:`murmur.plugins`)."""
 
 
 def build_model(config: ModelConfig, features: int, outputs: int, seed: int) -> nn.Module:
@@ -35,6 +43,8 @@ def build_model(config: ModelConfig, features: int, outputs: int, seed: int) -> 
         )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
+        if config.name == "factory":
+            return _from_factory(config, features, outputs)
         if config.name == "linear":
             return nn.Linear(features, outputs)
         if config.name == "cnn":
@@ -46,6 +56,35 @@ def build_model(config: ModelConfig, features: int, outputs: int, seed: int) -> 
             width = hidden
         layers.append(nn.Linear(width, outputs))
         return nn.Sequential(*layers)
+
+
+def _from_factory(config: ModelConfig, features: int, outputs: int) -> nn.Module:
+    """The module ``config.factory`` returns for ``features`` and ``outputs``, called
+    with ``config.options``; UsageError where it takes no such arguments or returns no
+    ``torch.nn.Module``."""
+    function = FACTORIES.get(config.factory)
+    if function is None:
+        raise UsageError(
+            f"model.factory {config.factory} was not imported: build the config with "
+            "murmur.build_config or load_experiment, which import it"
+        )
+    keywords = config.keywords()
+    try:
+        inspect.signature(function).bind(features, outputs, **keywords)
+    except TypeError as error:
+        raise UsageError(
+            f"model.factory {config.factory} cannot be called as FUNCTION(features, outputs"
+            f"{''.join(f', {key}=...' for key in keywords)}): {error}"
+        ) from None
+    except ValueError:
+        pass  # a callable without a signature to check: called as it is
+    module = function(features, outputs, **keywords)
+    if not isinstance(module, nn.Module):
+        raise UsageError(
+            f"model.factory {config.factory} returned an object of type "
+            f"{type(module).__name__}, not a torch.nn.Module"
+        )
+    return module
 
 
 def lenet(shape: tuple[int, int, int], outputs: int) -> nn.Sequential:

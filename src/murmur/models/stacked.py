@@ -12,6 +12,7 @@ each call and the results come back to the rows' device.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
@@ -23,6 +24,7 @@ from murmur.errors import UsageError
 from murmur.models.flat import ParamLayout
 from murmur.models.networks import layer_outputs
 from murmur.models.sequential import SequentialGradient
+from murmur.seeding import derive_seed
 
 Task = Literal["classification", "regression"]
 
@@ -49,6 +51,17 @@ def check_buffers(module: nn.Module) -> None:
         )
 
 
+RANDOM_LAYERS = (
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
+)
+"""Layers that draw random numbers while training: their modules' gradients are taken
+agent by agent, each agent drawing from its own key."""
+
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 """Layers that make :class:`StackedModel` take gradients agent by agent on the CPU."""
 
@@ -57,9 +70,18 @@ class StackedModel:
     """One network architecture, evaluated for many parameter rows at once."""
 
     def __init__(
-        self, module: nn.Module, task: Task, device: torch.device | str | None = None
+        self,
+        module: nn.Module,
+        task: Task,
+        device: torch.device | str | None = None,
+        seed: int = 0,
     ) -> None:
         check_buffers(module)
+        self.seed = seed
+        """The run's seed, from which each agent's random draws (dropout) are keyed."""
+        self.random = any(isinstance(layer, RANDOM_LAYERS) for layer in module.modules())
+        """Whether the module draws random numbers while training (found when it does)."""
+        self._training: bool | None = None
         self.device = torch.device(device) if device is not None else None
         self.module = module if self.device is None else module.to(self.device)
         self.layout = ParamLayout.of(module)
@@ -92,23 +114,44 @@ class StackedModel:
         return self.layout.flatten(self.module)
 
     def loss_and_grad(
-        self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+        self,
+        flat: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        draws: tuple[Sequence[int], int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mini-batch losses (agents,) and gradients (agents, P); x is (agents, batch, ...).
 
         Linear/ReLU stacks take a hand-derived path whose gradient tensor is
         reused by the next call (callers may overwrite it; copy it to keep it).
+        ``draws``: the rows' agents and the iteration, from which a module that draws
+        random numbers (dropout) keys each agent's, so that an agent draws the same
+        numbers alone or among others; None: from torch's generator.
         """
         home = flat.device
+        self._mode(training=True)
         flat, x, y = self._to_device(flat), self._to_device(x), self._to_device(y)
         if self._fast is not None:
             result = self._fast_in_blocks(flat, x, y)
             if result is not None:
                 return result[0].to(home), result[1].to(home)
-        if self.per_agent:
-            return self._agent_by_agent(flat, x, y)
-        grads, losses = self._grad(self.layout.unflatten(flat), x, y)
+        if self.per_agent or self.random:
+            return self._agent_by_agent(flat, x, y, draws)
+        try:
+            grads, losses = self._grad(self.layout.unflatten(flat), x, y)
+        except RuntimeError as error:
+            if "randomness" not in str(error):
+                raise
+            self.random = True  # a random operation of the module's own
+            return self._agent_by_agent(flat, x, y, draws)
         return losses.to(home), self.layout.stack(grads).to(home)
+
+    def _mode(self, training: bool) -> None:
+        """The module in training mode for gradients, in evaluation mode (dropout off)
+        for evaluations."""
+        if self._training != training:
+            self.module.train(training)
+            self._training = training
 
     def _fast_in_blocks(
         self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor
@@ -133,24 +176,44 @@ class StackedModel:
         return losses, grads
 
     def _agent_by_agent(
-        self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+        self,
+        flat: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        draws: tuple[Sequence[int], int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each agent's loss and gradient in turn, written into a reused (agents, P) buffer."""
+        """Each agent's loss and gradient in turn, written into a reused (agents, P)
+        buffer; a random module's draws keyed by ``draws`` (see :meth:`loss_and_grad`)."""
         buffer = self._buffer
         if buffer is None or buffer.shape != flat.shape or buffer.dtype != flat.dtype:
             buffer = self._buffer = torch.empty_like(flat)
         losses = flat.new_empty(flat.shape[0])
-        for agent in range(flat.shape[0]):
-            params = {
-                name: piece.squeeze(0).detach().requires_grad_()
-                for name, piece in self.layout.unflatten(flat[agent : agent + 1]).items()
-            }
-            with torch.enable_grad():
-                loss = self._loss(params, x[agent], y[agent])
-                grads = torch.autograd.grad(loss, list(params.values()))
-            torch.cat([grad.reshape(-1) for grad in grads], out=buffer[agent])
-            losses[agent] = loss.detach()
+        keyed = self.random and draws is not None
+        devices = [flat.device] if flat.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, enabled=keyed):
+            for row in range(flat.shape[0]):
+                if keyed and draws is not None:
+                    torch.manual_seed(self._key(draws[0][row], draws[1]))
+                losses[row] = self._one_agent(flat[row : row + 1], x[row], y[row], buffer[row])
         return losses, buffer
+
+    def _one_agent(
+        self, row: torch.Tensor, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor
+    ) -> torch.Tensor:
+        """One agent's loss; its gradient written into ``out``."""
+        params = {
+            name: piece.squeeze(0).detach().requires_grad_()
+            for name, piece in self.layout.unflatten(row).items()
+        }
+        with torch.enable_grad():
+            loss = self._loss(params, x, y)
+            grads = torch.autograd.grad(loss, list(params.values()))
+        torch.cat([grad.reshape(-1) for grad in grads], out=out)
+        return loss.detach()
+
+    def _key(self, agent: int, iteration: int) -> int:
+        """The seed of agent ``agent``'s random draws at ``iteration``."""
+        return derive_seed(derive_seed(self.seed, "draws", agent), "iteration", iteration)
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor if self.device is None else tensor.to(self.device, non_blocking=True)
@@ -172,6 +235,7 @@ class StackedModel:
         one agent on the whole set at once takes the samples in slices too.
         """
         home = flat.device
+        self._mode(training=False)
         x, y = self._to_device(x), self._to_device(y)
         pairs = max(1, EVAL_FLOATS // self._activations(x))
         samples = x.shape[0]

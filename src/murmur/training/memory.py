@@ -141,7 +141,7 @@ def _model_sizes(config: Config, info: DatasetInfo, module: nn.Module | None) ->
 def parameter_count(config: Config, info: DatasetInfo) -> int:
     """Parameters of one model of ``config.model`` on ``info``'s inputs and outputs."""
     outputs = info.outputs
-    if config.model.name == "cnn":
+    if config.model.name in ("cnn", "factory"):
         module = build_model(config.model, info.features, outputs, seed=0)
         return sum(parameter.numel() for parameter in module.parameters())
     widths = [info.features, *(config.model.hidden if config.model.name == "mlp" else ()), outputs]

@@ -43,6 +43,7 @@ from murmur.models.stacked import check_buffers
 from murmur.plugins import load_plugins
 from murmur.registry import (
     ALGORITHMS,
+    BUILT_IN,
     FAMILIES,
     FAULTS,
     Capabilities,
@@ -118,8 +119,11 @@ class Plan:
         if self.runtime == "distributed":
             ranks = f", {self.processes} ranks of {self.agents_per_rank} agents"
         steps = "compiled" if self.compiled else "eager"
+        origin = ALGORITHMS[self.config.algorithm.name].origin
+        source = f"{self.config.algorithm.name} from {origin}, " if origin != BUILT_IN else ""
         return (
-            f"{self.kind} family, {self.transport} transport{ranks}, {steps} steps on {self.device}"
+            f"{source}{self.kind} family, {self.transport} transport{ranks}, {steps} steps on "
+            f"{self.device}"
         )
 
 
@@ -514,7 +518,7 @@ def _sizes(
         check_agents(config.topology.agents, info.train)
     if module is not None:
         check_module_shape(module, info.features, info.classes or None)
-    elif member.kind != "layerwise" and config.model.name in ("cnn", "custom"):
+    elif member.kind != "layerwise" and config.model.name in ("cnn", "factory", "custom"):
         # refused here, before the data loads
         module = build_model(
             config.model,

@@ -194,7 +194,7 @@ def _problem(
     else:
         module = copy.deepcopy(module).cpu()
     device = torch.device(plan.device) if plan.device != "cpu" else None
-    model = StackedModel(module, dataset.task, device=device)
+    model = StackedModel(module, dataset.task, device=device, seed=config.run.seed)
     move = (lambda tensor: tensor.to(device)) if device is not None else (lambda tensor: tensor)
     validation = dataset.validation
     return Problem(

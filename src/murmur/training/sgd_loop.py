@@ -231,7 +231,7 @@ def _step(
     step_started = time.perf_counter()
     indices = block.draw()
     losses, grads = block.problem.model.loss_and_grad(
-        algorithm.params(at.state), *batch.take(indices)
+        algorithm.params(at.state), *batch.take(indices), draws=(transport.agents, iteration)
     )
     before = _sent_so_far(transport) if round_seconds is not None else None
     at.state = algorithm.step(at.state, grads, iteration, transport)
