@@ -82,7 +82,12 @@ def test_section_defaults():
         "standardize": False,
         "sha256": "",
     }
-    assert dataclasses.asdict(ModelConfig()) == {"name": "mlp", "hidden": (100,)}
+    assert dataclasses.asdict(ModelConfig()) == {
+        "name": "mlp",
+        "hidden": (100,),
+        "factory": "",
+        "options": (),
+    }
     assert dataclasses.asdict(TopologyConfig()) == {
         "graph": "ring",
         "agents": 10,
@@ -426,7 +431,7 @@ def test_an_int_is_accepted_for_a_float_field():
         ("topology.agents=-9223372036854775809", "topology.agents must be an integer from -2**63"),
         ("model.hidden=[8, 99999999999999999999]", "model.hidden[1] must be an integer from"),
         ("data.partition=random", "data.partition must be one of 'iid', 'labels', 'dirichlet'"),
-        ("model.name=resnet", "model.name must be one of 'mlp', 'linear', 'cnn', 'custom'"),
+        ("model.name=resnet", "model.name must be one of 'mlp', 'linear', 'cnn', 'factory', 'custom'"),
     ],
 )
 def test_wrongly_typed_overrides_are_refused(item, message):

@@ -782,7 +782,6 @@ def _presets(plugins: Sequence[str]) -> int:
     """The presets, then each algorithm a plugin registered (``--plugin`` or installed)."""
     from murmur.config import preset_names, read_preset
     from murmur.plugins import load_installed, loaded_plugins
-    from murmur.registry import ALGORITHMS
 
     names = preset_names()
     width = max(len(name) for name in names)
@@ -791,9 +790,8 @@ def _presets(plugins: Sequence[str]) -> int:
         print(f"{name:<{width}}  {raw.get('description', '')}")
     load_installed()
     for plugin in loaded_plugins():
-        for algorithm in plugin.names:
-            summary = ALGORITHMS[algorithm].summary
-            print(f"algorithm {algorithm} from {plugin.origin}: {summary}")
+        for line in plugin.summaries():
+            print(line)
     return 0
 
 

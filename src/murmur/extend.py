@@ -16,6 +16,8 @@ old form keeps working, with a ``DeprecationWarning``, for at least one minor re
 before it goes. Anything imported from elsewhere in murmur may change at any release.
 """
 
+from murmur.algorithms.compressors import Code, CompressionConfig, Compressor, register_compressor
+from murmur.algorithms.draws import Draws
 from murmur.algorithms.mixing import (
     mix_descend,
     mix_descend_norms,
@@ -38,6 +40,7 @@ from murmur.registry import (
 )
 from murmur.sections import AlgorithmConfig, Step
 from murmur.topology import Graph, PerGraph, consensus_step, mixing_operator
+from murmur.topology.graphs import GraphOptions, register_graph
 
 __all__ = [
     "GAMMA",
@@ -48,7 +51,12 @@ __all__ = [
     "AlgorithmConfig",
     "BuildContext",
     "Capabilities",
+    "Code",
+    "CompressionConfig",
+    "Compressor",
+    "Draws",
     "Graph",
+    "GraphOptions",
     "MixStep",
     "PerGraph",
     "RegistrationError",
@@ -67,4 +75,6 @@ __all__ = [
     "mix_replace_descend",
     "mixing_operator",
     "register_algorithm",
+    "register_compressor",
+    "register_graph",
 ]

@@ -23,17 +23,21 @@ import importlib
 import importlib.util
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import ModuleType
+from typing import Literal
 
+from murmur.algorithms.compressors import COMPRESSORS
 from murmur.errors import UsageError, shortened
 from murmur.models.networks import FACTORIES
-from murmur.registry import ALGORITHMS, RegistrationError, forget, registering_as
+from murmur.origins import RegistrationError, registering_as
+from murmur.registry import ALGORITHMS, forget
 from murmur.sections import ModelConfig
+from murmur.topology.graphs import GRAPHS
 
 ENTRY_POINTS = "murmur.plugins"
 """The entry-point group whose modules every run imports (installed packages)."""
@@ -47,8 +51,14 @@ class Plugin:
     """As a run names it: a file's absolute path, or a module's name."""
     sha256: str
     """The SHA-256 of its source: the file's bytes, or the module's files."""
-    names: tuple[str, ...]
-    """The algorithms it registered."""
+    names: tuple[tuple[Kind, str], ...]
+    """What it registered: (``algorithm``, ``compressor`` or ``graph``, the name)."""
+
+    def summaries(self) -> list[str]:
+        """One line for each name it registered: kind, name, origin and summary."""
+        return [
+            f"{kind} {name} from {self.origin}: {_summary(kind, name)}" for kind, name in self.names
+        ]
 
     @property
     def origin(self) -> str:
@@ -138,9 +148,7 @@ def forget_loaded() -> None:
     """Take back what the plugins named by spec registered, and forget them: the next
     run that names one imports it again (installed plugins stay)."""
     for plugin in _LOADED.values():
-        for name in plugin.names:
-            if name in ALGORITHMS:
-                forget(name)
+        _forget(set(plugin.names))
     _LOADED.clear()
     _MODULES.clear()
     FACTORIES.clear()
@@ -218,7 +226,7 @@ def _import(spec: str, digest: str) -> ModuleType:
 def _imported(spec: str, do_import: Callable[[], ModuleType | None]) -> Plugin:
     """Run ``do_import`` with what it registers marked as the plugin's; one line for
     whatever goes wrong, with the plugin's registrations taken back."""
-    before = set(ALGORITHMS)
+    before = set(_registered())
     try:
         with registering_as(origin_of(spec)):
             module = do_import()
@@ -240,13 +248,42 @@ def _imported(spec: str, do_import: Callable[[], ModuleType | None]) -> Plugin:
             f"{origin_of(spec)}: importing it raised {type(error).__name__}: "
             f"{shortened(str(error), 200)}{where}"
         ) from None
-    names = tuple(name for name in ALGORITHMS if name not in before)
+    names = tuple(entry for entry in _registered() if entry not in before)
     return Plugin(spec, _source_digest(spec, module), names)
 
 
-def _forget_new(before: set[str]) -> None:
-    for name in [name for name in ALGORITHMS if name not in before]:
-        forget(name)
+Kind = Literal["algorithm", "compressor", "graph"]
+
+
+def _registered() -> list[tuple[Kind, str]]:
+    """Every registered name, with its kind."""
+    kinds: list[tuple[Kind, Iterable[str]]] = [
+        ("algorithm", ALGORITHMS),
+        ("compressor", COMPRESSORS),
+        ("graph", GRAPHS),
+    ]
+    return [(kind, name) for kind, names in kinds for name in names]
+
+
+def _summary(kind: Kind, name: str) -> str:
+    if kind == "algorithm":
+        return ALGORITHMS[name].summary
+    return (COMPRESSORS if kind == "compressor" else GRAPHS)[name].summary
+
+
+def _forget_new(before: set[tuple[Kind, str]]) -> None:
+    _forget({entry for entry in _registered() if entry not in before})
+
+
+def _forget(entries: set[tuple[Kind, str]]) -> None:
+    """Take the names ``entries`` out of their registries."""
+    for kind, name in entries:
+        if kind == "algorithm" and name in ALGORITHMS:
+            forget(name)
+        elif kind == "compressor":
+            COMPRESSORS.pop(name, None)
+        elif kind == "graph":
+            GRAPHS.pop(name, None)
 
 
 def _user_frame(error: BaseException) -> str:

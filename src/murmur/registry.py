@@ -20,8 +20,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Generic, Literal, TypeVar
 
@@ -41,6 +40,7 @@ from murmur.algorithms.schedules import Optimizer
 from murmur.algorithms.sparq import Sparq, SparqConfig
 from murmur.algorithms.ssfn import CentralSolver, SsfnConfig
 from murmur.errors import UsageError
+from murmur.origins import BUILT_IN, RegistrationError, current, refuse_taken
 from murmur.sections import AlgorithmConfig
 from murmur.topology import Graph
 
@@ -188,7 +188,7 @@ class Member(Generic[B]):
     build: Callable[[AlgorithmConfig, Graph, BuildContext], B]
     """What the family's runners train, from the algorithm's config (checked to be of
     ``config``), the run's graph and the rest of the run."""
-    origin: str = "murmur"
+    origin: str = BUILT_IN
     """Where the algorithm comes from: ``murmur`` for a built-in one, else the plugin
     that registered it (its file or module, or an installed package's entry point)."""
 
@@ -197,29 +197,9 @@ ALGORITHMS: dict[str, Member[object]] = {}
 """Every algorithm by name, built-in ones in the order of ``murmur presets`` and error
 messages, then those of plugins in the order they registered."""
 
-BUILT_IN = "murmur"
-"""The origin of murmur's own algorithms."""
-_ORIGIN = [BUILT_IN]
-"""Whose registrations these are: the innermost :func:`registering_as`."""
-
 SGD_RULE = ("init", "initial_sent", "params", "step", "chosen_steps")
 """What a synchronous SGD rule must have (:class:`~murmur.algorithms.protocols.Algorithm`)."""
 NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
-
-
-class RegistrationError(ValueError):
-    """An algorithm that cannot be registered: a taken or malformed name, a config class
-    that is not an algorithm's section, a rule that lacks what its family calls."""
-
-
-@contextmanager
-def registering_as(origin: str) -> Iterator[None]:
-    """Mark what is registered inside the block as coming from ``origin`` (a plugin)."""
-    _ORIGIN.append(origin)
-    try:
-        yield
-    finally:
-        _ORIGIN.pop()
 
 
 def forget(name: str) -> None:
@@ -248,10 +228,7 @@ def _checked_name(config: type[AlgorithmConfig]) -> str:
             f"{config.__name__}.name must be a name of lower-case letters, digits, '-', "
             f"'_' and '.', not {name!r}"
         )
-    if name in ALGORITHMS:
-        taken = ALGORITHMS[name].origin
-        whose = "a built-in algorithm" if taken == BUILT_IN else f"an algorithm of {taken}"
-        raise RegistrationError(f"algorithm name '{name}' is taken by {whose}")
+    refuse_taken("algorithm", name, ALGORITHMS[name].origin if name in ALGORITHMS else None)
     return name
 
 
@@ -313,7 +290,7 @@ class Family(FamilyInfo, Generic[B]):
             self.kind,
             self.defaults if capabilities is None else capabilities,
             _checked(config, build),
-            _ORIGIN[-1],
+            current(),
         )
         self.members[name] = member
         ALGORITHMS[name] = member

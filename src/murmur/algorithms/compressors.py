@@ -50,7 +50,7 @@ largest matrix (see ``LowRank.typical_delta``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -59,10 +59,8 @@ import torch
 
 from murmur.algorithms.draws import Draws, distinct_indices
 from murmur.errors import UsageError
+from murmur.origins import RegistrationError, current, refuse_taken
 from murmur.sections import AlgorithmConfig
-
-CompressorName = Literal["none", "topk", "randk", "qsgd", "sign", "lowrank"]
-COMPRESSORS: tuple[str, ...] = ("none", "topk", "randk", "qsgd", "sign", "lowrank")
 
 Code = tuple[torch.Tensor, ...]
 """A compressor's parts for a block of agents, agent axis first."""
@@ -104,6 +102,47 @@ class Compressor(Protocol):
     def typical_delta(self, n: int) -> float:
         """The contraction the automatic steps assume (module docstring)."""
         ...
+
+
+COMPRESSOR_PARTS = ("compress", "decode", "nbytes", "pack", "unpack", "delta", "typical_delta")
+"""What a compressor must have (:class:`Compressor`)."""
+
+CompressorBuild = Callable[
+    ["CompressionConfig", tuple[int, ...], tuple[tuple[int, ...], ...]], Compressor
+]
+"""What makes a compressor: from the algorithm's config (``fraction``, ``levels``,
+``rank``, ...), the sizes of the model's parameter tensors in the flat vector and their
+shapes."""
+
+
+@dataclass(frozen=True)
+class CompressorEntry:
+    """One compressor by name: how it is made, one line for listings, whose it is."""
+
+    build: CompressorBuild
+    summary: str
+    origin: str
+
+
+COMPRESSORS: dict[str, CompressorEntry] = {}
+"""Every compressor ``algorithm.compress`` may name, built-in ones first."""
+
+
+def register_compressor(name: str, build: CompressorBuild, summary: str) -> None:
+    """Make ``algorithm.compress = name`` mean the compressor ``build(config, sizes,
+    shapes)`` makes (a :class:`Compressor`), for every algorithm that compresses and in
+    both runtimes. RegistrationError for a malformed or taken name."""
+    if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARACTERS:
+        raise RegistrationError(
+            f"a compressor's name is lower-case letters, digits, '-' and '_', not {name!r}"
+        )
+    refuse_taken("compressor", name, COMPRESSORS[name].origin if name in COMPRESSORS else None)
+    if not callable(build):
+        raise RegistrationError(f"compressor '{name}': build must be callable, not {build!r}")
+    COMPRESSORS[name] = CompressorEntry(build, summary, current())
+
+
+_NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 WarmStarts = dict[str, torch.Tensor]
@@ -520,15 +559,15 @@ class CompressionConfig(AlgorithmConfig):
         """The compressor; ``sizes``: the model's parameter tensors, which ``sign``
         scales one by one (``sign_scale = "tensor"``); ``shapes``: theirs, which
         ``lowrank`` needs."""
-        if self.compress == "lowrank":
-            if not shapes:
-                raise UsageError("lowrank compresses the weight matrices of a model")
-            shaped = tuple(map(tuple, shapes))
-            return LowRank(self.rank, shaped, self.power_iterations, self.warm_start)
-        tensors = tuple(sizes) if self.sign_scale == "tensor" else ()
-        return make_compressor(
-            self.compress, fraction=self.fraction, levels=self.levels, sizes=tensors
-        )
+        entry = COMPRESSORS[self.compress]
+        made = entry.build(self, tuple(sizes), tuple(tuple(shape) for shape in shapes))
+        missing = [part for part in COMPRESSOR_PARTS if not callable(getattr(made, part, None))]
+        if missing:
+            raise UsageError(
+                f"compressor '{self.compress}' ({entry.origin}): what it made, a "
+                f"{type(made).__name__}, lacks {', '.join(missing)}"
+            )
+        return made
 
 
 def kept_share(compressor: Compressor, n: int) -> float:
@@ -541,8 +580,8 @@ def kept_share(compressor: Compressor, n: int) -> float:
 def make_compressor(
     name: str, *, fraction: float = 0.01, levels: int = 16, sizes: tuple[int, ...] = ()
 ) -> Compressor:
-    """The compressor called ``name``; ValueError for an unknown name. ``sizes``: the
-    blocks the sign scales one by one."""
+    """The built-in compressor called ``name`` (not lowrank); ValueError for another
+    name. ``sizes``: the blocks the sign scales one by one."""
     if name == "none":
         return NoCompression()
     if name == "topk":
@@ -556,3 +595,39 @@ def make_compressor(
     if name == "lowrank":
         raise ValueError("lowrank needs the model's tensor shapes: CompressionConfig.compressor")
     raise ValueError(f"unknown compressor {name!r}; choose one of {', '.join(COMPRESSORS)}")
+
+
+def _lowrank(
+    config: CompressionConfig, sizes: tuple[int, ...], shapes: tuple[tuple[int, ...], ...]
+) -> Compressor:
+    if not shapes:
+        raise UsageError("lowrank compresses the weight matrices of a model")
+    return LowRank(config.rank, shapes, config.power_iterations, config.warm_start)
+
+
+def _sign(
+    config: CompressionConfig, sizes: tuple[int, ...], shapes: tuple[tuple[int, ...], ...]
+) -> Compressor:
+    return ScaledSign(sizes if config.sign_scale == "tensor" else ())
+
+
+register_compressor("none", lambda config, sizes, shapes: NoCompression(), "the n values")
+register_compressor(
+    "topk",
+    lambda config, sizes, shapes: TopK(config.fraction),
+    "the entries of largest magnitude (algorithm.fraction of them), with their indices",
+)
+register_compressor(
+    "randk",
+    lambda config, sizes, shapes: RandK(config.fraction),
+    "algorithm.fraction of the entries at random, with the seed that chose them",
+)
+register_compressor(
+    "qsgd",
+    lambda config, sizes, shapes: Qsgd(config.levels),
+    "the norm, signs, and algorithm.levels levels rounded at random (unbiased)",
+)
+register_compressor("sign", _sign, "the sign of each entry, scaled by the mean magnitude")
+register_compressor(
+    "lowrank", _lowrank, "each weight matrix as P Q^T of rank algorithm.rank (PowerGossip)"
+)

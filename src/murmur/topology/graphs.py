@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -21,20 +22,9 @@ from typing import NoReturn, TypeVar
 import torch
 
 from murmur.errors import UsageError
+from murmur.origins import RegistrationError, current, refuse_taken
 from murmur.textfiles import read_utf8
 from murmur.topology.spectra import Structure, circulant
-
-GRAPHS: tuple[str, ...] = (
-    "ring",
-    "circular",
-    "complete",
-    "star",
-    "torus",
-    "exponential",
-    "erdos_renyi",
-    "edges",
-)
-"""Graph names accepted by :func:`build_graph` (config key ``topology.graph``)."""
 
 ERDOS_RENYI_MAX_DRAWS = 1000
 """How many Erdos-Renyi draws :func:`erdos_renyi` tries before giving up."""
@@ -529,6 +519,53 @@ def _subgraph(graph: Graph, kept: list[int], name: str) -> Graph:
     return made
 
 
+@dataclass(frozen=True)
+class GraphOptions:
+    """What ``[topology]`` says of a graph besides its name and agents; a family reads
+    the fields it needs."""
+
+    degree: int | None = None
+    probability: float | None = None
+    rows: int | None = None
+    edges_file: str | Path | None = None
+
+
+GraphBuild = Callable[[int | None, int, GraphOptions], "Graph | torch.Tensor"]
+"""What makes a graph: from the agents (None only for ``edges``, which reads them from
+its file), a seed for a random graph, and the options, a :class:`Graph` or an (E, 2)
+tensor of its edges."""
+
+
+@dataclass(frozen=True)
+class GraphEntry:
+    """One graph family by name: how it is made, one line for listings, whose it is."""
+
+    build: GraphBuild
+    summary: str
+    origin: str
+
+
+GRAPHS: dict[str, GraphEntry] = {}
+"""Every graph ``topology.graph`` may name, built-in ones first."""
+
+
+def register_graph(name: str, build: GraphBuild, summary: str) -> None:
+    """Make ``topology.graph = name`` mean the graph ``build(agents, seed, options)``
+    makes: a :class:`Graph`, or an (E, 2) tensor of edges between agents 0 .. agents-1.
+    RegistrationError for a malformed or taken name."""
+    if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARACTERS:
+        raise RegistrationError(
+            f"a graph's name is lower-case letters, digits, '-' and '_', not {name!r}"
+        )
+    refuse_taken("graph", name, GRAPHS[name].origin if name in GRAPHS else None)
+    if not callable(build):
+        raise RegistrationError(f"graph '{name}': build must be callable, not {build!r}")
+    GRAPHS[name] = GraphEntry(build, summary, current())
+
+
+_NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
 def build_graph(
     kind: str,
     agents: int | None,
@@ -544,46 +581,47 @@ def build_graph(
     Parameters a family does not use are ignored. ``agents`` may be None only
     for ``"edges"``, where it is inferred from the file.
     """
-    if kind not in GRAPHS:
+    entry = GRAPHS.get(kind)
+    if entry is None:
         raise UsageError(f"topology.graph={kind!r} is unknown; choose one of {', '.join(GRAPHS)}")
-    if kind == "edges":
-        count = None if agents is None else _check_agents(agents)
-        if edges_file is None:
-            _missing("edges_file", kind, "a path")
-        graph = from_edge_file(edges_file, count)
-    else:
-        graph = _family(kind, _check_agents(agents), degree, probability, rows, seed)
-
+    count = None if kind == "edges" and agents is None else _check_agents(agents)
+    made = entry.build(count, seed, GraphOptions(degree, probability, rows, edges_file))
+    graph = _as_graph(kind, entry, made, count)
     if not graph.is_connected():
         _refuse_disconnected(graph, kind)
     return graph
 
 
-def _family(
-    kind: str,
-    agents: int,
-    degree: int | None,
-    probability: float | None,
-    rows: int | None,
-    seed: int,
-) -> Graph:
-    """The graph of family ``kind`` (any of :data:`GRAPHS` but ``"edges"``)."""
-    if kind == "ring":
-        return ring(agents)
-    if kind == "circular":
-        return circular(agents, _required(degree, "degree", kind, "an even number, e.g. 4"))
-    if kind == "complete":
-        return complete(agents)
-    if kind == "star":
-        return star(agents)
-    if kind == "torus":
-        return torus(agents, rows)
-    if kind == "exponential":
-        return exponential(agents)
-    if kind == "erdos_renyi":
-        probability = _required(probability, "probability", kind, "a number in (0, 1]")
-        return erdos_renyi(agents, probability, seed)
-    raise ValueError(f"graph family {kind!r} is not one build_graph knows")
+def _as_graph(kind: str, entry: GraphEntry, made: object, agents: int | None) -> Graph:
+    """What a graph family made, as a :class:`Graph`; UsageError naming the family for
+    anything else, or for a graph of other agents."""
+    where = f"graph '{kind}' ({entry.origin})"
+    if isinstance(made, torch.Tensor) and agents is not None:
+        if made.dim() != 2 or made.shape[1] != 2 or made.dtype.is_floating_point:
+            raise UsageError(f"{where}: its edges must be an (E, 2) integer tensor")
+        try:
+            return Graph(agents, made.long(), kind)
+        except ValueError as error:
+            raise UsageError(f"{where}: {error}") from None
+    if not isinstance(made, Graph):
+        raise UsageError(
+            f"{where} made a {type(made).__name__}, not a Graph or an (E, 2) edge tensor"
+        )
+    if agents is not None and made.agents != agents:
+        raise UsageError(f"{where} made a graph of {made.agents} agents, not {agents}")
+    return made
+
+
+def _needs(agents: int | None) -> int:
+    """The agents of a family that does not read them from a file."""
+    assert agents is not None
+    return agents
+
+
+def _edges_graph(agents: int | None, seed: int, options: GraphOptions) -> Graph:
+    if options.edges_file is None:
+        _missing("edges_file", "edges", "a path")
+    return from_edge_file(options.edges_file, agents)
 
 
 def _required(value: _T | None, field: str, kind: str, example: str) -> _T:
@@ -608,3 +646,35 @@ def _refuse_disconnected(graph: Graph, kind: str) -> None:
         f"{graph.name} with {graph.agents} agents is disconnected ({components} components; "
         f"agent {stranded} cannot reach agent 0); {fix} so every agent is reachable"
     )
+
+
+register_graph("ring", lambda agents, seed, options: ring(_needs(agents)), "a cycle")
+register_graph(
+    "circular",
+    lambda agents, seed, options: circular(
+        _needs(agents), _required(options.degree, "degree", "circular", "an even number, e.g. 4")
+    ),
+    "each agent linked to the topology.degree / 2 nearest on each side",
+)
+register_graph("complete", lambda agents, seed, options: complete(_needs(agents)), "every pair")
+register_graph("star", lambda agents, seed, options: star(_needs(agents)), "agent 0 in the middle")
+register_graph(
+    "torus",
+    lambda agents, seed, options: torus(_needs(agents), options.rows),
+    "a grid of topology.rows rows, wrapped around",
+)
+register_graph(
+    "exponential",
+    lambda agents, seed, options: exponential(_needs(agents)),
+    "agent i linked to those 1, 2, 4, ... places ahead and behind",
+)
+register_graph(
+    "erdos_renyi",
+    lambda agents, seed, options: erdos_renyi(
+        _needs(agents),
+        _required(options.probability, "probability", "erdos_renyi", "a number in (0, 1]"),
+        seed,
+    ),
+    "each pair linked with topology.probability, drawn until connected",
+)
+register_graph("edges", _edges_graph, "the edges of topology.edges_file")
