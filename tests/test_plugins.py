@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import torch
 from small_runs import SMALL_SGD
 from test_cli_resume import kill_after_a_checkpoint
 
@@ -256,3 +257,77 @@ def test_an_installed_package_registers_through_its_entry_point(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert _summary(tmp_path / "run")["algorithm"] == "periodic-gossip-installed"
+
+
+# ---- compressors and graphs ----------------------------------------------------------
+
+COMPRESSOR = ROOT / "examples" / "compressors.py"
+GRAPH = ROOT / "examples" / "graphs.py"
+
+
+def test_a_plugins_compressor_sends_what_it_counts(tmp_path):
+    """CHOCO-SGD with half-precision top-k sends 6 bytes an entry where top-k sends 8:
+    the same messages, three quarters of the bytes; packed and unpacked, a code decodes
+    to the sender's values bit for bit."""
+    base = [*SMALL_SGD, "algorithm.fraction=0.1"]
+    half = load_experiment("choco-sgd", [*base, "algorithm.compress=topk-half"], [str(COMPRESSOR)])
+    topk = load_experiment("choco-sgd", [*base, "algorithm.compress=topk"])
+    halved = murmur.run(half.runs[0][1], tmp_path / "half")
+    full = murmur.run(topk.runs[0][1], tmp_path / "topk")
+    assert halved.messages == full.messages and 4 * halved.bytes == 3 * full.bytes
+    compressor = half.runs[0][1].algorithm.compressor()
+    values = torch.randn(3, 50)
+    code = compressor.compress(values, None)
+    for row in range(3):
+        data = compressor.pack(code, row)
+        assert data.numel() == compressor.nbytes(50, 4)
+        again = compressor.decode(compressor.unpack(data, 50, torch.float32), 50)
+        assert torch.equal(again[0], compressor.decode(code, 50)[row])
+
+
+def test_a_plugins_graph_runs_by_name_and_check_says_whose_it_is(tmp_path, capsys):
+    settings = [*SETS, "--set", "topology.graph=small-world", "--plugin", str(GRAPH)]
+    assert main(["run", "dsgd", *settings, "--check"]) == 0
+    assert "topology.graph" not in capsys.readouterr().err
+    config = load_experiment("dsgd", [*SMALL_SGD, "topology.graph=small-world"], [str(GRAPH)])
+    result = murmur.run(config.runs[0][1], tmp_path / "run")
+    ring_edges, agents = 6, 6
+    assert result.topology == "small-world" and result.messages > 60 * 2 * ring_edges
+    assert result.messages <= 60 * 2 * (ring_edges + agents)
+
+
+def test_check_names_the_plugin_of_a_runs_algorithm(capsys):
+    argv = ["run", "dsgd", *SETS, "--plugin", str(EXAMPLE), "--set"]
+    assert main([*argv, "algorithm.name=periodic-gossip", "--check"]) == 0
+    assert f"periodic-gossip from plugin {EXAMPLE}, sgd family" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "import murmur.extend as mm\nmm.register_graph('ring', lambda a, s, o: None, 'x')\n",
+            "graph name 'ring' is taken by a built-in graph",
+        ),
+        (
+            "import murmur.extend as mm\nmm.register_compressor('Top K', None, 'x')\n",
+            "a compressor's name is lower-case letters",
+        ),
+    ],
+)
+def test_a_plugin_that_registers_a_bad_graph_or_compressor_is_one_line(
+    tmp_path, capsys, text, message
+):
+    path = _plugin(tmp_path, text, "bad.py")
+    assert main(["run", "dsgd", *SETS, "--plugin", str(path), "--check"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and message in error
+
+
+def test_a_graph_that_makes_something_else_is_one_line(tmp_path, capsys):
+    text = "import murmur.extend as mm\nmm.register_graph('nothing', lambda a, s, o: 3, 'x')\n"
+    path = _plugin(tmp_path, text, "nothing.py")
+    argv = ["run", "dsgd", *SETS, "--plugin", str(path), "--set", "topology.graph=nothing"]
+    assert main([*argv, "--check"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert f"graph 'nothing' (plugin {path}) made an object of type int, not a Graph" in error

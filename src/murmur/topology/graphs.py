@@ -605,7 +605,8 @@ def _as_graph(kind: str, entry: GraphEntry, made: object, agents: int | None) ->
             raise UsageError(f"{where}: {error}") from None
     if not isinstance(made, Graph):
         raise UsageError(
-            f"{where} made a {type(made).__name__}, not a Graph or an (E, 2) edge tensor"
+            f"{where} made an object of type {type(made).__name__}, not a Graph or an "
+            "(E, 2) edge tensor"
         )
     if agents is not None and made.agents != agents:
         raise UsageError(f"{where} made a graph of {made.agents} agents, not {agents}")
