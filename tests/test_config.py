@@ -431,7 +431,10 @@ def test_an_int_is_accepted_for_a_float_field():
         ("topology.agents=-9223372036854775809", "topology.agents must be an integer from -2**63"),
         ("model.hidden=[8, 99999999999999999999]", "model.hidden[1] must be an integer from"),
         ("data.partition=random", "data.partition must be one of 'iid', 'labels', 'dirichlet'"),
-        ("model.name=resnet", "model.name must be one of 'mlp', 'linear', 'cnn', 'factory', 'custom'"),
+        (
+            "model.name=resnet",
+            "model.name must be one of 'mlp', 'linear', 'cnn', 'factory', 'custom'",
+        ),
     ],
 )
 def test_wrongly_typed_overrides_are_refused(item, message):

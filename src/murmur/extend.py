@@ -1,11 +1,15 @@
-"""murmur's public extension API: what a plugin writes its own algorithm with.
+"""murmur's public extension API: what a plugin writes its own algorithm, compressor and
+graph with.
 
 Everything a decentralized rule needs is here, under one name: the protocols the
-runtimes implement (:class:`Algorithm`, :class:`Transport`), the base classes of an
-algorithm's ``[algorithm]`` section (:class:`AlgorithmConfig`, :class:`SgdConfig`),
-the helpers murmur's own rules are written with (mixing through the transport, the
-mixing matrices and consensus steps of a graph), and :func:`register_algorithm`, which
-murmur's own algorithms register through too. A rule registered here runs in the
+runtimes implement (:class:`Algorithm`, :class:`Transport`, :class:`Compressor`), the
+base classes of an algorithm's ``[algorithm]`` section (:class:`AlgorithmConfig`,
+:class:`SgdConfig`), the helpers murmur's own rules are written with (mixing through
+the transport, the mixing matrices and consensus steps of a graph),
+:func:`register_algorithm`, :func:`register_compressor` and :func:`register_graph`,
+which murmur's own algorithms, compressors and graphs register through too, and
+:func:`assert_runtimes_agree`, for a test that a rule gives the same numbers in both
+runtimes. A rule registered here runs in the
 simulator and in the distributed runtime, from ``murmur run``, ``--resume``,
 ``murmur launch`` and ``murmur tune``, with every message and byte counted as murmur
 counts its own. The guide: docs/guides/your-own-method.md.
@@ -38,6 +42,7 @@ from murmur.registry import (
     family_defaults,
     register_algorithm,
 )
+from murmur.runtimes_agree import assert_runtimes_agree
 from murmur.sections import AlgorithmConfig, Step
 from murmur.topology import Graph, PerGraph, consensus_step, mixing_operator
 from murmur.topology.graphs import GraphOptions, register_graph
@@ -66,6 +71,7 @@ __all__ = [
     "Step",
     "Transport",
     "UsageError",
+    "assert_runtimes_agree",
     "check_step",
     "consensus_step",
     "family_defaults",

@@ -8,8 +8,10 @@ from pathlib import Path
 
 from ranks import assert_records_match, launch, read_records
 
+from murmur import runtimes_agree
 from murmur.config import load_experiment
 from murmur.experiment import run
+from murmur.extend import assert_runtimes_agree
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "periodic_gossip.py"
 SETTINGS = [
@@ -59,3 +61,27 @@ def test_a_dropout_network_by_import_path_gives_the_simulators_run_in_blocks(tmp
     assert launched["accuracy"] == simulated.accuracy
     assert launched["test_loss"] == simulated.test_loss
     assert_records_match(read_records(out), read_records(tmp_path / "simulated"))
+
+
+COMPRESSOR = Path(__file__).resolve().parents[2] / "examples" / "compressors.py"
+GRAPH = Path(__file__).resolve().parents[2] / "examples" / "graphs.py"
+
+
+def test_a_plugins_compressor_and_graph_agree_across_runtimes(tmp_path):
+    """CHOCO-SGD with the half-precision top-k on the small world, four ranks against
+    the simulator, checked by the helper murmur ships for users' own tests."""
+    settings = [*SETTINGS[:6], "algorithm.compress=topk-half", "algorithm.fraction=0.1"]
+    settings.append("topology.graph=small-world")
+    ((_, config),) = load_experiment("choco-sgd", settings, [str(COMPRESSOR), str(GRAPH)]).runs
+    assert_runtimes_agree(config, tmp_path)
+    summary = json.loads((tmp_path / "launched" / "summary.json").read_text())
+    assert summary["topology"] == "small-world" and summary["bytes"] > 0
+
+
+def test_the_helper_names_what_differs(tmp_path):
+    ((_, config),) = load_experiment("dsgd", SETTINGS, [str(EXAMPLE)]).runs
+    run(config, tmp_path / "every-3")
+    run(config.replace(**{"algorithm.period": "2"}), tmp_path / "every-2")
+    found = runtimes_agree._differences(tmp_path / "every-3", tmp_path / "every-2", 1e-5)
+    assert "messages: 160 against 240" in found
+    assert any(item.startswith("record of iteration 20: messages") for item in found)
