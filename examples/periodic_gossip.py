@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+
 import murmur.extend as mm
 
 
