@@ -37,6 +37,21 @@ def registering_as(origin: str) -> Iterator[None]:
         _STACK.pop()
 
 
+NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def check_entry(kind: str, name: str, build: object, taken: str | None) -> None:
+    """RegistrationError for a compressor or graph named ``name`` that is malformed,
+    taken (``taken``: by whom; None: free) or not callable."""
+    if not isinstance(name, str) or not name or not set(name) <= NAME_CHARACTERS:
+        raise RegistrationError(
+            f"a {kind}'s name is lower-case letters, digits, '-' and '_', not {name!r}"
+        )
+    refuse_taken(kind, name, taken)
+    if not callable(build):
+        raise RegistrationError(f"{kind} '{name}': build must be callable, not {build!r}")
+
+
 def refuse_taken(kind: str, name: str, origin: str | None) -> None:
     """RegistrationError where ``name`` is taken already (``origin``: by whom; None:
     free)."""

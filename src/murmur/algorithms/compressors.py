@@ -59,7 +59,7 @@ import torch
 
 from murmur.algorithms.draws import Draws, distinct_indices
 from murmur.errors import UsageError
-from murmur.origins import RegistrationError, current, refuse_taken
+from murmur.origins import check_entry, current
 from murmur.sections import AlgorithmConfig
 
 Code = tuple[torch.Tensor, ...]
@@ -132,17 +132,9 @@ def register_compressor(name: str, build: CompressorBuild, summary: str) -> None
     """Make ``algorithm.compress = name`` mean the compressor ``build(config, sizes,
     shapes)`` makes (a :class:`Compressor`), for every algorithm that compresses and in
     both runtimes. RegistrationError for a malformed or taken name."""
-    if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARACTERS:
-        raise RegistrationError(
-            f"a compressor's name is lower-case letters, digits, '-' and '_', not {name!r}"
-        )
-    refuse_taken("compressor", name, COMPRESSORS[name].origin if name in COMPRESSORS else None)
-    if not callable(build):
-        raise RegistrationError(f"compressor '{name}': build must be callable, not {build!r}")
+    taken = COMPRESSORS[name].origin if isinstance(name, str) and name in COMPRESSORS else None
+    check_entry("compressor", name, build, taken)
     COMPRESSORS[name] = CompressorEntry(build, summary, current())
-
-
-_NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 WarmStarts = dict[str, torch.Tensor]

@@ -22,7 +22,7 @@ from typing import NoReturn, TypeVar
 import torch
 
 from murmur.errors import UsageError
-from murmur.origins import RegistrationError, current, refuse_taken
+from murmur.origins import check_entry, current
 from murmur.textfiles import read_utf8
 from murmur.topology.spectra import Structure, circulant
 
@@ -553,17 +553,9 @@ def register_graph(name: str, build: GraphBuild, summary: str) -> None:
     """Make ``topology.graph = name`` mean the graph ``build(agents, seed, options)``
     makes: a :class:`Graph`, or an (E, 2) tensor of edges between agents 0 .. agents-1.
     RegistrationError for a malformed or taken name."""
-    if not isinstance(name, str) or not name or not set(name) <= _NAME_CHARACTERS:
-        raise RegistrationError(
-            f"a graph's name is lower-case letters, digits, '-' and '_', not {name!r}"
-        )
-    refuse_taken("graph", name, GRAPHS[name].origin if name in GRAPHS else None)
-    if not callable(build):
-        raise RegistrationError(f"graph '{name}': build must be callable, not {build!r}")
+    taken = GRAPHS[name].origin if isinstance(name, str) and name in GRAPHS else None
+    check_entry("graph", name, build, taken)
     GRAPHS[name] = GraphEntry(build, summary, current())
-
-
-_NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 def build_graph(
