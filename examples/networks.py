@@ -19,3 +19,11 @@ def layer_norm_mlp(features: int, outputs: int, hidden: int = 64) -> nn.Module:
     return nn.Sequential(
         nn.Linear(features, hidden), nn.LayerNorm(hidden), nn.ReLU(), nn.Linear(hidden, outputs)
     )
+
+
+def batch_norm_mlp(features: int, outputs: int, hidden: int = 64) -> nn.Module:
+    """A ReLU MLP with batch norm: each agent keeps its own running statistics, which
+    are not exchanged; the average model uses their mean."""
+    return nn.Sequential(
+        nn.Linear(features, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, outputs)
+    )

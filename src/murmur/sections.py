@@ -81,9 +81,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         require(self.seed >= 0, f"run.seed must be >= 0, not {self.seed}")
-        require(
-            len(set(self.plugins)) == len(self.plugins), "run.plugins must not repeat a plugin"
-        )
+        require(len(set(self.plugins)) == len(self.plugins), "run.plugins must not repeat a plugin")
         require(
             all(_is_sha256(digest) for digest in self.plugins_sha256),
             "run.plugins_sha256 must be SHA-256 digests (64 lower-case hex characters)",
@@ -221,8 +219,7 @@ class ModelConfig:
         if self.name != "factory":
             require(
                 not self.factory and not self.options,
-                f"model.factory and model.options are for model.name = factory, not "
-                f"{self.name}",
+                f"model.factory and model.options are for model.name = factory, not {self.name}",
             )
             return
         module, colon, function = self.factory.rpartition(":")

@@ -117,15 +117,6 @@ def test_evaluation_keeps_one_call_of_the_mnist_cnn_small():
     assert stacked_module.EVAL_FLOATS // (units * 1000) < 2
 
 
-def test_models_with_buffers_are_refused_in_one_line():
-    module = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2))
-    with pytest.raises(UsageError, match="track_running_stats=False") as error:
-        StackedModel(module, "classification")
-    assert "running statistics" in str(error.value) and "\n" not in str(error.value)
-    plain = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3, track_running_stats=False))
-    assert StackedModel(plain, "classification").layout.total == 4 * 3 + 3 + 3 + 3
-
-
 def test_a_model_on_a_device_takes_rows_from_anywhere_and_gives_them_back_there():
     module = build_model(CNN, 64, 10, seed=1)
     generator = torch.Generator().manual_seed(4)

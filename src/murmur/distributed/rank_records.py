@@ -50,6 +50,7 @@ from murmur.distributed.failures import PeerFailure
 from murmur.distributed.transport import DistributedTransport
 from murmur.distributed.wording import first_line
 from murmur.metrics.record_types import ModelColumns, SgdRecord, ValidationColumns
+from murmur.models.statistics import AgentStatistics, Stacked
 from murmur.training.reducer import AgentRows, sgd_record
 from murmur.training.sgd_loop import Evaluation
 
@@ -71,8 +72,9 @@ VALIDATION_COLUMNS = ("validation_accuracy", "validation_loss")
 POLL_SECONDS = 0.001
 """How often a rank waiting for a sum at the end looks whether it is in."""
 
-ScoreAverage = Callable[[torch.Tensor], ModelColumns]
-"""Rank 0's measure of the average model, a (1, P) row, on the test set."""
+ScoreAverage = Callable[[torch.Tensor, Stacked | None], ModelColumns]
+"""Rank 0's measure of the average model, a (1, P) row (with the agents' mean running
+statistics, for a model with buffers), on the test set."""
 
 
 @dataclass
@@ -101,6 +103,7 @@ class RankRecords:
         on_record: Callable[[SgdRecord], None],
         score_average: ScoreAverage | None,
         columns: tuple[str, ...] = ROW_COLUMNS,
+        statistics: AgentStatistics | None = None,
     ) -> None:
         self.transport = transport
         self.columns = columns
@@ -108,6 +111,10 @@ class RankRecords:
         self.agents = agents
         self.width = width
         """Parameters per agent."""
+        self.statistics = statistics
+        """The block's running statistics, whose sum gives the average model's (None: the
+        model has no buffers)."""
+        self._stats_width = statistics.width if statistics is not None else 0
         self.timeout = timeout
         self.on_record = on_record
         self.score_average = score_average
@@ -132,11 +139,18 @@ class RankRecords:
         block); the sums that are in first."""
         self.collect()
         params = at.params
-        vector = torch.zeros(self._rows_end + self.width + 2, dtype=torch.float64)
+        vector = torch.zeros(
+            self._rows_end + self.width + self._stats_width + 2, dtype=torch.float64
+        )
         first = self.transport.agents[0] * len(self.columns)
         block = torch.tensor(rows, dtype=torch.float64).reshape(-1)
         vector[first : first + block.numel()] = block
-        vector[self._rows_end : -2] = params.sum(dim=0, dtype=torch.float64)
+        vector[self._rows_end : self._rows_end + self.width] = params.sum(
+            dim=0, dtype=torch.float64
+        )
+        if self.statistics is not None:
+            self.statistics.ensure(len(self.transport.agents))  # the initial ones at first
+            vector[self._rows_end + self.width : -2] = self.statistics.flat().sum(dim=0)
         vector[-2] = params.to(torch.float64).square().sum()
         vector[-1] = self.written if self.score_average is not None else 0
         self._start(self.next_index, vector)
@@ -198,12 +212,17 @@ class RankRecords:
         written = int(summed[-1])
         for index in [index for index in self.held if index < written]:
             del self.held[index]  # rank 0 has its record
-        mean = summed[self._rows_end : -2] / self.agents
+        params_end = self._rows_end + self.width
+        mean = summed[self._rows_end : params_end] / self.agents
         spread = max(float(summed[-2] - mean.square().sum() * self.agents), 0.0)
         rows = summed[: self._rows_end].view(self.agents, -1)
         record = agents_record(rows, spread / self.agents, self.columns)
         if self.score_average is not None:
-            record.update(self.score_average(mean.view(1, -1)))
+            statistics = None
+            if self.statistics is not None:
+                means = summed[params_end:-2] / self.agents
+                statistics = self.statistics.stacked(means.view(1, -1))
+            record.update(self.score_average(mean.view(1, -1), statistics))
             self.written += 1
         self.last = record
         self.on_record(record)

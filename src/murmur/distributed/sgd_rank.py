@@ -51,6 +51,7 @@ from murmur.metrics.counters import MessageCounters
 from murmur.metrics.evaluation import model_columns
 from murmur.metrics.record_types import EvaluationRecord, ModelColumns
 from murmur.metrics.records import Outcome
+from murmur.models.statistics import AgentStatistics, Stacked
 from murmur.training.plan import Plan
 from murmur.training.reducer import AgentTotals, RunFacts, run_outcome
 from murmur.training.setup import Problem, SgdSetup
@@ -135,6 +136,7 @@ def train_rank(
         on_record,
         _average_scorer(problem, setup.initial.dtype) if rank == 0 else None,
         ROW_COLUMNS + VALIDATION_COLUMNS if problem.validation is not None else ROW_COLUMNS,
+        statistics=problem.model.statistics,
     )
     resumed = None
     if restored is not None:
@@ -159,9 +161,11 @@ def train_rank(
 def _average_scorer(problem: Problem, dtype: torch.dtype) -> ScoreAverage:
     """Rank 0's measure of the average model (a float64 (1, P) row) on the test set."""
 
-    def score(mean: torch.Tensor) -> ModelColumns:
+    def score(mean: torch.Tensor, statistics: Stacked | None) -> ModelColumns:
         return model_columns(
-            *problem.model.evaluate(mean.to(dtype), problem.x_test, problem.y_test)
+            *problem.model.evaluate(
+                mean.to(dtype), problem.x_test, problem.y_test, statistics=statistics
+            )
         )
 
     return score
@@ -205,6 +209,7 @@ def _restore(
         transport,
         setup.problem.sampler,
         where=where,
+        statistics=setup.problem.model.statistics,
     )
     try:
         records.resume(saved["evaluations"], restored.records)
@@ -241,7 +246,7 @@ def _train(
             stopping[0] = records.agree_stop(setup.stop_requested)
 
     def snapshot(at: SgdProgress) -> SgdSnapshot:
-        saved = sgd_snapshot(at, transport, problem.sampler)
+        saved = sgd_snapshot(at, transport, problem.sampler, problem.model.statistics)
         saved["evaluations"] = records.state_dict()
         saved["agents_per_rank"] = block
         return saved
@@ -314,7 +319,7 @@ def _gather(
     gathered = [torch.empty_like(params) for _ in range(world)] if rank == 0 else None
     dist.gather(params, gathered, dst=0)
     iterations = trained.iterations  # fewer where a rule of [collapse] stopped the run
-    return run_outcome(
+    outcome = run_outcome(
         last_record,
         AgentTotals(totals.events, totals.messages, totals.bytes),
         RunFacts(
@@ -336,6 +341,21 @@ def _gather(
             "rejected_per_agent": totals.rejected,
         },
     )
+    outcome.statistics = _gathered_statistics(setup.problem.model.statistics, block)
+    return outcome
+
+
+def _gathered_statistics(statistics: AgentStatistics | None, block: int) -> Stacked | None:
+    """Collective: every agent's final running statistics, on rank 0 (None elsewhere, and
+    for a model without buffers)."""
+    if statistics is None:
+        return None
+    statistics.ensure(block)
+    local = statistics.flat().contiguous()
+    world, rank = dist.get_world_size(), dist.get_rank()
+    gathered = [torch.empty_like(local) for _ in range(world)] if rank == 0 else None
+    dist.gather(local, gathered, dst=0)
+    return statistics.stacked(torch.cat(gathered)) if gathered is not None else None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from murmur.seeding import generator
 
 if TYPE_CHECKING:
     from murmur.models.stacked import StackedModel
+    from murmur.models.statistics import Stacked
 
 
 EVAL_AGENTS_AUTO = 1000
@@ -76,12 +77,14 @@ def validation_columns(
     model: StackedModel,
     params: torch.Tensor,
     validation: tuple[torch.Tensor, torch.Tensor] | None,
+    statistics: Stacked | None = None,
 ) -> ValidationColumns:
-    """The validation-set part of an evaluation record, for stacked parameters (N, P):
-    nothing where the run has no validation split (``validation`` None)."""
+    """The validation-set part of an evaluation record, for stacked parameters (N, P)
+    (and, for a model with buffers, the rows' running ``statistics`` where they are not
+    every agent's): nothing where the run has no validation split (``validation`` None)."""
     if validation is None:
         return {}
-    accuracy, loss = model.evaluate(params, *validation)
+    accuracy, loss = model.evaluate(params, *validation, statistics=statistics)
     return {
         "validation_accuracy": accuracy.tolist() if accuracy is not None else None,
         "validation_loss": loss.tolist(),

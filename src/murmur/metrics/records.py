@@ -87,6 +87,9 @@ class Outcome:
     communication_saving: float | None = None
     parameters: torch.Tensor | None = None
     extra: SummaryExtra = field(default_factory=lambda: SummaryExtra())
+    statistics: dict[str, torch.Tensor] | None = None
+    """Each agent's final running statistics ``{name: (agents, *shape)}``, for a model
+    with buffers (``models.statistics``); None otherwise."""
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -130,12 +131,25 @@ def layer_outputs(module: nn.Module, features: int) -> int:
     leaves = [child for child in module.modules() if not list(child.children())]
     hooks = [leaf.register_forward_hook(count) for leaf in leaves]
     try:
-        with torch.no_grad():
+        with evaluating(module):
             module(torch.zeros(1, features, device=_device(module)))
     finally:
         for hook in hooks:
             hook.remove()
     return max(1, sum(sizes))
+
+
+@contextlib.contextmanager
+def evaluating(module: nn.Module) -> Iterator[None]:
+    """``module`` in evaluation mode without gradients, its mode put back after: a probe
+    of its shape neither draws dropout masks nor moves batch norm's running statistics."""
+    training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        module.train(training)
 
 
 def _device(module: nn.Module) -> torch.device:

@@ -2,8 +2,10 @@
 
 The copies' parameters are the rows of a flat (agents, P) tensor. Gradients use
 ``vmap(grad_and_value(loss))`` over ``functional_call``, so any ``nn.Module``
-without buffers works and no Python loop runs over agents; plain Linear/ReLU
-stacks take the faster hand-derived path of :mod:`murmur.models.sequential`.
+works and no Python loop runs over agents; plain Linear/ReLU stacks take the faster
+hand-derived path of :mod:`murmur.models.sequential`. A module with buffers
+(BatchNorm) keeps a copy of them per agent (:mod:`murmur.models.statistics`), updated
+by each agent's own training steps and used by its evaluations.
 
 A model on a ``device`` (a GPU) keeps its module there; the data should be there
 too, and the parameter rows may live anywhere: they cross to the device for
@@ -20,10 +22,10 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional
 
-from murmur.errors import UsageError
 from murmur.models.flat import ParamLayout
 from murmur.models.networks import layer_outputs
 from murmur.models.sequential import SequentialGradient
+from murmur.models.statistics import AgentStatistics, Stacked
 from murmur.seeding import derive_seed
 
 Task = Literal["classification", "regression"]
@@ -37,18 +39,6 @@ EVAL_FLOATS = 2**24
 ``evaluate`` takes as many agents and test samples per call as fit in it."""
 EVAL_AGENTS = 32
 """Most agents ``evaluate`` takes per call."""
-
-
-def check_buffers(module: nn.Module) -> None:
-    """UsageError (one line) when ``module`` has buffers: every agent would need running
-    statistics of its own, which the stacked parameters do not carry."""
-    names = [name for name, _ in module.named_buffers()]
-    if names:
-        raise UsageError(
-            f"the model has buffers ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
-            "per-agent running statistics (batch norm) are not supported; use "
-            "track_running_stats=False, or GroupNorm or LayerNorm"
-        )
 
 
 RANDOM_LAYERS = (
@@ -76,7 +66,6 @@ class StackedModel:
         device: torch.device | str | None = None,
         seed: int = 0,
     ) -> None:
-        check_buffers(module)
         self.seed = seed
         """The run's seed, from which each agent's random draws (dropout) are keyed."""
         self.random = any(isinstance(layer, RANDOM_LAYERS) for layer in module.modules())
@@ -84,6 +73,8 @@ class StackedModel:
         self._training: bool | None = None
         self.device = torch.device(device) if device is not None else None
         self.module = module if self.device is None else module.to(self.device)
+        self.statistics = AgentStatistics.of(self.module)
+        """Each agent's running statistics (None: the module has no buffers)."""
         self.layout = ParamLayout.of(module)
         self.task = task
         self._units: int | None = None
@@ -91,8 +82,12 @@ class StackedModel:
             functional.cross_entropy if task == "classification" else functional.mse_loss
         )
         self._grad = vmap(grad_and_value(self._loss))
-        self._outputs = vmap(self._forward, in_dims=(0, None))
-        self._fast = SequentialGradient.of(module, self.layout, task == "classification")
+        self._outputs = vmap(self._forward, in_dims=(0, 0, None))
+        self._fast = (
+            SequentialGradient.of(module, self.layout, task == "classification")
+            if self.statistics is None
+            else None
+        )
         self.per_agent = (self.device is None or self.device.type == "cpu") and any(
             isinstance(layer, CONVOLUTIONS) for layer in module.modules()
         )
@@ -101,13 +96,13 @@ class StackedModel:
         is slower than N ordinary ones (1.5 times, for 64 LeNet-5s)."""
         self._buffer: torch.Tensor | None = None
 
-    def _forward(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.module, params, (x,))
+    def _forward(self, params: Stacked, buffers: Stacked, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.module, {**params, **buffers}, (x,))
 
     def _loss(
-        self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+        self, params: Stacked, buffers: Stacked, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:
-        return self._loss_fn(self._forward(params, x), y)
+        return self._loss_fn(self._forward(params, buffers, x), y)
 
     def initial(self) -> torch.Tensor:
         """The module's own parameters as one flat vector (P,)."""
@@ -127,6 +122,8 @@ class StackedModel:
         ``draws``: the rows' agents and the iteration, from which a module that draws
         random numbers (dropout) keys each agent's, so that an agent draws the same
         numbers alone or among others; None: from torch's generator.
+        A module with buffers updates the running statistics of the rows' agents (the
+        same agents, in the same order, at every call).
         """
         home = flat.device
         self._mode(training=True)
@@ -137,8 +134,9 @@ class StackedModel:
                 return result[0].to(home), result[1].to(home)
         if self.per_agent or self.random:
             return self._agent_by_agent(flat, x, y, draws)
+        buffers = self.statistics.ensure(flat.shape[0]) if self.statistics is not None else {}
         try:
-            grads, losses = self._grad(self.layout.unflatten(flat), x, y)
+            grads, losses = self._grad(self.layout.unflatten(flat), buffers, x, y)
         except RuntimeError as error:
             if "randomness" not in str(error):
                 raise
@@ -188,25 +186,35 @@ class StackedModel:
         if buffer is None or buffer.shape != flat.shape or buffer.dtype != flat.dtype:
             buffer = self._buffer = torch.empty_like(flat)
         losses = flat.new_empty(flat.shape[0])
+        stacked = self.statistics.ensure(flat.shape[0]) if self.statistics is not None else {}
         keyed = self.random and draws is not None
         devices = [flat.device] if flat.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, enabled=keyed):
             for row in range(flat.shape[0]):
                 if keyed and draws is not None:
                     torch.manual_seed(self._key(draws[0][row], draws[1]))
-                losses[row] = self._one_agent(flat[row : row + 1], x[row], y[row], buffer[row])
+                buffers = {name: tensor[row] for name, tensor in stacked.items()}
+                losses[row] = self._one_agent(
+                    flat[row : row + 1], buffers, x[row], y[row], buffer[row]
+                )
         return losses, buffer
 
     def _one_agent(
-        self, row: torch.Tensor, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor
+        self,
+        row: torch.Tensor,
+        buffers: Stacked,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        out: torch.Tensor,
     ) -> torch.Tensor:
-        """One agent's loss; its gradient written into ``out``."""
+        """One agent's loss; its gradient written into ``out``, its ``buffers`` (views of
+        its running statistics) updated in place."""
         params = {
             name: piece.squeeze(0).detach().requires_grad_()
             for name, piece in self.layout.unflatten(row).items()
         }
         with torch.enable_grad():
-            loss = self._loss(params, x, y)
+            loss = self._loss(params, buffers, x, y)
             grads = torch.autograd.grad(loss, list(params.values()))
         torch.cat([grad.reshape(-1) for grad in grads], out=out)
         return loss.detach()
@@ -226,9 +234,18 @@ class StackedModel:
 
     @torch.no_grad()
     def evaluate(
-        self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, chunk: int | None = None
+        self,
+        flat: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        chunk: int | None = None,
+        statistics: Stacked | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Per-row accuracy (None for regression) and mean loss on one shared data set.
+
+        A module with buffers evaluates each row with ``statistics`` (one per row), or
+        else with the agents' own running statistics when the rows are the agents, their
+        mean for one row (the average model), the initial ones before any step.
 
         ``chunk`` agents per call (default: as many as keep one call's activations
         under :data:`EVAL_FLOATS`, at most :data:`EVAL_AGENTS`); a model too large for
@@ -249,11 +266,12 @@ class StackedModel:
         losses: torch.Tensor | None = None
         for start in range(0, rows, chunk):
             params = self.layout.unflatten(self._to_device(flat[start : start + chunk]))
+            buffers = self._buffers(rows, start, start + chunk, statistics)
             if step >= samples:
-                accuracy, loss = self._measure(params, x, y)
+                accuracy, loss = self._measure(params, buffers, x, y)
             else:  # sums over slices of the samples, then the means
                 parts = [
-                    self._measure(params, x[at : at + step], y[at : at + step], total=True)
+                    self._measure(params, buffers, x[at : at + step], y[at : at + step], True)
                     for at in range(0, samples, step)
                 ]
                 loss = torch.stack([part[1] for part in parts]).sum(dim=0) / samples
@@ -271,11 +289,25 @@ class StackedModel:
         assert losses is not None  # flat has at least one row
         return (accuracies.to(home) if accuracies is not None else None), losses.to(home)
 
+    def _buffers(self, rows: int, start: int, stop: int, given: Stacked | None) -> Stacked:
+        """The statistics rows ``start:stop`` of ``rows`` are evaluated with (see
+        :meth:`evaluate`), on the module's device."""
+        if self.statistics is None:
+            return {}
+        if given is None:
+            return self.statistics.for_rows(rows, start, stop)
+        return {name: self._to_device(tensor[start:stop]) for name, tensor in given.items()}
+
     def _measure(
-        self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, total: bool = False
+        self,
+        params: Stacked,
+        buffers: Stacked,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        total: bool = False,
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Per-row accuracy and mean loss on (x, y); with ``total`` their sums instead."""
-        outputs = self._outputs(params, x)
+        outputs = self._outputs(params, buffers, x)
         reduce = (lambda t: t.sum(dim=1)) if total else (lambda t: t.mean(dim=1))
         if self.task == "regression":
             squares = (outputs - y) ** 2

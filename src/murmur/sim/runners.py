@@ -68,7 +68,8 @@ def run_sgd(
         on_record(record)
 
     def snapshot(at: SgdProgress) -> SgdSnapshot:
-        saved = sgd_snapshot(at, transport, setup.problem.sampler)
+        problem = setup.problem
+        saved = sgd_snapshot(at, transport, problem.sampler, problem.model.statistics)
         saved["schedule"] = schedule.state_dict() if schedule is not None else None
         saved["clock"] = clock.compute.state_dict()
         return saved
@@ -134,7 +135,7 @@ def _sgd_outcome(
 ) -> Outcome:
     """What a simulated SGD run hands back: its last record and totals."""
     iterations = trained.iterations  # fewer than run.iterations where a rule stopped it
-    return run_outcome(
+    outcome = run_outcome(
         records[-1],
         AgentTotals.of(transport.counters),
         RunFacts(
@@ -153,6 +154,10 @@ def _sgd_outcome(
             **_compile_fallback(transport),
         },
     )
+    statistics = setup.problem.model.statistics
+    if statistics is not None:
+        outcome.statistics = statistics.final(trained.params.shape[0])
+    return outcome
 
 
 def _measured(record: EvaluationRecord) -> SummaryExtra:
@@ -181,8 +186,15 @@ def _resume(
         clock.compute.load_state_dict(saved["clock"])
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
         raise UsageError(f"the checkpoint does not fit this run: {error}") from None
+    problem = setup.problem
     return resume_sgd(
-        saved, checkpoint["done"], algorithm, initial, transport, setup.problem.sampler
+        saved,
+        checkpoint["done"],
+        algorithm,
+        initial,
+        transport,
+        problem.sampler,
+        statistics=problem.model.statistics,
     )
 
 

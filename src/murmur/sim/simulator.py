@@ -63,7 +63,9 @@ def agents_evaluation(
     def evaluate(at: Evaluation) -> SgdRecord:
         test = (problem.x_test, problem.y_test)
         rows = at.params if measured is None else at.params.index_select(0, measured)
-        accuracy, loss = problem.model.evaluate(rows, *test)
+        kept = problem.model.statistics
+        statistics = kept.select(measured) if kept is not None and measured is not None else None
+        accuracy, loss = problem.model.evaluate(rows, *test, statistics=statistics)
         record = sgd_record(
             at.iteration,
             AgentRows.measure(accuracy, loss, transport.counters),
@@ -73,7 +75,7 @@ def agents_evaluation(
             consensus_distance=consensus_distance(at.params),
             model=average_model_columns(problem.model, at.params, *test, own=(accuracy, loss)),
             virtual_seconds=at.virtual_seconds,
-            validation=validation_columns(problem.model, rows, problem.validation),
+            validation=validation_columns(problem.model, rows, problem.validation, statistics),
         )
         if measured is not None:
             record["measured_agents"] = measured.tolist()

@@ -6,9 +6,10 @@ writes two files with ``torch.save``, plain tensors only, so that
 
 - ``model.pt``: the ``state_dict`` of the consensus average of the agents' final
   models (the mean of their parameter rows; the one model of a server or
-  Hogwild run), ready for ``module.load_state_dict``;
+  Hogwild run), ready for ``module.load_state_dict``; a model with buffers
+  (BatchNorm) holds the mean of the agents' running statistics, counts rounded;
 - ``agents.pt``: every agent's final parameters, stacked: ``{name: tensor of shape
-  (agents, *shape)}``, with the same names.
+  (agents, *shape)}``, with the same names, and its own running statistics.
 
 The run's ``summary.json`` says under ``"model"`` what the average model scores
 on the test set, computed by calling the module on the whole test split once, as
@@ -34,6 +35,7 @@ from murmur.metrics.record_types import ModelSummary
 from murmur.metrics.stops import STOPPED
 from murmur.models import build_model
 from murmur.models.flat import ParamLayout
+from murmur.models.statistics import AgentStatistics, Stacked
 
 MODEL_FILE = "model.pt"
 """The average model's ``state_dict`` in the run folder."""
@@ -41,18 +43,31 @@ AGENTS_FILE = "agents.pt"
 """Every agent's parameters, stacked, in the run folder."""
 
 
-def average_state(module: nn.Module, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+def average_state(
+    module: nn.Module, rows: torch.Tensor, statistics: Stacked | None = None
+) -> dict[str, torch.Tensor]:
     """The ``state_dict`` of ``module``'s architecture whose parameters are the mean of
-    ``rows`` ((agents, P) flat parameters, in ``module``'s parameter order)."""
+    ``rows`` ((agents, P) flat parameters, in ``module``'s parameter order), its buffers
+    the mean of the agents' ``statistics`` (``{name: (agents, *shape)}``)."""
     layout = ParamLayout.of(module)
     mean = rows.detach().to(torch.float32).mean(dim=0, keepdim=True).cpu()
-    return {name: tensor[0].clone() for name, tensor in layout.unflatten(mean).items()}
+    state = {name: tensor[0].clone() for name, tensor in layout.unflatten(mean).items()}
+    kept = AgentStatistics.of(module)
+    if kept is not None and statistics:
+        kept.load_state_dict(statistics)
+        state.update(kept.mean())
+    return state
 
 
-def stacked_state(module: nn.Module, rows: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Every row of ``rows`` as named tensors: ``{name: (agents, *shape)}``."""
+def stacked_state(
+    module: nn.Module, rows: torch.Tensor, statistics: Stacked | None = None
+) -> dict[str, torch.Tensor]:
+    """Every row of ``rows`` as named tensors, and every agent's ``statistics``:
+    ``{name: (agents, *shape)}``."""
     layout = ParamLayout.of(module)
-    return {name: tensor.clone() for name, tensor in layout.unflatten(rows.cpu()).items()}
+    state = {name: tensor.clone() for name, tensor in layout.unflatten(rows.cpu()).items()}
+    state.update({name: tensor.cpu().clone() for name, tensor in (statistics or {}).items()})
+    return state
 
 
 def with_state(module: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:
@@ -82,15 +97,16 @@ def write_model_files(
     rows: torch.Tensor,
     test: tuple[torch.Tensor, torch.Tensor],
     classification: bool,
+    statistics: Stacked | None = None,
 ) -> ModelSummary:
-    """Write ``model.pt`` and ``agents.pt`` for the final parameter ``rows`` of a run
-    of ``module``'s architecture into ``folder`` (None: write nothing); what the
-    summary says of the average model."""
-    average = average_state(module, rows)
+    """Write ``model.pt`` and ``agents.pt`` for the final parameter ``rows`` (and, for a
+    model with buffers, running ``statistics``) of a run of ``module``'s architecture
+    into ``folder`` (None: write nothing); what the summary says of the average model."""
+    average = average_state(module, rows, statistics)
     accuracy, loss, outputs = test_scores(with_state(module, average), *test, classification)
     if folder is not None:
         torch.save(average, folder / MODEL_FILE)
-        torch.save(stacked_state(module, rows), folder / AGENTS_FILE)
+        torch.save(stacked_state(module, rows, statistics), folder / AGENTS_FILE)
     x_test = test[0]
     return {
         "file": MODEL_FILE if folder is not None else None,

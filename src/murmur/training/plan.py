@@ -39,7 +39,8 @@ from murmur.data.partition import check_agents
 from murmur.errors import UsageError, one_line
 from murmur.metrics.logs import check_logs
 from murmur.models import build_model
-from murmur.models.stacked import check_buffers
+from murmur.models.networks import evaluating
+from murmur.models.statistics import refuse_statistics
 from murmur.plugins import load_plugins
 from murmur.registry import (
     ALGORITHMS,
@@ -486,10 +487,18 @@ def _checked_module(member: Member[object], module: nn.Module) -> nn.Module:
             f"{member.name} builds its own layers and takes no model; "
             "give a model to the mini-batch algorithms only"
         )
-    check_buffers(module)
+    check_statistics(member, module)
     if any(parameter.device.type != "cpu" for parameter in module.parameters()):
         module = copy.deepcopy(module).cpu()  # checked and measured on the CPU
     return module
+
+
+def check_statistics(member: Member[object], module: nn.Module) -> None:
+    """A module with buffers (BatchNorm) trains in the SGD family, which keeps each
+    agent's running statistics; servers and Hogwild, whose workers share one model,
+    refuse it in one line."""
+    if member.kind in ("server", "hogwild"):
+        refuse_statistics(module, f"{member.name} ({member.kind})")
 
 
 def _check_weights(config: Config) -> None:
@@ -526,6 +535,8 @@ def _sizes(
             max(info.classes, 1),
             seed=derive_seed(config.run.seed, "model"),
         )
+    if module is not None:
+        check_statistics(member, module)
     estimate = estimate_memory(config, info, module, workers=workers, per_edge=per_edge)
     memory = check_memory(estimate, config).total
     if member.kind == "layerwise":
@@ -540,7 +551,7 @@ def check_module_shape(module: nn.Module, features: int, outputs: int | None) ->
     (any width when None)."""
     rows = f"rows of {features} features (shape (rows, {features}))"
     try:
-        with torch.no_grad():
+        with evaluating(module):
             got = module(torch.zeros(2, features))
     except Exception as error:
         raise UsageError(

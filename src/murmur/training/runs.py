@@ -173,6 +173,7 @@ def _add_extras(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
             outcome.parameters,
             (setup.dataset.x_test, setup.dataset.y_test),
             setup.dataset.task == "classification",
+            outcome.statistics,
         )
 
 

@@ -3,7 +3,8 @@ from it: one snapshot builder and one resume path, for the simulator and for eve
 rank of the distributed runtime.
 
 A snapshot holds the loop's counts, the algorithm's state, the transport's (what
-every agent last sent and received), the batch streams' positions, and what the
+every agent last sent and received), the batch streams' positions, each agent's
+running statistics where the model has buffers, and what the
 runtime adds of its own (the simulator's fault schedule and clock, a rank's evaluations).
 """
 
@@ -17,6 +18,7 @@ import torch
 from murmur.algorithms.protocols import Algorithm
 from murmur.data.batches import BatchSampler
 from murmur.errors import UsageError
+from murmur.models.statistics import AgentStatistics
 from murmur.training.checkpoint import restore_tuple, to_plain
 from murmur.training.sgd_loop import LoopCounts, SgdProgress
 
@@ -40,6 +42,8 @@ class SgdSnapshot(TypedDict):
     """What every agent last sent and received, and the message counters."""
     sampler: dict[str, Any]
     """Each agent's batch stream."""
+    statistics: NotRequired[dict[str, torch.Tensor]]
+    """Each agent's running statistics (a model with buffers; empty before the first step)."""
     schedule: NotRequired[dict[str, Any] | None]
     """The simulator: the rounds' down links, crashes and graphs (None: none)."""
     clock: NotRequired[dict[str, torch.Tensor]]
@@ -50,14 +54,23 @@ class SgdSnapshot(TypedDict):
     agents_per_rank: NotRequired[int]
 
 
-def sgd_snapshot(at: SgdProgress, transport: Stateful, sampler: BatchSampler) -> SgdSnapshot:
-    """The state of a run at ``at``; the runtime adds its own entries."""
-    return {
+def sgd_snapshot(
+    at: SgdProgress,
+    transport: Stateful,
+    sampler: BatchSampler,
+    statistics: AgentStatistics | None = None,
+) -> SgdSnapshot:
+    """The state of a run at ``at``, with the model's running ``statistics`` if it has
+    any; the runtime adds its own entries."""
+    saved: SgdSnapshot = {
         "loop": at.counts(),
         "algorithm": to_plain(at.state),
         "transport": transport.state_dict(),
         "sampler": sampler.state_dict(),
     }
+    if statistics is not None:
+        saved["statistics"] = statistics.state_dict()
+    return saved
 
 
 def resume_sgd(
@@ -68,14 +81,18 @@ def resume_sgd(
     transport: Stateful,
     sampler: BatchSampler,
     where: str = "the checkpoint",
+    statistics: AgentStatistics | None = None,
 ) -> SgdProgress:
     """Put ``transport`` and ``sampler`` where the snapshot ``saved``, taken after
     ``done`` iterations, left them; the loop's progress from there, the algorithm's
-    state restored from ``initial`` (the block's initial parameters). UsageError,
+    state restored from ``initial`` (the block's initial parameters), the model's running
+    ``statistics`` (if it has any) from the snapshot's. UsageError,
     naming ``where``, when the snapshot does not fit this run."""
     try:
         transport.load_state_dict(saved["transport"])
         sampler.load_state_dict(saved["sampler"])
+        if statistics is not None:
+            statistics.load_state_dict(saved["statistics"])
         state = restore_tuple(algorithm.init(initial), saved["algorithm"])
         loop = saved["loop"]
         return SgdProgress(
