@@ -62,12 +62,11 @@ def test_every_kind_of_mini_batch_run_takes_a_module(preset):
     assert result.parameters.shape[1] == 8 * 6 + 6 + 6 + 6 + 6 * 4 + 4
 
 
-def test_a_module_with_running_statistics_is_refused_before_the_folder(tmp_path):
+def test_a_server_refuses_a_module_with_running_statistics_before_the_folder(tmp_path):
     module = nn.Sequential(nn.Linear(8, 6), nn.BatchNorm1d(6), nn.Linear(6, 4))
-    with pytest.raises(UsageError, match="per-agent running statistics") as error:
-        run(_config(), tmp_path / "run", model=module)
-    assert "track_running_stats=False" in str(error.value)
-    assert "GroupNorm or LayerNorm" in str(error.value)
+    with pytest.raises(UsageError, match="keeps no running statistics") as error:
+        run(_config("sync-ps"), tmp_path / "run", model=module)
+    assert "GroupNorm/LayerNorm" in str(error.value)
     assert "\n" not in str(error.value)
     assert not (tmp_path / "run").exists()
 

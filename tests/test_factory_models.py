@@ -154,3 +154,53 @@ def test_a_bad_factory_is_one_line_and_exit_2_with_nothing_written(
 def test_factory_keys_belong_to_model_name_factory(capsys):
     assert main(["run", "dsgd", *_sets(f"model.factory={NETWORKS}:dropout_mlp"), "--check"]) == 2
     assert "model.factory and model.options are for model.name = factory" in capsys.readouterr().err
+
+
+BATCH_NORM = ["model.name=factory", f"model.factory={NETWORKS}:batch_norm_mlp"]
+
+
+def test_batch_norm_keeps_each_agents_statistics_and_the_model_their_mean(tmp_path):
+    settings = [*BATCH_NORM, 'model.options=["hidden=16"]', "data.partition=labels"]
+    assert main(["run", "dsgd", *_sets(*settings), "--quiet"]) == 0
+    (folder,) = (tmp_path / "runs").iterdir()
+    agents = torch.load(folder / "agents.pt", weights_only=True)
+    average = torch.load(folder / "model.pt", weights_only=True)
+    means = agents["1.running_mean"]
+    assert means.shape == (6, 16) and not torch.equal(means[0], means[1])  # not exchanged
+    torch.testing.assert_close(average["1.running_mean"], means.double().mean(dim=0).float())
+    iterations = _config().run.iterations
+    assert agents["1.num_batches_tracked"].tolist() == [iterations] * 6
+    assert int(average["1.num_batches_tracked"]) == iterations
+    model = murmur.load_model(folder)
+    blobs = load_dataset("blobs")
+    with torch.no_grad():
+        accuracy = float((model(blobs.x_test).argmax(dim=-1) == blobs.y_test).double().mean())
+    assert accuracy == _summary(folder)["model"]["test_accuracy"]
+    own = murmur.load_model(folder, agent=2)
+    assert torch.equal(own[1].running_var, agents["1.running_var"][2])
+
+
+def test_a_batch_norm_run_resumes_after_a_kill_to_the_bit(tmp_path):
+    settings = [
+        *BATCH_NORM,
+        "run.iterations=1500",
+        "run.eval_every=250",
+        "run.checkpoint_every=100",
+    ]
+    argv = ["run", "dsgd", *_sets(*settings), "--quiet"]
+    killed = tmp_path / "killed"
+    kill_after_a_checkpoint([sys.executable, "-m", "murmur", *argv, "--out", str(killed)], killed)
+    assert main(["run", "--resume", str(killed), "--quiet"]) == 0
+    assert main([*argv, "--out", str(tmp_path / "whole")]) == 0
+    assert _summary(killed) == _summary(tmp_path / "whole")
+    saved = [
+        torch.load(tmp_path / run / "agents.pt", weights_only=True) for run in ("killed", "whole")
+    ]
+    for name, tensor in saved[0].items():
+        assert torch.equal(tensor, saved[1][name]), name
+
+
+def test_servers_refuse_running_statistics_in_one_line(capsys):
+    assert main(["run", "sync-ps", *_sets(*BATCH_NORM), "--check"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "keeps no running statistics" in error and "\n" not in error

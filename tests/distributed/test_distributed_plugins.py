@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ranks import assert_records_match, launch, read_records
+import torch
+from ranks import assert_records_match, launch, read_records, run_ranks
+from test_distributed import DSGD
+from test_distributed_resume import comparable, whole_and_stopped
 
 from murmur import runtimes_agree
 from murmur.config import load_experiment
@@ -61,6 +64,41 @@ def test_a_dropout_network_by_import_path_gives_the_simulators_run_in_blocks(tmp
     assert launched["accuracy"] == simulated.accuracy
     assert launched["test_loss"] == simulated.test_loss
     assert_records_match(read_records(out), read_records(tmp_path / "simulated"))
+
+
+def test_batch_norm_statistics_in_blocks_give_the_simulators_run_and_files(tmp_path):
+    """Each agent's running statistics stay on its rank; the average model's scores use
+    their mean, summed across the ranks; agents.pt gathers them all."""
+    settings = [*SETTINGS[:6], "model.name=factory", f"model.factory={NETWORKS}:batch_norm_mlp"]
+    flags = [item for setting in settings for item in ("--set", setting)]
+    out = tmp_path / "launched"
+    argv = ["launch", "--nproc", "2", "--agents-per-rank", "2", "dsgd", *flags]
+    done = launch([*argv, "--out", str(out), "--quiet"], timeout=240)
+    assert done.returncode == 0, done.stderr
+    ((_, config),) = load_experiment("dsgd", settings).runs
+    simulated = run(config, tmp_path / "simulated")
+    launched = json.loads((out / "summary.json").read_text())
+    assert launched["accuracy"] == simulated.accuracy
+    assert launched["model"] == simulated.extra["model"] | {"file": "model.pt"}
+    assert_records_match(read_records(out), read_records(tmp_path / "simulated"))
+    for name in ("agents.pt", "model.pt"):
+        ours, theirs = (
+            torch.load(f / name, weights_only=True) for f in (out, tmp_path / "simulated")
+        )
+        assert ours.keys() == theirs.keys() and "1.running_mean" in ours
+        for key, tensor in ours.items():
+            torch.testing.assert_close(tensor, theirs[key], rtol=0, atol=1e-6)
+
+
+def test_a_batch_norm_run_killed_and_resumed_gives_the_uninterrupted_run(tmp_path):
+    factory = ("model.name=factory", f"model.factory={NETWORKS}:batch_norm_mlp")
+    whole, stopped = whole_and_stopped(tmp_path, DSGD, factory)
+    resume = ["run", "--resume", str(stopped), "--runtime", "distributed"]
+    report, stderr = run_ranks(tmp_path / "c", resume)
+    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
+    assert comparable(stopped) == comparable(whole)
+    ours, theirs = (torch.load(f / "agents.pt", weights_only=True) for f in (stopped, whole))
+    assert all(torch.equal(tensor, theirs[key]) for key, tensor in ours.items())
 
 
 COMPRESSOR = Path(__file__).resolve().parents[2] / "examples" / "compressors.py"

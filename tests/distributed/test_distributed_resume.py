@@ -38,12 +38,15 @@ def comparable(folder: Path) -> tuple[dict, list[dict]]:
     return {k: v for k, v in summary.items() if k not in timed}, records
 
 
-def whole_and_stopped(tmp_path: Path, algorithm: str) -> tuple[Path, Path]:
+def whole_and_stopped(
+    tmp_path: Path, algorithm: str, settings: tuple[str, ...] = ()
+) -> tuple[Path, Path]:
     """An uninterrupted 4-rank run saving every 20 iterations, and the same run whose
-    rank 2 was killed during iteration 56."""
+    rank 2 was killed during iteration 56 (with ``settings`` given by ``--set``)."""
     path = write_config(tmp_path, algorithm, iterations=100)
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
-    argv = ["run", str(path), "--runtime", "distributed", *EVERY]
+    flags = [item for setting in settings for item in ("--set", setting)]
+    argv = ["run", str(path), "--runtime", "distributed", *EVERY, *flags]
     report, stderr = run_ranks(tmp_path / "a", [*argv, "--out", str(whole)])
     assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
     kill = Fault(ranks=(2,), after=55, fail=signal.SIGKILL)
