@@ -214,6 +214,7 @@ def _add_tune(commands: argparse._SubParsersAction[_Parser]) -> None:
         "target", help="preset name, comparison preset (e.g. default) or path to a .toml file"
     )
     _add_overrides(tune, "override one config value of every member (repeatable)")
+    _add_plugins(tune)
     tune.add_argument(
         "--members",
         metavar="LABELS",
@@ -902,6 +903,7 @@ def _tune(args: argparse.Namespace) -> int:
         args.target,
         args.overrides,
         members=_member_labels(args.members) if args.members is not None else None,
+        plugins=args.plugins,
         seeds=parse_seeds(args.seeds),
         ranges=[parse_range(text) for text in args.ranges],
         settings=SearchSettings(

@@ -44,6 +44,7 @@ from murmur.registry import (
 )
 from murmur.runtimes_agree import assert_runtimes_agree
 from murmur.sections import AlgorithmConfig, Step
+from murmur.seeding import derive_seed
 from murmur.topology import Graph, PerGraph, consensus_step, mixing_operator
 from murmur.topology.graphs import GraphOptions, register_graph
 
@@ -74,6 +75,7 @@ __all__ = [
     "assert_runtimes_agree",
     "check_step",
     "consensus_step",
+    "derive_seed",
     "family_defaults",
     "mix_descend",
     "mix_descend_norms",

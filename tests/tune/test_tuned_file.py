@@ -4,7 +4,10 @@ on the data split it was tuned on; tuning.md reports every trial."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 from tune_problems import SMALL, settings
@@ -81,3 +84,19 @@ def test_the_settings_are_the_keys_that_differ_from_the_preset():
     changed = load_experiment("dsgd", ["algorithm.a=0.05", "model.hidden=[8, 4]"]).runs[0][1]
     assert differences(base, changed) == ["model.hidden=[8, 4]", "algorithm.a=0.05"]
     assert differences(base, base) == []
+
+
+def test_a_plugins_algorithm_is_tuned_and_its_tuned_file_runs_in_a_new_process(tmp_path):
+    """The plugin is the tuned file's own top-level ``plugins``: a fresh ``murmur run``
+    of it imports the plugin before it reads the member."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "periodic_gossip.py"
+    argv = ["tune", "dsgd", *settings([*SMALL, "algorithm.name=periodic-gossip"])]
+    assert main([*argv, "--plugin", str(example), "--trials", "2", "--out", "t", "--quiet"]) == 0
+    tuned = tomllib.loads((tmp_path / "t" / "tuned.toml").read_text())
+    assert tuned["plugins"] == [str(example)]
+    assert not any("plugins" in setting for setting in tuned["compare"][0]["set"])
+    command = [sys.executable, "-m", "murmur", "run", "t/tuned.toml", "--out", "r", "--quiet"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+    (config,) = (tmp_path / "r").rglob("config.toml")
+    assert tomllib.loads(config.read_text())["run"]["plugins"] == [str(example)]

@@ -101,9 +101,11 @@ def plan_search(
     seeds: Sequence[int] = (0,),
     ranges: Sequence[RangeSetting] = (),
     settings: SearchSettings = SearchSettings(),
+    plugins: Sequence[str] = (),
 ) -> Search:
     """The checked tune of ``target`` (a preset, a comparison or a TOML file) with
-    ``overrides``, of the members named ``members`` (None: all), over ``seeds``, each
+    ``overrides`` and the ``plugins`` of ``--plugin`` (recorded in every trial's
+    ``run.plugins``), of the members named ``members`` (None: all), over ``seeds``, each
     searched on ``ranges`` as ``settings`` say. UsageError, in one line, for anything
     it cannot run; nothing is trained or written."""
     if any(parse_override(item)[:2] == ("run", "seeds") for item in overrides):
@@ -113,7 +115,7 @@ def plan_search(
             "--max-bytes-vs-dsgd own measures the member's own steps in its first trial, "
             "which a grid does not run; give a percentage of DSGD's bytes with --sampler grid"
         )
-    experiment = load_experiment(target, overrides)
+    experiment = load_experiment(target, overrides, plugins)
     if experiment.seeded:
         raise UsageError(f"{target} lists run.seeds; murmur tune takes its seeds from --seeds")
     chosen = _chosen(experiment, _member_presets(target, experiment), members)

@@ -4,9 +4,10 @@ Each member is an entry of ``compare``: its own preset (a packaged one by name, 
 file by its absolute path), its label, and ``set``: every key where the config tuned
 differs from that preset's, the validation split and the chosen steps among them, so
 that ``murmur run tuned.toml --seeds 0-4`` trains on exactly the data the steps were
-tuned on. TOML comments above say what was searched and the validation score that
-chose each point. The file is read back once written, and each member's config must
-be the one tuned.
+tuned on. The members' plugins (``--plugin``) are the file's own top-level
+``plugins``, imported before any member is read. TOML comments above say what was
+searched and the validation score that chose each point. The file is read back once
+written, and each member's config must be the one tuned.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def write_tuned_file(search: Search, results: list[Tuned], folder: Path) -> Path
     path = folder / FILE
     entries = [_entry(result) for result in results]
     lines = [*_header(search, results, path), ""]
+    plugins = sorted({plugin for result in results for plugin in result.member.config.run.plugins})
+    if plugins:
+        lines.append(f"plugins = {_value(plugins)}")
     lines.append(f"description = {_value(_description(search))}")
     lines.append("compare = [")
     lines += [f"    {entry}," for entry in entries]
@@ -58,13 +62,14 @@ def _entry(result: Tuned) -> str:
 
 def differences(base: Config, config: Config) -> list[str]:
     """``section.key=value`` for each key where ``config`` differs from ``base`` (all of
-    ``[algorithm]`` where the algorithm differs), ``run.seeds`` aside."""
+    ``[algorithm]`` where the algorithm differs), ``run.seeds`` and the plugins aside
+    (the file names those at its top)."""
     old, new = base.to_dict(), config.to_dict()
     other_algorithm = old["algorithm"]["name"] != new["algorithm"]["name"]
     settings = []
     for section in SECTIONS:
         for key, value in new[section].items():
-            if (section, key) == ("run", "seeds"):
+            if section == "run" and key in ("seeds", "plugins", "plugins_sha256"):
                 continue
             if old[section].get(key) != value or (section == "algorithm" and other_algorithm):
                 settings.append(f"{section}.{key}={_value(value)}")
