@@ -320,7 +320,8 @@ def _add_plugins(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="FILE",
         help="import a plugin first: a .py file or a module that registers algorithms "
-        "through murmur.extend (repeatable); every run records it in run.plugins",
+        "through murmur.extend (repeatable); every run records it in run.plugins; "
+        "murmur presets --plugin FILE lists what it adds and from where",
     )
 
 
