@@ -70,10 +70,10 @@ def run(
     ``model``: any ``torch.nn.Module`` to train instead of the network ``config.model``
     names (mini-batch algorithms; every agent starts from a copy of its parameters,
     the module itself is not changed). It reads the data's rows, (batch, features),
-    and gives (batch, outputs): class scores, or regression targets. It may have no
-    buffers: batch norm's running statistics would have to be kept per agent, which
-    murmur does not do (use ``track_running_stats=False``, GroupNorm or LayerNorm);
-    such a module is refused with a UsageError. The run's config and folder say
+    and gives (batch, outputs): class scores, or regression targets. A module with
+    buffers (batch norm) keeps each agent's running statistics, never exchanged
+    (:mod:`murmur.models.statistics`); server and Hogwild runs refuse it with a
+    UsageError. The run's config and folder say
     ``model.name = "custom"``; ``resume`` continues such a run only when given the
     same module again (``murmur run --resume`` cannot rebuild it and says so).
 
