@@ -112,7 +112,7 @@ def test_a_random_operation_of_the_modules_own_trains_agent_by_agent(tmp_path):
 
 
 def test_a_factory_run_resumes_after_a_kill_to_the_bit(tmp_path):
-    settings = [*DROPOUT, "run.iterations=1500", "run.eval_every=250", "run.checkpoint_every=100"]
+    settings = [*DROPOUT, "run.iterations=400", "run.eval_every=100", "run.checkpoint_every=100"]
     argv = ["run", "dsgd", *_sets(*settings), "--quiet"]
     killed = tmp_path / "killed"
     kill_after_a_checkpoint([sys.executable, "-m", "murmur", *argv, "--out", str(killed)], killed)
@@ -183,8 +183,8 @@ def test_batch_norm_keeps_each_agents_statistics_and_the_model_their_mean(tmp_pa
 def test_a_batch_norm_run_resumes_after_a_kill_to_the_bit(tmp_path):
     settings = [
         *BATCH_NORM,
-        "run.iterations=1500",
-        "run.eval_every=250",
+        "run.iterations=400",
+        "run.eval_every=100",
         "run.checkpoint_every=100",
     ]
     argv = ["run", "dsgd", *_sets(*settings), "--quiet"]
