@@ -112,7 +112,10 @@ def _add_launch(commands: argparse._SubParsersAction[_Parser]) -> None:
     _add_plugins(launch)
     launch.add_argument("--out", help="run folder (default: runs/PRESET-TIMESTAMP)")
     launch.add_argument(
-        "--port", type=int, default=29500, help="rendezvous port on 127.0.0.1 (default 29500)"
+        "--port",
+        type=int,
+        default=None,
+        help="rendezvous port on 127.0.0.1 (default: a free one, chosen at the start)",
     )
     launch.add_argument("--quiet", action="store_true", help="no progress bar")
     launch.add_argument(
@@ -662,6 +665,7 @@ def _resume(args: argparse.Namespace) -> int:
     """``murmur run --resume DIR``: the folder's config is the config."""
     from murmur.experiment import resume
     from murmur.reporting.report import format_table
+    from murmur.training.runs import last_job
 
     given = [
         name
@@ -692,6 +696,9 @@ def _resume(args: argparse.Namespace) -> int:
             _say_stopped(result.name, result)
             print(format_table([result.to_dict()]))
         return 0
+    note = last_job(Path(args.resume))
+    if note is not None:
+        print(f"murmur: {note}", file=sys.stderr)
     if not args.quiet:
         print(f"resuming {args.resume}", file=sys.stderr)
     result = resume(args.resume, progress=not args.quiet)

@@ -24,6 +24,7 @@ from murmur.procs.hogwild import run_hogwild
 from murmur.sim.runners import run_layerwise, run_sgd
 from murmur.sim.server import run_server
 from murmur.training.data_plan import given_data_config
+from murmur.training.folder_lock import lock_folder
 from murmur.training.plan import Plan, plan
 from murmur.training.runs import OnRecord, Runner, check_resumable, train_run
 from murmur.training.setup import (
@@ -125,18 +126,23 @@ def resume(
     ``data``: the Dataset of a run of ``data.dataset = "arrays"``.
     """
     folder = Path(run_dir)
-    config, checkpoint = check_resumable(folder)
-    if model is not None and config.model.name != "custom":
-        raise UsageError(
-            f"{folder} holds a run of model.name = {config.model.name}, which builds its own "
-            "network; resume it without a model"
+    lock = lock_folder(folder) if folder.is_dir() else None  # before anything is read
+    try:
+        config, checkpoint = check_resumable(folder)
+        if model is not None and config.model.name != "custom":
+            raise UsageError(
+                f"{folder} holds a run of model.name = {config.model.name}, which builds its "
+                "own network; resume it without a model"
+            )
+        return train_run(
+            prepare(plan(config, module=model, data=data), model, data),
+            folder,
+            name=checkpoint["name"],
+            preset=checkpoint["preset"],
+            progress=progress,
+            runner=simulate,
+            resume=checkpoint,
         )
-    return train_run(
-        prepare(plan(config, module=model, data=data), model, data),
-        folder,
-        name=checkpoint["name"],
-        preset=checkpoint["preset"],
-        progress=progress,
-        runner=simulate,
-        resume=checkpoint,
-    )
+    finally:
+        if lock is not None:
+            lock.release()

@@ -3,14 +3,16 @@ checked first (:mod:`murmur.distributed.local_ranks`)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
+import signal
 import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -24,6 +26,7 @@ from murmur.distributed.runtime import check_same_run
 from murmur.distributed.transport import DEFAULT_TIMEOUT
 from murmur.errors import UsageError
 from murmur.registry import ALGORITHMS, FAMILIES
+from murmur.training.folder_lock import lock_folder, refuse_if_locked
 from murmur.training.plan import (
     Plan,
     check_capabilities,
@@ -31,11 +34,10 @@ from murmur.training.plan import (
     plan,
     write_plan_file,
 )
-from murmur.training.runs import check_run_dir
+from murmur.training.runs import check_run_dir, last_job, write_failed_summary
 from murmur.training.setup import prepare
 
 LOOPBACK = "127.0.0.1"
-DEFAULT_PORT = 29500
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +45,8 @@ class RankOptions:
     """How the ranks of a launch are run, whatever run they hold: the port of their
     process group, their patience, their printing and their restarts."""
 
-    port: int = DEFAULT_PORT
-    """The loopback port rank 0 listens on for the process group."""
+    port: int | None = None
+    """The loopback port rank 0 listens on for the process group (None: a free one)."""
     timeout: float = DEFAULT_TIMEOUT
     """Seconds each rank waits for a peer: to join, for each step's messages, to finish."""
     progress: bool = True
@@ -82,6 +84,9 @@ def launch(
     torch.set_num_threads(1)  # see _prepare_here
     if resume is not None:
         checked, done = check_resumable_launch(Path(resume), nproc, agents_per_rank)
+        note = last_job(Path(resume))
+        if note is not None:
+            print(f"murmur: {note}", file=sys.stderr)
         if ranks.progress:
             unit = FAMILIES[checked.kind].unit
             print(f"resuming {resume} from {unit} {done}", file=sys.stderr)
@@ -91,15 +96,73 @@ def launch(
             nproc, source, overrides, out, agents_per_rank, plugins
         )
     check_restarts(checked, ranks.max_restarts)
-    check_port_free(LOOPBACK, ranks.port)
+    port = ranks.port if ranks.port is not None else free_port(LOOPBACK)
+    check_port_free(LOOPBACK, port)
     rank_environment(checked)
-    with tempfile.TemporaryDirectory(prefix="murmur-launch-") as folder:
+    run_dir = Path(resume) if resume is not None else _out_of(rank_argv)
+    with tempfile.TemporaryDirectory(prefix="murmur-launch-") as folder, _held(run_dir):
         plan_file = Path(folder) / "plan.json"
         write_plan_file(plan_file, checked, name, preset)
         argv = _rank_argv(checked, ranks, [*rank_argv, f"--plan={plan_file}"])
+        failed = _summary_if_none(run_dir, checked.config, (name, preset))
         return run_ranks(
-            checked.processes, argv, LOOPBACK, ranks.port, ranks.max_restarts, rank_main
+            checked.processes, argv, LOOPBACK, port, ranks.max_restarts, rank_main, failed
         )
+
+
+@contextlib.contextmanager
+def _held(run_dir: Path) -> Iterator[None]:
+    """The launcher's hold on the lock of the run's folder (made for a new run) while its
+    ranks run: they inherit it, so a second job into the folder is refused for as long
+    as any of them lives."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create run folder {run_dir}: {error.strerror}") from None
+    with lock_folder(run_dir):
+        yield
+
+
+def _summary_if_none(
+    run_dir: Path, config: Config, names: tuple[str, str]
+) -> Callable[[int, int], None]:
+    """What the launcher does when its ranks failed: where no rank was left to write the
+    run's failed summary (rank 0 was killed, or stopped), it writes one naming the rank
+    that failed first and how (rank -1: the launcher itself was stopped by a signal)."""
+    started = time.perf_counter()
+
+    def write(rank: int, status: int) -> None:
+        if (run_dir / "summary.json").exists():
+            return
+        how = f"exited with status {status}"
+        try:
+            if status > 128:
+                how = f"was killed by {signal.Signals(status - 128).name}"
+        except ValueError:  # no signal of that number
+            pass
+        who = f"rank {rank}" if rank >= 0 else "murmur launch"
+        how = how.replace("was killed by", "was stopped by") if rank < 0 else how
+        reason = f"{who} {how}; murmur launch wrote this summary, no rank being left to"
+        try:
+            lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        except OSError:
+            lines = []
+        seconds = time.perf_counter() - started
+        write_failed_summary(run_dir, reason, config, names, len(lines), seconds)
+
+    return write
+
+
+def _out_of(rank_argv: Sequence[str]) -> Path:
+    """The run folder a new run's ranks are given (``--out=DIR``)."""
+    (out,) = [item.removeprefix("--out=") for item in rank_argv if item.startswith("--out=")]
+    return Path(out)
+
+
+def free_port(address: str) -> int:
+    """A port on ``address`` that nothing listens on now (the system's choice)."""
+    with socket.create_server((address, 0)) as server:
+        return int(server.getsockname()[1])
 
 
 def rank_environment(checked: Plan) -> None:
@@ -160,7 +223,7 @@ def _check_arguments(nproc: int | None, agents_per_rank: int, ranks: RankOptions
         raise UsageError(f"--agents-per-rank must be at least 1, not {agents_per_rank}")
     if ranks.timeout <= 0:
         raise UsageError(f"--timeout must be positive, not {ranks.timeout:g}")
-    if not 0 < ranks.port < 65536:
+    if ranks.port is not None and not 0 < ranks.port < 65536:
         raise UsageError(f"--port must be a port number (1..65535), not {ranks.port}")
     if ranks.max_restarts < 0:
         raise UsageError(f"--max-restarts must be 0 or more, not {ranks.max_restarts}")
@@ -186,6 +249,7 @@ def check_resumable_launch(
     otherwise. Nothing is written."""
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a run folder; give the folder of a stopped run")
+    refuse_if_locked(run_dir)  # before the checkpoints another job may be writing
     config_file = run_dir / "config.toml"
     if not config_file.is_file():
         raise UsageError(f"{run_dir} has no config.toml: it is not a run folder")

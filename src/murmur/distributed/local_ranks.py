@@ -14,13 +14,20 @@ threads of its own and the ranks use one torch thread; nothing is initialised fo
 gloo before the fork.
 
 As torchrun does, the launcher waits for every rank; at the first one that fails it
-stops the others (SIGTERM, then SIGKILL after :data:`GRACE` seconds) and, with
+gives the others :data:`GRACE` seconds to stop by themselves (they find out from their
+transport, and rank 0 writes the run's failed summary), then stops those left
+(SIGTERM, then SIGKILL after :data:`GRACE` seconds more) and, with
 ``max_restarts`` left, forks all of them again (they continue from their
 checkpoints); it returns 0 or the first failed rank's exit status (128 + N for a
 rank killed by signal N). SIGINT (Ctrl-C reaches every rank too) and SIGTERM to the
 launcher stop every rank and return 128 + the signal. While it waits, SIGCHLD has its
 default action, so that the ranks stay the launcher's to reap and their statuses
 are read; a rank already reaped counts as gone.
+
+The ranks die with their launcher, however it ends: each asks the kernel for SIGKILL
+when its parent dies (Linux's parent-death signal, ``prctl(PR_SET_PDEATHSIG)``), so a
+launcher killed with SIGKILL (a scheduler's time limit) leaves no rank running; a
+rank whose launcher died before it could ask ends at once.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ GRACE = 5.0
 
 _PR_SET_NAME = 15
 """prctl's option that names the calling thread (what /proc/PID/comm shows)."""
+_PR_SET_PDEATHSIG = 1
+"""prctl's option that sets the signal the calling process gets when its parent dies."""
 
 
 class Stopped(Exception):
@@ -53,11 +62,18 @@ Main = Callable[[list[str]], int]
 
 
 def run_ranks(
-    world: int, rank_argv: Sequence[str], address: str, port: int, max_restarts: int, main: Main
+    world: int,
+    rank_argv: Sequence[str],
+    address: str,
+    port: int,
+    max_restarts: int,
+    main: Main,
+    failed: Callable[[int, int], None] | None = None,
 ) -> int:
     """Fork ``world`` ranks, each running ``main(rank_argv)``, and wait for them,
     restarting all of them up to ``max_restarts`` times after a failure; their exit
-    status."""
+    status. ``failed``: told the rank that failed first in the last attempt and its
+    exit status, or -1 and 128 + the signal that stopped the launcher."""
     previous = {
         sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
     }
@@ -70,11 +86,15 @@ def run_ranks(
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # ranks stay ours to reap
     try:
         for attempt in range(max_restarts + 1):
-            status = _attempt(world, (rank_argv, main), address, port, attempt)
+            status, rank = _attempt(world, (rank_argv, main), address, port, attempt)
             if status == 0:
                 break
+        if status != 0 and failed is not None:
+            failed(rank, status)
         return status
     except Stopped as stopped:  # told to stop: no restart
+        if failed is not None:
+            failed(-1, 128 + stopped.signum)
         return 128 + stopped.signum
     finally:
         for sig, handler in previous.items():
@@ -83,16 +103,18 @@ def run_ranks(
 
 def _attempt(
     world: int, command: tuple[Sequence[str], Main], address: str, port: int, attempt: int
-) -> int:
-    """One start of every rank, waited for; the first failure's exit status, or 0.
-    Told to stop, it stops the ranks and raises :class:`Stopped` again."""
+) -> tuple[int, int]:
+    """One start of every rank, waited for; the first failure's exit status and rank, or
+    (0, -1). Told to stop, it stops the ranks and raises :class:`Stopped` again."""
     sys.stdout.flush()
     sys.stderr.flush()
     children: dict[int, int] = {}
+    launcher = os.getpid()
     try:
         for rank in range(world):
             pid = os.fork()
             if pid == 0:
+                _die_with(launcher)
                 _rank(rank, world, command, address, port, attempt)
             children[pid] = rank
         return _wait(children)
@@ -139,6 +161,18 @@ def _rank(
         os._exit(code)
 
 
+def _die_with(launcher: int) -> None:
+    """In the child: be killed when the launcher ends (where the system can), and end now
+    if it already has."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != launcher:  # it died between the fork and the request
+        os._exit(1)
+
+
 def _name(title: str) -> None:
     """Name this process (``/proc/PID/comm``, ``ps``), where the system can."""
     try:
@@ -148,33 +182,36 @@ def _name(title: str) -> None:
         pass
 
 
-def _wait(children: dict[int, int]) -> int:
-    """Wait for every child; at the first failure stop the others. Its status, or 0."""
-    failed = 0
+def _wait(children: dict[int, int]) -> tuple[int, int]:
+    """Wait for every child; at the first failure stop the others (given :data:`GRACE`
+    seconds to stop by themselves first). Its status and rank, or (0, -1)."""
+    failed, rank = 0, -1
     while children:
         try:
             pid, status = os.wait()
         except ChildProcessError:  # reaped elsewhere: their statuses are lost
-            return failed or 1
-        if children.pop(pid, None) is None:
+            return failed or 1, rank
+        which = children.pop(pid, None)
+        if which is None:
             continue
         code = os.waitstatus_to_exitcode(status)
         if code != 0 and not failed:
-            failed = code if code > 0 else 128 - code
-            _stop(children, signal.SIGTERM)
+            failed, rank = (code if code > 0 else 128 - code), which
+            _stop(children, signal.SIGTERM, grace=True)
             children.clear()
-    return failed
+    return failed, rank
 
 
-def _stop(children: dict[int, int], signum: int) -> None:
+def _stop(children: dict[int, int], signum: int, grace: bool = False) -> None:
     """Stop the children left and reap them: after SIGINT (which Ctrl-C sends every
-    rank too) each first gets :data:`GRACE` seconds to stop by itself; then each is
-    sent ``signum`` and, still running :data:`GRACE` seconds later, SIGKILL. Further
-    signals to the launcher are ignored meanwhile."""
+    rank too), or with ``grace`` (a rank failed, which the others find out), each first
+    gets :data:`GRACE` seconds to stop by itself; then each is sent ``signum`` and,
+    still running :data:`GRACE` seconds later, SIGKILL. Further signals to the launcher
+    are ignored meanwhile."""
     handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         left = set(children)
-        if signum == signal.SIGINT:
+        if signum == signal.SIGINT or grace:
             left = _reaped(left, GRACE)
         for pid in left:
             _signal(pid, signum)

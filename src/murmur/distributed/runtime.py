@@ -46,6 +46,7 @@ from murmur.errors import UsageError
 from murmur.metrics.records import Outcome, RunResult
 from murmur.registry import ALGORITHMS
 from murmur.training.checkpoint import header, read_checkpoint
+from murmur.training.folder_lock import FolderLock, lock_folder, refuse_if_locked
 from murmur.training.plan import Plan, check_world, plan
 from murmur.training.runs import OnRecord, Runner, check_run_dir, finished, train_run
 from murmur.training.setup import (
@@ -100,7 +101,30 @@ def run_distributed(
     setup = prepare(checked)
     saves = _rank_saves(checked, out_dir, env.rank, setup, name, preset)
     run_dir = Path(out_dir) if out_dir is not None and env.rank == 0 else None
-    kept = _rank_zero_folder(checked, run_dir, start, saves)
+    lock = _rank_zero_lock(run_dir)
+    try:
+        kept = _rank_zero_folder(checked, run_dir, start, saves)
+        return _in_group(
+            (checked, setup, saves), env, timeout, (start, kept, run_dir), (name, preset, progress)
+        )
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _in_group(
+    run: tuple[Plan, Setup, RankCheckpoints],
+    env: RankEnvironment,
+    timeout: float,
+    where: tuple[Start, _KeptFolder | None, Path | None],
+    shown: tuple[str, str, bool],
+) -> RunResult:
+    """Join the process group and train this rank of ``run`` (its plan, setup and saves)
+    from ``where`` (how it starts, rank 0's kept folder and its folder); ``shown``: the
+    run's name, preset and whether rank 0 shows its progress."""
+    checked, setup, saves = run
+    start, kept, run_dir = where
+    name, preset, progress = shown
     init_group(env, timeout)
     try:
         restored = agreed_sgd(checked, saves, env.rank, start)
@@ -117,6 +141,18 @@ def run_distributed(
         raise PeerFailure(failure.ranks, f"rank {env.rank} stopped: {failure}") from None
     finally:
         dist.destroy_process_group()
+
+
+def _rank_zero_lock(run_dir: Path | None) -> FolderLock | None:
+    """Rank 0's hold on the lock of its folder (made for a new run), before any rank joins:
+    a folder another job writes is refused in one line (None on the other ranks)."""
+    if run_dir is None:
+        return None
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create run folder {run_dir}: {error.strerror}") from None
+    return lock_folder(run_dir)
 
 
 def _note_timing(config: Config) -> None:
@@ -255,8 +291,10 @@ def resume_distributed(
     config_file = run_dir / "config.toml"
     if not config_file.is_file():
         raise UsageError(f"{run_dir} has no config.toml: it is not a run folder")
-    config = load_experiment(str(config_file)).runs[0][1]
     rank = RankEnvironment.from_environ(environ).rank
+    if rank == 0:
+        refuse_if_locked(run_dir)  # before the checkpoints another job may be writing
+    config = load_experiment(str(config_file)).runs[0][1]
     if ALGORITHMS[config.algorithm.name].kind == "server":
         rank = 0  # only the server saves
     check_agents_per_rank(run_dir, config, agents_per_rank)

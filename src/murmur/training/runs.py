@@ -42,6 +42,14 @@ from murmur.metrics.record_types import EvaluationRecord, FullExchange
 from murmur.metrics.records import MetricsWriter, Outcome, RunResult, write_failure
 from murmur.metrics.stops import STOPPED
 from murmur.training.checkpoint import CHECKPOINT, Checkpoints, header, read_checkpoint
+from murmur.training.folder_lock import (
+    LOCK_FILE,
+    FolderLock,
+    holder,
+    is_locked,
+    lock_folder,
+    refuse_if_locked,
+)
 from murmur.training.health import HealthWatch, Stop, health_watch
 from murmur.training.model_file import write_model_files
 from murmur.training.plan import plan
@@ -74,8 +82,44 @@ def train_run(
     the run whose folder is ``out_dir``.
     """
     started = time.perf_counter()
+    run_dir, lock = _locked_folder(setup.config, out_dir, resume)
+    try:
+        return _train_into(run_dir, setup, (name, preset), runner, started, progress, resume)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _locked_folder(
+    config: Config, out_dir: str | Path | None, resume: dict[str, Any] | None
+) -> tuple[Path | None, FolderLock | None]:
+    """The run's folder (None: none is written), created for a new run, and this
+    process's hold on its lock (:mod:`murmur.training.folder_lock`)."""
+    if out_dir is None:
+        if resume is not None:
+            raise ValueError("a resumed run needs its run folder")
+        return None, None
+    if resume is not None:
+        run_dir = Path(out_dir)
+        return run_dir, lock_folder(run_dir)
+    run_dir = create_run_dir(free_folder(Path(out_dir), config.algorithm.name))
+    return run_dir, lock_folder(run_dir)
+
+
+def _train_into(
+    run_dir: Path | None,
+    setup: Setup,
+    names: tuple[str, str],
+    runner: Runner,
+    started: float,
+    progress: bool,
+    resume: dict[str, Any] | None,
+) -> RunResult:
+    """:func:`train_run`'s work once its folder is held; ``names``: the run's name and
+    preset."""
     config = setup.config
-    run_dir, writer = _open_folder(config, out_dir, resume)
+    name, preset = names
+    writer = _open_folder(config, run_dir, resume)
     watch = health_watch(setup)
     checkpoints = Checkpoints(
         every=config.run.checkpoint_every,
@@ -139,9 +183,25 @@ def _write_failure(
     wall_seconds: float,
 ) -> None:
     """summary.json of a run that ``error`` stopped after ``evaluations`` records."""
+    write_failed_summary(
+        run_dir, failure_reason(error), config, (name, preset), evaluations, wall_seconds
+    )
+
+
+def write_failed_summary(
+    run_dir: Path,
+    reason: str,
+    config: Config,
+    names: tuple[str, str],
+    evaluations: int,
+    wall_seconds: float,
+) -> None:
+    """summary.json of a run that stopped for ``reason`` after ``evaluations`` records;
+    ``names``: the run's name and preset."""
+    name, preset = names
     write_failure(
         run_dir / "summary.json",
-        failure_reason(error),
+        reason,
         name=name or config.algorithm.name,
         preset=preset,
         algorithm=config.algorithm.name,
@@ -196,33 +256,20 @@ def full_exchange(setup: Setup, iterations: int) -> FullExchange | None:
 
 
 def _open_folder(
-    config: Config, out_dir: str | Path | None, resume: dict[str, Any] | None
-) -> tuple[Path | None, MetricsWriter]:
-    """The run folder (None: none is written) and the writer of its records (``run.log``),
-    which holds those a resumed run keeps: a new run's folder is created and its config
-    saved; a resumed one keeps its records up to the checkpoint."""
-    run_dir, kept = _folder_and_kept(config, out_dir, resume)
+    config: Config, run_dir: Path | None, resume: dict[str, Any] | None
+) -> MetricsWriter:
+    """The writer of the run's records into ``run_dir`` (None: none is written; also
+    ``run.log``), which holds those a resumed run keeps: a new run's config is saved; a
+    resumed one keeps its records up to the checkpoint."""
+    kept: list[EvaluationRecord] = []
+    if run_dir is not None and resume is None:
+        save_config(config, run_dir / "config.toml")
+    elif run_dir is not None and resume is not None:
+        kept = keep_records(run_dir / "metrics.jsonl", resume["records"])
+        for partial in run_dir.glob(f".{CHECKPOINT}.*"):  # a save the kill cut short
+            partial.unlink()
     metrics = run_dir / "metrics.jsonl" if run_dir is not None else None
-    return run_dir, MetricsWriter(metrics, kept, log=config.run.log, resumed=resume is not None)
-
-
-def _folder_and_kept(
-    config: Config, out_dir: str | Path | None, resume: dict[str, Any] | None
-) -> tuple[Path | None, list[EvaluationRecord]]:
-    if resume is None:
-        run_dir = None
-        if out_dir is not None:
-            run_dir = create_run_dir(free_folder(Path(out_dir), config.algorithm.name))
-        if run_dir is not None:
-            save_config(config, run_dir / "config.toml")
-        return run_dir, []
-    if out_dir is None:
-        raise ValueError("a resumed run needs its run folder")
-    run_dir = Path(out_dir)
-    kept = keep_records(run_dir / "metrics.jsonl", resume["records"])
-    for partial in run_dir.glob(f".{CHECKPOINT}.*"):  # a save the kill cut short
-        partial.unlink()
-    return run_dir, kept
+    return MetricsWriter(metrics, kept, log=config.run.log, resumed=resume is not None)
 
 
 def _result(
@@ -287,6 +334,30 @@ def check_finite_record(record: EvaluationRecord) -> None:
             f"training diverged by iteration {record.get('iteration')} (the test loss is no "
             "longer finite); lower the steps (algorithm.a, or algorithm.b where it has one)"
         )
+
+
+def last_job(run_dir: Path) -> str | None:
+    """How the last job in ``run_dir`` ended, for a run that is resumed: the reason its
+    failed summary gives, or that it left no summary and who it was (the lock file it
+    left, :mod:`murmur.training.folder_lock`); None for a folder with neither, or one
+    that a job is writing now."""
+    if is_locked(run_dir):
+        return None
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = None
+    if isinstance(summary, dict) and summary.get("status") == "failed":
+        return f"the last job in {run_dir} failed: {summary.get('error', 'no reason given')}"
+    if summary is not None:
+        return None
+    named = holder(run_dir)
+    if named is None:
+        return None
+    return (
+        f"the last job in {run_dir}, {named.describe()}, ended without a summary: it was "
+        "killed, or its machine stopped"
+    )
 
 
 def failure_reason(error: BaseException) -> str:
@@ -383,18 +454,30 @@ def keep_records(path: Path, count: int) -> list[EvaluationRecord]:
 
 
 def check_run_dir(path: Path) -> None:
-    """Refuse a run folder that already holds something: a run never overwrites another."""
+    """Refuse a run folder that already holds something (a run never overwrites another),
+    or that another job is writing."""
     if path.exists() and not path.is_dir():
         raise UsageError(f"{path} is a file, not a folder; choose another --out")
-    if path.exists() and any(path.iterdir()):
+    if path.exists():
+        refuse_if_locked(path)
+    if path.exists() and _holds_something(path):
         raise UsageError(f"{path} already exists and is not empty; choose another --out")
+
+
+def _holds_something(path: Path) -> bool:
+    """Whether the folder ``path`` holds anything but a lock file (this process's, or one
+    left by a job that is gone)."""
+    return any(entry.name != LOCK_FILE for entry in path.iterdir())
 
 
 def free_folder(path: Path, stem: str) -> Path:
     """``path`` if it is free (missing or an empty folder); for a folder that holds
     something, a new timestamped subfolder of it, ``<stem>-YYYYmmdd-HHMMSS`` (``-2``,
-    ``-3``, ... where that is taken too), as ``murmur run`` names its folders."""
-    if not path.is_dir() or not any(path.iterdir()):
+    ``-3``, ... where that is taken too), as ``murmur run`` names its folders. A folder
+    that another job is writing is refused in one line."""
+    if path.is_dir():
+        refuse_if_locked(path)
+    if not path.is_dir() or not _holds_something(path):
         return path
     base = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     candidate, number = path / base, 1
