@@ -665,7 +665,6 @@ def _resume(args: argparse.Namespace) -> int:
     """``murmur run --resume DIR``: the folder's config is the config."""
     from murmur.experiment import resume
     from murmur.reporting.report import format_table
-    from murmur.training.runs import last_job
 
     given = [
         name
@@ -696,12 +695,11 @@ def _resume(args: argparse.Namespace) -> int:
             _say_stopped(result.name, result)
             print(format_table([result.to_dict()]))
         return 0
-    note = last_job(Path(args.resume))
-    if note is not None:
-        print(f"murmur: {note}", file=sys.stderr)
     if not args.quiet:
         print(f"resuming {args.resume}", file=sys.stderr)
-    result = resume(args.resume, progress=not args.quiet)
+    result = resume(
+        args.resume, progress=not args.quiet, note=lambda line: print(line, file=sys.stderr)
+    )
     _say_stopped(result.name, result)
     print(format_table([result.to_dict()]))
     return 0

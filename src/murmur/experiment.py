@@ -11,6 +11,7 @@ its own.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 from torch import nn
@@ -26,7 +27,7 @@ from murmur.sim.server import run_server
 from murmur.training.data_plan import given_data_config
 from murmur.training.folder_lock import lock_folder
 from murmur.training.plan import Plan, plan
-from murmur.training.runs import OnRecord, Runner, check_resumable, train_run
+from murmur.training.runs import OnRecord, Runner, check_resumable, last_job, train_run
 from murmur.training.setup import (
     HogwildSetup,
     LayerSetup,
@@ -118,10 +119,13 @@ def resume(
     progress: bool = False,
     model: nn.Module | None = None,
     data: Dataset | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Continue the stopped run in ``run_dir`` from its checkpoint, to its end.
 
-    Everything is checked before the folder is touched (UsageError otherwise).
+    Everything is checked before the folder is touched (UsageError otherwise); then
+    ``note`` (if given) is told, in one line, how the last job in the folder ended where
+    it did not finish (:func:`murmur.training.runs.last_job`).
     ``model``: the module a run of ``model.name = "custom"`` was started with;
     ``data``: the Dataset of a run of ``data.dataset = "arrays"``.
     """
@@ -134,8 +138,12 @@ def resume(
                 f"{folder} holds a run of model.name = {config.model.name}, which builds its "
                 "own network; resume it without a model"
             )
+        setup = prepare(plan(config, module=model, data=data), model, data)
+        said = last_job(folder)
+        if note is not None and said is not None:
+            note(f"murmur: {said}")
         return train_run(
-            prepare(plan(config, module=model, data=data), model, data),
+            setup,
             folder,
             name=checkpoint["name"],
             preset=checkpoint["preset"],

@@ -63,7 +63,8 @@ def test_the_lock_of_a_killed_holder_is_taken_over_at_once(tmp_path):
         assert lock.holds == 1
         named = holder(tmp_path)
         assert named is not None and named.pid == os.getpid() and named.command == "murmur run next"
-    assert not (tmp_path / LOCK_FILE).exists()  # released: the file goes too
+        (tmp_path / "summary.json").write_text("{}")
+    assert not (tmp_path / LOCK_FILE).exists()  # released with the summary: the file goes
 
 
 def test_a_process_takes_its_own_lock_again_and_releases_it_with_the_last_hold(tmp_path):
@@ -74,4 +75,16 @@ def test_a_process_takes_its_own_lock_again_and_releases_it_with_the_last_hold(t
     inner.release()
     assert (tmp_path / LOCK_FILE).exists()
     outer.release()
+    assert not (tmp_path / LOCK_FILE).exists()
+
+
+def test_a_hold_let_go_before_the_summary_puts_back_the_last_jobs_name(tmp_path):
+    child = _holding(tmp_path)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=10)
+    lock_folder(tmp_path, "murmur run --resume refused").release()
+    named = holder(tmp_path)
+    assert named is not None and named.pid == child.pid  # still the job that was killed
+    with lock_folder(tmp_path, "murmur run --resume"):
+        (tmp_path / "summary.json").write_text("{}")
     assert not (tmp_path / LOCK_FILE).exists()

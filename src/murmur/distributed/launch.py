@@ -84,12 +84,12 @@ def launch(
     torch.set_num_threads(1)  # see _prepare_here
     if resume is not None:
         checked, done = check_resumable_launch(Path(resume), nproc, agents_per_rank)
-        note = last_job(Path(resume))
-        if note is not None:
-            print(f"murmur: {note}", file=sys.stderr)
         if ranks.progress:
             unit = FAMILIES[checked.kind].unit
             print(f"resuming {resume} from {unit} {done}", file=sys.stderr)
+        note = last_job(Path(resume))
+        if note is not None:
+            print(f"murmur: {note}", file=sys.stderr)
         rank_argv, name, preset = ["--resume", resume], "", ""
     else:
         checked, rank_argv, name, preset = _planned(

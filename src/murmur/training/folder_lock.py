@@ -6,8 +6,11 @@ folder's :data:`LOCK_FILE`, which names the holder: its host, PID, command and t
 time it took the lock. A second run or resume into the folder finds the lock held and
 is refused in one line naming the holder. The kernel drops a ``flock`` when the last
 process holding it ends, however it ends (SIGKILL included), so a folder whose job is
-gone is taken over by the next run at once, with no stale lock to remove by hand; the
-lock file itself is removed by a holder that ends normally.
+gone is taken over by the next run at once, with no stale lock to remove by hand. A
+holder that ends normally removes the lock file once the folder has its summary; one
+that lets go before (a resume refused after it took the lock) puts back what the file
+said, so that the folder still names the last job that wrote it
+(:func:`murmur.training.runs.last_job`).
 
 A process that holds a folder's lock may take it again (a resume first checks the
 folder, then trains into it): the lock is counted, and released with the last hold.
@@ -50,19 +53,25 @@ class Holder:
 class FolderLock:
     """This process's hold on a folder's lock; :meth:`release` lets it go."""
 
-    def __init__(self, folder: Path, descriptor: int) -> None:
+    def __init__(self, folder: Path, descriptor: int, previous: bytes) -> None:
         self.folder = folder
         self._descriptor = descriptor
+        self._previous = previous
         self.holds = 1
 
     def release(self) -> None:
-        """Let go of one hold; the last removes the lock file and drops the lock."""
+        """Let go of one hold; the last drops the lock, and removes the lock file where the
+        folder has its summary (else puts back the previous holder's name)."""
         self.holds -= 1
         if self.holds > 0:
             return
         _HELD.pop(self.folder, None)
         try:
-            (self.folder / LOCK_FILE).unlink(missing_ok=True)
+            if (self.folder / "summary.json").exists() or not self._previous:
+                (self.folder / LOCK_FILE).unlink(missing_ok=True)
+            else:
+                os.ftruncate(self._descriptor, 0)
+                os.pwrite(self._descriptor, self._previous, 0)
         except OSError:
             pass
         os.close(self._descriptor)  # drops the flock
@@ -88,7 +97,8 @@ def lock_folder(folder: Path, command: str | None = None) -> FolderLock:
     if held is not None:
         held.holds += 1
         return held
-    lock = FolderLock(key, _take(key, command or _command_line()))
+    descriptor, previous = _take(key, command or _command_line())
+    lock = FolderLock(key, descriptor, previous)
     _HELD[key] = lock
     return lock
 
@@ -125,8 +135,9 @@ def refuse_if_locked(folder: Path) -> None:
         raise UsageError(_busy(folder))
 
 
-def _take(folder: Path, command: str) -> int:
-    """The descriptor of ``folder``'s lock file, locked; the holder's name written in it."""
+def _take(folder: Path, command: str) -> tuple[int, bytes]:
+    """The descriptor of ``folder``'s lock file, locked, the holder's name written in it,
+    and what the file said before (a job that is gone; empty for a new file)."""
     path = folder / LOCK_FILE
     for _ in range(10):  # another holder may remove the file between open and flock
         try:
@@ -139,8 +150,9 @@ def _take(folder: Path, command: str) -> int:
             os.close(descriptor)
             raise UsageError(_busy(folder)) from None
         if _same_file(descriptor, path):
+            previous = os.pread(descriptor, 4096, 0)
             _write_holder(descriptor, command)
-            return descriptor
+            return descriptor, previous
         os.close(descriptor)
     raise UsageError(f"cannot lock {folder}: its lock file keeps changing")
 
