@@ -357,7 +357,13 @@ def test_single_run_writes_its_folder(capsys, tmp_path):
     out = tmp_path / "one"
     printed = run_ok(capsys, "run", "detsgrad", *FAST, "--out", str(out))
     assert sorted(p.name for p in out.iterdir()) == RUN_FILES
-    assert str(out.resolve()) in printed
+    shown = (
+        str(out.resolve().relative_to(Path.cwd().resolve()))
+        if out.resolve().is_relative_to(Path.cwd().resolve())
+        else str(out.resolve())
+    )
+    assert shown in printed  # relative to the current directory where it lies under it
+    assert max(len(line) for line in printed.split("\n\n")[0].splitlines()) <= 120
 
     saved = load_experiment(str(out / "config.toml")).runs[0][1]
     assert saved == load_experiment("detsgrad", FAST_OVERRIDES).runs[0][1]
@@ -431,7 +437,8 @@ def test_default_comparison_and_report(capsys, tmp_path):
         assert summary["algorithm"] == label
         assert summary["preset"] == "default"
         assert summary["iterations"] == ITERATIONS
-        assert str((out / label).resolve()) in printed
+    assert f"runs in {out}; every column in its comparison.md" in printed
+    assert max(len(line) for line in printed.split("\n\n")[0].splitlines()) <= 120
     assert read_summary(out / "centralized")["messages"] == 0
     assert read_summary(out / "dsgd")["events"] == AGENTS * ITERATIONS
 

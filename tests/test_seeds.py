@@ -70,15 +70,20 @@ def test_each_member_runs_once_per_seed_in_its_own_folder(seeded):
 
 
 def test_the_table_gives_the_spread_of_the_seeds(seeded):
+    """The terminal's compact table, then the full one that comparison.md holds."""
     out, printed = seeded
-    rows = plain_rows(printed.split("\n\n")[0])
-    assert list(rows) == MEMBERS
-    for member in MEMBERS:
-        summaries = [summary(out / member / f"seed-{seed}") for seed in range(3)]
+    shown = plain_rows(printed.split("\n\n")[0])
+    assert list(shown) == MEMBERS
+    groups = [[summary(out / member / f"seed-{seed}") for seed in range(3)] for member in MEMBERS]
+    rows = plain_rows(format_results(groups))
+    for member, summaries in zip(MEMBERS, groups, strict=True):
         accuracy = spread([s["accuracy"]["mean"] for s in summaries])
         messages = spread([s["messages"] for s in summaries])
+        assert shown[member]["seeds"] == "3"
+        assert shown[member]["acc %"] == accuracy.text(scale=100)
+        worst = spread([s["accuracy"]["min"] for s in summaries])
+        assert shown[member]["worst agent %"] == worst.text(scale=100)
         row = rows[member]
-        assert row["seeds"] == "3"
         assert row["final acc mean %"] == accuracy.text(scale=100)
         low, high = max(0.0, accuracy.low), min(1.0, accuracy.high)
         assert row["95 % CI"] == f"[{100 * low:.2f}, {100 * high:.2f}]"
@@ -131,8 +136,10 @@ def test_report_groups_runs_that_differ_only_in_seed_whatever_their_folders(caps
 def test_one_preset_over_seeds(capsys):
     assert main(["run", "dsgd", *SETS, "--seeds", "0,3", "--quiet", "--out", "one"]) == 0
     assert sorted(p.name for p in Path("one").iterdir()) == ["comparison.md", "seed-0", "seed-3"]
-    row = plain_rows(capsys.readouterr().out.split("\n\n")[0])["dsgd"]
-    assert row["seeds"] == "2" and row["run folder"] == str(Path("one").resolve())
+    printed = capsys.readouterr().out
+    row = plain_rows(printed.split("\n\n")[0])["dsgd"]
+    assert row["seeds"] == "2" and row["run folder"] == "one"  # relative to here
+    assert "runs in one; every column and each seed's row in its comparison.md" in printed
 
 
 def test_check_lists_every_seed_and_writes_nothing(capsys):

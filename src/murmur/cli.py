@@ -621,13 +621,14 @@ def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progre
         _say_stopped(name, result)
         _warn_caps(label, groups[label][-1], config)
     if groups:
-        print(format_results(list(groups.values())))
+        print(format_results(list(groups.values()), compact=True))
         _print_stopped([summary for group in groups.values() for summary in group])
         _print_estimated([summary for group in groups.values() for summary in group])
     if several:
         (root / "comparison.md").write_text(comparison_markdown(list(groups.values()), failed))
-        each = f"; each seed's row: {root / 'comparison.md'}" if experiment.seeded else ""
-        print(f"\nruns in {root}{each}; plots: murmur report {root}")
+        each = " and each seed's row" if experiment.seeded else ""
+        print(f"\nruns in {root}; every column{each} in its comparison.md")
+        print(f"plots: murmur report {root}")
     if failed:
         _error_line(f"{len(failed)} of {len(experiment.runs)} runs failed; the others finished")
         return 2
@@ -693,7 +694,7 @@ def _resume(args: argparse.Namespace) -> int:
         )
         if result.run_dir is not None:
             _say_stopped(result.name, result)
-            print(format_table([result.to_dict()]))
+            print(format_table([result.to_dict()], compact=True))
         return 0
     if not args.quiet:
         print(f"resuming {args.resume}", file=sys.stderr)
@@ -701,7 +702,7 @@ def _resume(args: argparse.Namespace) -> int:
         args.resume, progress=not args.quiet, note=lambda line: print(line, file=sys.stderr)
     )
     _say_stopped(result.name, result)
-    print(format_table([result.to_dict()]))
+    print(format_table([result.to_dict()], compact=True))
     return 0
 
 
@@ -780,7 +781,7 @@ def _run_distributed(args: argparse.Namespace) -> int:
     )
     if result.run_dir is not None:
         _say_stopped(label, result)
-        print(format_table([result.to_dict()]))
+        print(format_table([result.to_dict()], compact=True))
         _warn_caps(label, result.to_dict(), config.config if isinstance(config, Plan) else config)
     return 0
 
@@ -868,7 +869,7 @@ def _report(folders: list[str], out: str | None, fmt: str = "png", dpi: float = 
     runs = [read_run(d) for d in run_dirs]
     groups = group_runs([run for run in runs if isinstance(run, Run)])
     summaries = [[run.summary for run in group.runs] for group in groups]
-    print(format_results(summaries) if summaries else "no run finished")
+    print(format_results(summaries, compact=True) if summaries else "no run finished")
     _print_stopped([summary for group in summaries for summary in group])
     for run in runs:
         if run.failed:

@@ -20,6 +20,7 @@ from murmur.reporting.report import (
     has_target,
     read_run,
     run_label,
+    shown_path,
     speedups,
 )
 from murmur.reporting.report_files import write_report
@@ -1011,3 +1012,31 @@ def test_bytes_vs_dsgd_column_is_absent_when_the_dsgd_run_has_no_byte_count():
     for markdown in (True, False):
         assert "vs DSGD" not in format_table(summaries, markdown=markdown)
     assert versus_dsgd(summaries, "bytes") == [None, None]
+
+
+def test_the_compact_table_keeps_the_terminals_columns_under_their_short_headers():
+    summaries = [summary_for(name, name) for name in ("dsgd", "detsgrad", "choco-sgd")]
+    full = format_table(summaries).splitlines()[0].split("  ")
+    compact = format_table(summaries, compact=True).splitlines()
+    headers = [cell.strip() for cell in re.split(r"\s{2,}", compact[0].strip())]
+    assert headers == [
+        "name",
+        "acc %",
+        "worst agent %",
+        "msgs vs DSGD %",
+        "bytes vs DSGD %",
+        "wall s",
+    ]
+    assert "final acc mean %" in " ".join(full) and "run folder" in " ".join(full)
+    assert compact[2].split()[:3] == ["dsgd", "80.00", "75.00"]
+    one = format_table(summaries[:1], compact=True).splitlines()
+    assert one[0].rstrip().endswith("run folder") and one[2].endswith("/elsewhere/dsgd")
+
+
+def test_a_run_folder_is_shown_relative_to_the_current_directory_where_it_lies_under_it(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(str(tmp_path / "runs" / "a")) == str(Path("runs") / "a")
+    assert shown_path("/elsewhere/a") == "/elsewhere/a"
+    assert shown_path(None) == "-"

@@ -245,9 +245,7 @@ def test_murmur_report_shows_and_lists_the_stopped_runs(tmp_path, capsys):
 def test_murmur_report_of_a_single_stopped_run_shows_its_status(tmp_path, capsys):
     (folder,) = write_seeds(tmp_path, "solo", {1: 400})
     assert cli.main(["report", str(folder)]) == 0
-    assert plain_rows(capsys.readouterr().out.split("\n\n")[0])[0]["final acc mean %"] == (
-        "collapsed at 400"
-    )
+    assert plain_rows(capsys.readouterr().out.split("\n\n")[0])[0]["acc %"] == ("collapsed at 400")
 
 
 def labelled(axes) -> dict:

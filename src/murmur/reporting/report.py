@@ -450,8 +450,20 @@ def _columns(summaries: list[RunSummary], with_folder: bool) -> list[_Column]:
             _Column("speedup", lambda s: _speedup(as_number(s.get("speedup"))), True),
         ]
     if with_folder:
-        columns.append(_Column("run folder", lambda s: _text(s.get("run_dir")), False))
+        columns.append(_Column("run folder", lambda s: shown_path(s.get("run_dir")), False))
     return columns
+
+
+def shown_path(value: object) -> str:
+    """A run's folder as a table shows it: relative to the current directory where it
+    lies under it, else as it is; "-" for none."""
+    if not isinstance(value, str) or not value:
+        return MISSING
+    path = Path(value)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return value
 
 
 def mixing_text(summary: RunSummary) -> str:
@@ -580,8 +592,9 @@ def _worker_columns(summaries: list[RunSummary]) -> list[_Column]:
     ]
 
 
-def format_table(summaries: list[RunSummary], markdown: bool = False) -> str:
-    """One row per run summary: aligned columns for a terminal, or a Markdown table.
+def format_table(summaries: list[RunSummary], markdown: bool = False, compact: bool = False) -> str:
+    """One row per run summary: aligned columns for a terminal, or a Markdown table;
+    ``compact``: only the columns of :data:`COMPACT` (the terminal's).
 
     Accuracies and shares are percentages with two decimals. "final acc
     mean/min/max %" are the test accuracy over agents at the run's last
@@ -614,14 +627,48 @@ def format_table(summaries: list[RunSummary], markdown: bool = False) -> str:
     columns = _columns(summaries, with_folder=not markdown)
     rows = [[column.cell(summary) for column in columns] for summary in summaries]
     headers = [(column.header, column.numeric) for column in columns]
-    return render_table(headers, rows, markdown)
+    return render_table(headers, rows, markdown, compact)
+
+
+COMPACT = {
+    "name": "name",
+    "seed": "seed",
+    "seeds": "seeds",
+    "final acc mean %": "acc %",
+    "final acc min %": "worst agent %",
+    "stopped": "stopped",
+    "messages vs DSGD %": "msgs vs DSGD %",
+    "bytes vs DSGD %": "bytes vs DSGD %",
+    "lost msgs %": "lost msgs %",
+    "wall s": "wall s",
+    "virtual s": "virtual s",
+    "failed ranks": "failed ranks",
+    "W": "W",
+    "iteration speedup": "its speedup",
+    "time speedup": "time speedup",
+    "speedup": "speedup",
+    "reached": "reached",
+    "run folder": "run folder",
+}
+"""The columns the terminal shows, by their header in the full table, with the header
+each has there; ``comparison.md``, ``report.md`` and ``summary.json`` keep every one."""
 
 
 def render_table(
-    headers: Sequence[tuple[str, bool]], rows: list[list[str]], markdown: bool = False
+    headers: Sequence[tuple[str, bool]],
+    rows: list[list[str]],
+    markdown: bool = False,
+    compact: bool = False,
 ) -> str:
     """Rows of cells under ``headers`` ((text, numeric): numeric columns are aligned
-    right): aligned columns for a terminal, or a Markdown table."""
+    right): aligned columns for a terminal, or a Markdown table; ``compact``: only the
+    columns of :data:`COMPACT`, under their short headers, and the run folder only for
+    one row (a comparison names its folder under the table)."""
+    if compact:
+        shown = {name for name in COMPACT if name != "run folder" or len(rows) == 1}
+        kept = [i for i, (header, _) in enumerate(headers) if header in shown]
+        headers = [(COMPACT[headers[i][0]], headers[i][1]) for i in kept]
+        rows = [[row[i] for i in kept] for row in rows]
     if markdown:
         return _markdown_table(headers, rows)
     return _plain_table(headers, rows)

@@ -49,6 +49,7 @@ from murmur.reporting.report import (
     model_accuracy,
     render_table,
     run_label,
+    shown_path,
     speedups,
     stopped_line,
     validation_last_k_accuracy,
@@ -246,7 +247,7 @@ def _folder(group: Group) -> str:
     if not all(folders):
         return MISSING
     try:
-        return os.path.commonpath(folders)
+        return shown_path(os.path.commonpath(folders))
     except ValueError:  # relative and absolute paths, or several drives
         return MISSING
 
@@ -275,10 +276,13 @@ def _stopped(group: Group) -> str:
     return stops_note(stops, len(group)) if stops else MISSING
 
 
-def format_seed_table(groups: Sequence[Group], markdown: bool = False) -> str:
+def format_seed_table(
+    groups: Sequence[Group], markdown: bool = False, compact: bool = False
+) -> str:
     """One row per group of runs (one configuration over several seeds): the mean and
     sd across its finished seeds of each figure, the interval of the mean accuracy, the
-    seeds, and where some run stopped early, what happened to it."""
+    seeds, and where some run stopped early, what happened to it; ``compact``: the
+    terminal's columns only (``report.COMPACT``)."""
     summaries = [summary for group in groups for summary in group]
     figures = _figures(summaries)
     targets = any(has_target(summary) for summary in summaries)
@@ -311,15 +315,16 @@ def format_seed_table(groups: Sequence[Group], markdown: bool = False) -> str:
         cells += [_cell(done, figure, plus_minus) for figure in figures[1:]]
         cells += [_reached(done)] if targets else []
         rows.append(cells if markdown else [*cells, _folder(group)])
-    return render_table(headers, rows, markdown)
+    return render_table(headers, rows, markdown, compact)
 
 
-def format_results(groups: Sequence[Group], markdown: bool = False) -> str:
+def format_results(groups: Sequence[Group], markdown: bool = False, compact: bool = False) -> str:
     """The results table: one row per run when every group has one run (as without
-    seeds), else one row per group (:func:`format_seed_table`)."""
+    seeds), else one row per group (:func:`format_seed_table`); ``compact``: the
+    terminal's columns only."""
     if all(len(group) == 1 for group in groups):
-        return format_table([group[0] for group in groups], markdown)
-    return format_seed_table(groups, markdown)
+        return format_table([group[0] for group in groups], markdown, compact)
+    return format_seed_table(groups, markdown, compact)
 
 
 def comparison_markdown(groups: Sequence[Group], failed: Sequence[str] = ()) -> str:
