@@ -448,10 +448,15 @@ def test_default_comparison_and_report(capsys, tmp_path):
     assert "events / messages / bytes vs DSGD %: a run's broadcasts" in text
     assert [row.split("|")[1].strip() for row in table[2:]] == labels
 
-    run_ok(capsys, "report", str(out))
+    printed = run_ok(capsys, "report", str(out))
+    shown = [line.split()[0] for line in printed.split("\n\n")[0].splitlines()[2:]]
+    assert shown == labels  # the comparison's order, as murmur run printed it
     report = (out / "report.md").read_text()
     for label in labels:
         assert f"**{label}**" in report
+    lines = report.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("| name |"))) + 2
+    assert [row.split("|")[1].strip() for row in lines[start : start + len(labels)]] == labels
     for png in ("accuracy.png", "messages.png", "events_per_agent.png"):
         assert (out / png).read_bytes().startswith(PNG_MAGIC)
         assert f"({png})" in report

@@ -852,7 +852,7 @@ def _describe_file(args: argparse.Namespace) -> int:
 def _report(folders: list[str], out: str | None, fmt: str = "png", dpi: float = 150.0) -> int:
     from murmur.reporting.report import Run, failed_line, read_run
     from murmur.reporting.report_files import write_report
-    from murmur.reporting.seed_groups import group_runs
+    from murmur.reporting.seed_groups import comparison_order, group_runs
     from murmur.reporting.seed_table import format_results
 
     run_dirs: list[Path] = []
@@ -863,7 +863,7 @@ def _report(folders: list[str], out: str | None, fmt: str = "png", dpi: float = 
             members = _run_folders(folder)
             if not members:
                 raise UsageError(f"{folder} holds no run (no summary.json in it or its subfolders)")
-            run_dirs.extend(members)
+            run_dirs.extend(comparison_order(members))
     target = Path(out) if out else Path(folders[0]) if len(folders) == 1 else Path("report")
     path = write_report(run_dirs, target, fmt=fmt, dpi=dpi)
     runs = [read_run(d) for d in run_dirs]
