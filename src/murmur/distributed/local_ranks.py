@@ -33,6 +33,7 @@ rank whose launcher died before it could ask ends at once.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import sys
@@ -110,6 +111,7 @@ def _attempt(
     sys.stderr.flush()
     children: dict[int, int] = {}
     launcher = os.getpid()
+    _libc()  # loaded here: a child of a process with threads must not load libraries
     try:
         for rank in range(world):
             pid = os.fork()
@@ -161,13 +163,24 @@ def _rank(
         os._exit(code)
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library, loaded once in the launcher before it forks (None where there is
+    none to load)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
 def _die_with(launcher: int) -> None:
     """In the child: be killed when the launcher ends (where the system can), and end now
     if it already has."""
+    libc = _libc()
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
+        if libc is not None:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except AttributeError:  # no prctl: not Linux
         pass
     if os.getppid() != launcher:  # it died between the fork and the request
         os._exit(1)
@@ -175,10 +188,11 @@ def _die_with(launcher: int) -> None:
 
 def _name(title: str) -> None:
     """Name this process (``/proc/PID/comm``, ``ps``), where the system can."""
+    libc = _libc()
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(title.encode()[:15]), 0, 0, 0)
-    except (OSError, AttributeError):
+        if libc is not None:
+            libc.prctl(_PR_SET_NAME, ctypes.c_char_p(title.encode()[:15]), 0, 0, 0)
+    except AttributeError:
         pass
 
 
