@@ -1,10 +1,11 @@
 """Write the reference pages that are generated from the code, so that they cannot
 drift from it: docs/reference/config-keys.md, every configuration key from the config
-dataclasses (their types, defaults and field docstrings), and docs/reference/cli.md,
-every command's ``--help``.
+dataclasses (their types, defaults and field docstrings), docs/reference/cli.md,
+every command's ``--help``, and docs/reference/algorithms.md, what runs where, from
+each algorithm's registered capabilities.
 
-    python scripts/reference_docs.py           # rewrite both
-    python scripts/reference_docs.py --check   # exit 1 if either is stale
+    python scripts/reference_docs.py           # rewrite them
+    python scripts/reference_docs.py --check   # exit 1 if one is stale
 
 The sections ``run``, ``data``, ``model``, ``topology``, ``timing``, ``faults`` and
 ``collapse`` come first, then each algorithm's keys (``algorithm.name = "..."``), with
@@ -144,7 +145,63 @@ def _help_page(parser: argparse.ArgumentParser) -> str:
     return "\n".join(out) + "\n"
 
 
-PAGES = {"config-keys.md": config_keys, "cli.md": cli}
+def algorithms() -> str:
+    """What runs where: each built-in algorithm's family and capabilities, read from the
+    registry (``registry.ALGORITHMS``), so that the guides' lists cannot disagree."""
+    from murmur.origins import BUILT_IN
+    from murmur.registry import ALGORITHMS, FAULTS
+
+    out = [
+        "# What runs where",
+        "",
+        "Generated from each algorithm's registered capabilities by",
+        "`python scripts/reference_docs.py`; a test fails when this page and the code differ.",
+        "A plugin's algorithms declare theirs the same way (docs/guides/your-own-method.md);",
+        "`murmur run --check` refuses, in one line with the reason, what an algorithm cannot do.",
+        "",
+        "| algorithm | family | runtimes | checkpoints | faults | blocks per rank | "
+        "varying graph | compiled step | GPU | local optimizers |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    yes = {True: "yes", False: "no"}
+    for name, member in ALGORITHMS.items():
+        if member.origin != BUILT_IN:
+            continue
+        can = member.capabilities
+        faults = [fault.replace("_", " ") for fault in FAULTS if fault in can.faults.allowed]
+        cells = [
+            f"`{name}`",
+            member.kind,
+            ", ".join(can.runtimes.allowed),
+            ", ".join(r for r in can.checkpoints if r in can.runtimes.allowed) or "none",
+            ", ".join(faults) or "none",
+            yes[can.blocks],
+            yes[bool(can.varying.allowed)],
+            yes[can.compiles],
+            yes[can.cuda],
+            yes[bool(can.optimizers.allowed)],
+        ]
+        out.append("| " + " | ".join(cells) + " |")
+    out += ["", "Where an algorithm cannot run somewhere, why:", ""]
+    for name, member in ALGORITHMS.items():
+        if member.origin != BUILT_IN:
+            continue
+        reasons = [
+            f"{what}: {ability.why_not}"
+            for what, ability in (
+                ("distributed", member.capabilities.runtimes),
+                ("faults", member.capabilities.faults),
+                ("varying graph", member.capabilities.varying),
+                ("local optimizers", member.capabilities.optimizers),
+            )
+            if ability.why_not
+        ]
+        if reasons:
+            out.append(f"- `{name}`: " + "; ".join(reasons))
+    return "\n".join(out) + "\n"
+
+
+PAGES = {"config-keys.md": config_keys, "cli.md": cli, "algorithms.md": algorithms}
 
 
 def main(argv: list[str] | None = None) -> int:
