@@ -149,6 +149,8 @@ def _take(folder: Path, command: str) -> tuple[int, bytes]:
         except BlockingIOError:
             os.close(descriptor)
             raise UsageError(_busy(folder)) from None
+        except OSError:  # a file system without locks: the run goes on, named but unlocked
+            pass
         if _same_file(descriptor, path):
             previous = os.pread(descriptor, 4096, 0)
             _write_holder(descriptor, command)
