@@ -126,14 +126,18 @@ def _held(run_dir: Path) -> Iterator[None]:
 def _summary_if_none(
     run_dir: Path, config: Config, names: tuple[str, str]
 ) -> Callable[[int, int], None]:
-    """What the launcher does when its ranks failed: where no rank was left to write the
-    run's failed summary (rank 0 was killed, or stopped), it writes one naming the rank
-    that failed first and how (rank -1: the launcher itself was stopped by a signal)."""
-    started = time.perf_counter()
+    """What the launcher does when its ranks failed: where no rank was left to write this
+    job's failed summary (rank 0 was killed, or stopped; a summary older than the job is
+    an earlier job's), it writes one naming the rank that failed first and how (rank -1:
+    the launcher itself was stopped by a signal)."""
+    started, since = time.perf_counter(), time.time()
 
     def write(rank: int, status: int) -> None:
-        if (run_dir / "summary.json").exists():
-            return
+        try:
+            if (run_dir / "summary.json").stat().st_mtime >= since:
+                return  # a rank wrote it
+        except OSError:
+            pass
         how = f"exited with status {status}"
         try:
             if status > 128:
