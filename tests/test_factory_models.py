@@ -111,14 +111,24 @@ def test_a_random_operation_of_the_modules_own_trains_agent_by_agent(tmp_path):
     assert result.status == "finished" and result.accuracy["mean"] > 0.5
 
 
-def test_a_factory_run_resumes_after_a_kill_to_the_bit(tmp_path):
-    settings = [*DROPOUT, "run.iterations=400", "run.eval_every=100", "run.checkpoint_every=100"]
+def _resumes_to_the_bit(tmp_path: Path, network: list[str]) -> None:
+    """A run of ``network`` killed after its first checkpoint and resumed ends as the
+    uninterrupted run does: its summary and every tensor of agents.pt."""
+    settings = [*network, "run.iterations=400", "run.eval_every=100", "run.checkpoint_every=100"]
     argv = ["run", "dsgd", *_sets(*settings), "--quiet"]
-    killed = tmp_path / "killed"
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
     kill_after_a_checkpoint([sys.executable, "-m", "murmur", *argv, "--out", str(killed)], killed)
     assert main(["run", "--resume", str(killed), "--quiet"]) == 0
-    assert main([*argv, "--out", str(tmp_path / "whole")]) == 0
-    assert _summary(killed) == _summary(tmp_path / "whole")
+    assert main([*argv, "--out", str(whole)]) == 0
+    assert _summary(killed) == _summary(whole)
+    ours, theirs = (torch.load(run / "agents.pt", weights_only=True) for run in (killed, whole))
+    assert ours.keys() == theirs.keys()
+    for name, tensor in ours.items():
+        assert torch.equal(tensor, theirs[name]), name
+
+
+def test_a_factory_run_resumes_after_a_kill_to_the_bit(tmp_path):
+    _resumes_to_the_bit(tmp_path, DROPOUT)
 
 
 BAD_FACTORIES = {
@@ -181,23 +191,7 @@ def test_batch_norm_keeps_each_agents_statistics_and_the_model_their_mean(tmp_pa
 
 
 def test_a_batch_norm_run_resumes_after_a_kill_to_the_bit(tmp_path):
-    settings = [
-        *BATCH_NORM,
-        "run.iterations=400",
-        "run.eval_every=100",
-        "run.checkpoint_every=100",
-    ]
-    argv = ["run", "dsgd", *_sets(*settings), "--quiet"]
-    killed = tmp_path / "killed"
-    kill_after_a_checkpoint([sys.executable, "-m", "murmur", *argv, "--out", str(killed)], killed)
-    assert main(["run", "--resume", str(killed), "--quiet"]) == 0
-    assert main([*argv, "--out", str(tmp_path / "whole")]) == 0
-    assert _summary(killed) == _summary(tmp_path / "whole")
-    saved = [
-        torch.load(tmp_path / run / "agents.pt", weights_only=True) for run in ("killed", "whole")
-    ]
-    for name, tensor in saved[0].items():
-        assert torch.equal(tensor, saved[1][name]), name
+    _resumes_to_the_bit(tmp_path, BATCH_NORM)  # the running statistics included
 
 
 def test_servers_refuse_running_statistics_in_one_line(capsys):

@@ -48,11 +48,10 @@ def test_four_ranks_of_a_plugins_rule_give_the_simulators_run(tmp_path):
 NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks.py"
 
 
-def test_a_dropout_network_by_import_path_gives_the_simulators_run_in_blocks(tmp_path):
-    """Each agent keys its own dropout masks: two ranks of two agents draw what one
-    process of four does."""
-    settings = [*SETTINGS[:6], "model.name=factory", f"model.factory={NETWORKS}:dropout_mlp"]
-    settings.append('model.options=["p=0.3", "hidden=16"]')
+def _in_blocks_beside_the_simulator(tmp_path: Path, settings: list[str]) -> tuple[dict, object]:
+    """DSGD with ``settings`` by two ranks of two agents (into tmp_path/launched) and in
+    the simulator (tmp_path/simulated): the launched summary and the simulated result,
+    their records matched."""
     flags = [item for setting in settings for item in ("--set", setting)]
     out = tmp_path / "launched"
     argv = ["launch", "--nproc", "2", "--agents-per-rank", "2", "dsgd", *flags]
@@ -60,27 +59,28 @@ def test_a_dropout_network_by_import_path_gives_the_simulators_run_in_blocks(tmp
     assert done.returncode == 0, done.stderr
     ((_, config),) = load_experiment("dsgd", settings).runs
     simulated = run(config, tmp_path / "simulated")
-    launched = json.loads((out / "summary.json").read_text())
+    assert_records_match(read_records(out), read_records(tmp_path / "simulated"))
+    return json.loads((out / "summary.json").read_text()), simulated
+
+
+def test_a_dropout_network_by_import_path_gives_the_simulators_run_in_blocks(tmp_path):
+    """Each agent keys its own dropout masks: two ranks of two agents draw what one
+    process of four does."""
+    settings = [*SETTINGS[:6], "model.name=factory", f"model.factory={NETWORKS}:dropout_mlp"]
+    settings.append('model.options=["p=0.3", "hidden=16"]')
+    launched, simulated = _in_blocks_beside_the_simulator(tmp_path, settings)
     assert launched["accuracy"] == simulated.accuracy
     assert launched["test_loss"] == simulated.test_loss
-    assert_records_match(read_records(out), read_records(tmp_path / "simulated"))
 
 
 def test_batch_norm_statistics_in_blocks_give_the_simulators_run_and_files(tmp_path):
     """Each agent's running statistics stay on its rank; the average model's scores use
     their mean, summed across the ranks; agents.pt gathers them all."""
     settings = [*SETTINGS[:6], "model.name=factory", f"model.factory={NETWORKS}:batch_norm_mlp"]
-    flags = [item for setting in settings for item in ("--set", setting)]
-    out = tmp_path / "launched"
-    argv = ["launch", "--nproc", "2", "--agents-per-rank", "2", "dsgd", *flags]
-    done = launch([*argv, "--out", str(out), "--quiet"], timeout=240)
-    assert done.returncode == 0, done.stderr
-    ((_, config),) = load_experiment("dsgd", settings).runs
-    simulated = run(config, tmp_path / "simulated")
-    launched = json.loads((out / "summary.json").read_text())
+    launched, simulated = _in_blocks_beside_the_simulator(tmp_path, settings)
     assert launched["accuracy"] == simulated.accuracy
     assert launched["model"] == simulated.extra["model"] | {"file": "model.pt"}
-    assert_records_match(read_records(out), read_records(tmp_path / "simulated"))
+    out = tmp_path / "launched"
     for name in ("agents.pt", "model.pt"):
         ours, theirs = (
             torch.load(f / name, weights_only=True) for f in (out, tmp_path / "simulated")
