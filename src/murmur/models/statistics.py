@@ -51,11 +51,6 @@ class AgentStatistics:
         """Numbers per agent in :meth:`flat`."""
         return sum(self.sizes)
 
-    def to(self, device: torch.device | None) -> None:
-        """Keep the statistics on ``device`` (that of the module)."""
-        if device is not None:
-            self.initial = {name: tensor.to(device) for name, tensor in self.initial.items()}
-
     def ensure(self, rows: int) -> Stacked:
         """Each of ``rows`` agents' statistics, made from the initial ones at the first call."""
         if self.per_agent is None:
