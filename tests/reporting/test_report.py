@@ -688,7 +688,7 @@ SGD_HEADER = [
     "bytes",
     "wall s",
 ]
-WORKER_COLUMNS = ("W", "staleness mean/max")
+WORKER_COLUMNS = ("W", "gradients", "staleness mean/max")
 TARGET_COLUMNS = ("its to target", "virtual s to target", "iteration speedup", "time speedup")
 
 
@@ -707,12 +707,12 @@ def test_target_columns_show_workers_staleness_time_to_target_and_speedups(markd
     table = format_table(speedup_summaries(), markdown=markdown)
     rows = {row["name"]: row for row in (markdown_rows if markdown else plain_rows)(table)}
     expected = {
-        # name: W, staleness, its, virtual s, iteration speedup, time speedup
-        "w1": ("1", "0.0 / 0", "1000", "8.00", "1.00", "1.00"),
-        "w2": ("2", "1.0 / 1", "1000", "4.00", "2.00", "2.00"),
+        # name: W, gradients, staleness, its, virtual s, iteration speedup, time speedup
+        "w1": ("1", "100", "0.0 / 0", "1000", "8.00", "1.00", "1.00"),
+        "w2": ("2", "101", "1.0 / 1", "1000", "4.00", "2.00", "2.00"),
         # 4 * 1000 / 800 = 5 (iterations), 8.0 / 2.5 = 3.2 (virtual time)
-        "w4": ("4", "3.0 / 3", "800", "2.50", "5.00", "3.20"),
-        "w8": ("8", "7.0 / 7", "-", "-", "-", "-"),
+        "w4": ("4", "103", "3.0 / 3", "800", "2.50", "5.00", "3.20"),
+        "w8": ("8", "107", "7.0 / 7", "-", "-", "-", "-"),
     }
     for name, cells in expected.items():
         assert tuple(rows[name][column] for column in WORKER_COLUMNS + TARGET_COLUMNS) == cells
@@ -725,7 +725,7 @@ def test_worker_columns_come_last_in_order_and_keep_the_others():
     assert list(header) == [*SGD_HEADER, "virtual s", *WORKER_COLUMNS, *TARGET_COLUMNS]
     plain_header = list(plain_rows(format_table(speedup_summaries()))[0])
     assert plain_header[-1] == "run folder"
-    assert plain_header[-7:-1] == [*WORKER_COLUMNS, *TARGET_COLUMNS]
+    assert plain_header[-8:-1] == [*WORKER_COLUMNS, *TARGET_COLUMNS]
 
 
 def test_staleness_cell_rounds_the_mean_and_shows_the_largest():
@@ -1040,3 +1040,15 @@ def test_a_run_folder_is_shown_relative_to_the_current_directory_where_it_lies_u
     assert shown_path(str(tmp_path / "runs" / "a")) == str(Path("runs") / "a")
     assert shown_path("/elsewhere/a") == "/elsewhere/a"
     assert shown_path(None) == "-"
+
+
+def test_server_runs_show_the_gradients_they_applied():
+    """A synchronous server applies W gradients an update, an asynchronous one one: the
+    gradients column tells apart two rows of the same iterations."""
+    sync = worker_summary("sync-ps", 4, None, None, algorithm="sync-ps")
+    sync["staleness"] = {"mean": 0.0, "max": 0, "histogram": [4 * 300]}
+    asynchronous = worker_summary("asysg-con", 4, None, None)
+    table = format_table([sync, asynchronous], compact=True).splitlines()
+    column = re.split(r"\s{2,}", table[0].strip()).index("gradients")
+    cells = [re.split(r"\s{2,}", line.strip())[column] for line in table[2:]]
+    assert cells == ["1200", str(3 + 100)]

@@ -561,13 +561,26 @@ def _versus_column(summaries: list[RunSummary], quantity: Quantity) -> _Column:
     return _Column(f"{quantity} vs DSGD %", lambda s: _percent(by_run[id(s)]), True)
 
 
+def gradients_applied(summary: RunSummary) -> int | None:
+    """The gradients a server run applied (each worker's push that an update used), from
+    its staleness histogram: a synchronous server's iteration applies W of them, an
+    asynchronous one's one; None for a run without one."""
+    staleness = summary.get("staleness")
+    histogram = staleness.get("histogram") if isinstance(staleness, dict) else None
+    if not isinstance(histogram, list):
+        return None
+    return sum(int(count) for count in histogram)
+
+
 def _worker_columns(summaries: list[RunSummary]) -> list[_Column]:
-    """Columns of worker-based runs: W and staleness, then time to target and speedups."""
+    """Columns of worker-based runs: W, the gradients the server applied and their
+    staleness, then time to target and speedups."""
     targets = any(has_target(summary) for summary in summaries)
     if not targets and not has_column(summaries, "staleness"):
         return []
     columns = [
         _Column("W", lambda s: _count(s.get("workers")), True),
+        _Column("gradients", lambda s: _count(gradients_applied(s)), True),
         _Column("staleness mean/max", lambda s: _staleness(s.get("staleness")), True),
     ]
     if not targets:
@@ -644,6 +657,7 @@ COMPACT = {
     "virtual s": "virtual s",
     "failed ranks": "failed ranks",
     "W": "W",
+    "gradients": "gradients",
     "iteration speedup": "its speedup",
     "time speedup": "time speedup",
     "speedup": "speedup",
