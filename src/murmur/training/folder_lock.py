@@ -16,12 +16,12 @@ A process that holds a folder's lock may take it again (a resume first checks th
 folder, then trains into it): the lock is counted, and released with the last hold.
 ``murmur launch`` takes the lock before it forks its ranks, which inherit the hold
 with the rest of the launcher's memory: rank 0 takes it again and goes on, and ranks
-that outlive their launcher keep the folder locked until they end.
+that outlive their launcher keep the folder locked until they end. Where there is no
+``flock`` (Windows, a file system without locks) folders are named but not locked.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
@@ -32,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from murmur.errors import UsageError
+
+if sys.platform != "win32":
+    import fcntl
 
 LOCK_FILE = ".murmur-lock"
 """The lock's file in the run folder, while a job writes it."""
@@ -121,12 +124,24 @@ def is_locked(folder: Path) -> bool:
     except OSError:
         return False
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
+        return not _flock(descriptor, exclusive=False)
     finally:
         os.close(descriptor)
-    return False
+
+
+def _flock(descriptor: int, exclusive: bool) -> bool:
+    """Take an ``flock`` on ``descriptor`` without waiting; False when another process
+    holds one that excludes it. Where there is no ``flock`` (Windows, or a file system
+    without locks) every folder is written unlocked: True."""
+    if sys.platform == "win32":
+        return True
+    try:
+        fcntl.flock(descriptor, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:  # a file system without locks
+        return True
+    return True
 
 
 def refuse_if_locked(folder: Path) -> None:
@@ -144,13 +159,9 @@ def _take(folder: Path, command: str) -> tuple[int, bytes]:
             descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as error:
             raise UsageError(f"cannot lock {folder}: {error.strerror or error}") from None
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _flock(descriptor, exclusive=True):
             os.close(descriptor)
-            raise UsageError(_busy(folder)) from None
-        except OSError:  # a file system without locks: the run goes on, named but unlocked
-            pass
+            raise UsageError(_busy(folder))
         if _same_file(descriptor, path):
             previous = os.pread(descriptor, 4096, 0)
             _write_holder(descriptor, command)
