@@ -445,7 +445,7 @@ def test_default_comparison_and_report(capsys, tmp_path):
     text = (out / "comparison.md").read_text()
     table = [line for line in text.splitlines() if line.startswith("|")]
     assert len(table) == 2 + len(labels)
-    assert "events / messages / bytes vs DSGD %: a run's broadcasts" in text
+    assert "- **messages vs DSGD %**: messages over those of the DSGD run" in text
     assert [row.split("|")[1].strip() for row in table[2:]] == labels
 
     printed = run_ok(capsys, "report", str(out))

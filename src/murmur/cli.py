@@ -97,6 +97,7 @@ def _add_run(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="simulator: all agents in this process; distributed: this process is one rank "
         "of a torchrun job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)",
     )
+    _add_target(run)
     _add_rank_options(run)
 
 
@@ -173,6 +174,30 @@ def _dots_per_inch(text: str) -> float:
     return value
 
 
+def _target_percent(text: str) -> float:
+    """``--target``: a test accuracy in percent, as a fraction."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(
+            f"must be a percentage above 0 and at most 100, not {text!r}"
+        )
+    return value / 100
+
+
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target",
+        metavar="PERCENT",
+        type=_target_percent,
+        help='the test accuracy the tables\' "to N %%" columns measure the way to '
+        "(iterations, seconds and bytes until the agents' mean first reached it; "
+        "default: 95 %% of the table's best final mean accuracy, rounded down)",
+    )
+
+
 def _add_report(commands: argparse._SubParsersAction[_Parser]) -> None:
     report = commands.add_parser("report", help="tables and plots from run folders")
     report.add_argument("runs", nargs="+", help="run folders (or folders of runs)")
@@ -192,6 +217,7 @@ def _add_report(commands: argparse._SubParsersAction[_Parser]) -> None:
         default=150.0,
         help="resolution of PNG plots in dots per inch (default: 150)",
     )
+    _add_target(report)
 
     reproduce = commands.add_parser(
         "reproduce", help="re-run a paper's experiments on bundled data: report.md with verdicts"
@@ -452,7 +478,7 @@ def _command(args: argparse.Namespace) -> int:
         )
     if args.command == "tune":
         return _tune(args)
-    return _report(args.runs, args.out, args.format, args.dpi)
+    return _report(args.runs, args.out, args.format, args.dpi, args.target)
 
 
 def _given_plugins(args: argparse.Namespace) -> None:
@@ -494,6 +520,7 @@ def _run_command(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         check=args.check,
         plugins=args.plugins,
+        target=args.target,
     )
 
 
@@ -555,6 +582,7 @@ def _run(
     progress: bool,
     check: bool = False,
     plugins: Sequence[str] = (),
+    target: float | None = None,
 ) -> int:
     from murmur.config import load_experiment, shadowed_path
     from murmur.training.plan import plan
@@ -584,17 +612,25 @@ def _run(
         print(f"checked: {len(setups)} run{'s' * several}; nothing was trained or written")
         return 0
     create_run_dir(root)  # before the first line: a folder that cannot be made is one error
-    return _run_all(experiment, setups, root, progress)
+    return _run_all(experiment, setups, root, (progress, target))
 
 
-def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progress: bool) -> int:
+def _run_all(
+    experiment: Experiment,
+    setups: Sequence[Setup],
+    root: Path,
+    options: tuple[bool, float | None],
+) -> int:
     """Train the runs of ``experiment`` one after the other; print the table. A run that
     fails on its input (its steps diverge) fails alone: its folder says why, the other
-    runs go on, and the exit status is 2 once they are done."""
+    runs go on, and the exit status is 2 once they are done. ``options``: whether to
+    show progress, and the target accuracy of the tables (None: their default)."""
     from murmur.errors import RunFailed
     from murmur.experiment import run
     from murmur.reporting.seed_table import comparison_markdown, format_results
+    from murmur.reporting.to_target import grouped_targets
 
+    progress, target = options
     several = len(experiment.runs) > 1
     groups: dict[str, list[RunSummary]] = {}  # a member's runs, one per seed
     failed: list[str] = []
@@ -620,12 +656,13 @@ def _run_all(experiment: Experiment, setups: Sequence[Setup], root: Path, progre
         groups.setdefault(label, []).append(result.to_dict())
         _say_stopped(name, result)
         _warn_caps(label, groups[label][-1], config)
+    shown = grouped_targets(list(groups.values()), target)
     if groups:
-        print(format_results(list(groups.values()), compact=True))
+        print(format_results(shown, compact=True))
         _print_stopped([summary for group in groups.values() for summary in group])
         _print_estimated([summary for group in groups.values() for summary in group])
     if several:
-        (root / "comparison.md").write_text(comparison_markdown(list(groups.values()), failed))
+        (root / "comparison.md").write_text(comparison_markdown(shown, failed))
         each = " and each seed's row" if experiment.seeded else ""
         print(f"\nruns in {root}; every column{each} in its comparison.md")
         print(f"plots: murmur report {root}")
@@ -666,6 +703,7 @@ def _resume(args: argparse.Namespace) -> int:
     """``murmur run --resume DIR``: the folder's config is the config."""
     from murmur.experiment import resume
     from murmur.reporting.report import format_table
+    from murmur.reporting.to_target import targets_from_folders
 
     given = [
         name
@@ -694,7 +732,7 @@ def _resume(args: argparse.Namespace) -> int:
         )
         if result.run_dir is not None:
             _say_stopped(result.name, result)
-            print(format_table([result.to_dict()], compact=True))
+            print(format_table(targets_from_folders([result.to_dict()], args.target), compact=True))
         return 0
     if not args.quiet:
         print(f"resuming {args.resume}", file=sys.stderr)
@@ -702,7 +740,7 @@ def _resume(args: argparse.Namespace) -> int:
         args.resume, progress=not args.quiet, note=lambda line: print(line, file=sys.stderr)
     )
     _say_stopped(result.name, result)
-    print(format_table([result.to_dict()], compact=True))
+    print(format_table(targets_from_folders([result.to_dict()], args.target), compact=True))
     return 0
 
 
@@ -849,11 +887,18 @@ def _describe_file(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(folders: list[str], out: str | None, fmt: str = "png", dpi: float = 150.0) -> int:
+def _report(
+    folders: list[str],
+    out: str | None,
+    fmt: str = "png",
+    dpi: float = 150.0,
+    target: float | None = None,
+) -> int:
     from murmur.reporting.report import Run, failed_line, read_run
     from murmur.reporting.report_files import write_report
     from murmur.reporting.seed_groups import comparison_order, group_runs
     from murmur.reporting.seed_table import format_results
+    from murmur.reporting.to_target import grouped_targets
 
     run_dirs: list[Path] = []
     for folder in map(Path, folders):
@@ -864,11 +909,11 @@ def _report(folders: list[str], out: str | None, fmt: str = "png", dpi: float = 
             if not members:
                 raise UsageError(f"{folder} holds no run (no summary.json in it or its subfolders)")
             run_dirs.extend(comparison_order(members))
-    target = Path(out) if out else Path(folders[0]) if len(folders) == 1 else Path("report")
-    path = write_report(run_dirs, target, fmt=fmt, dpi=dpi)
+    destination = Path(out) if out else Path(folders[0]) if len(folders) == 1 else Path("report")
+    path = write_report(run_dirs, destination, fmt=fmt, dpi=dpi, target=target)
     runs = [read_run(d) for d in run_dirs]
     groups = group_runs([run for run in runs if isinstance(run, Run)])
-    summaries = [[run.summary for run in group.runs] for group in groups]
+    summaries = grouped_targets([[run.summary for run in group.runs] for group in groups], target)
     print(format_results(summaries, compact=True) if summaries else "no run finished")
     _print_stopped([summary for group in summaries for summary in group])
     for run in runs:

@@ -464,10 +464,8 @@ def test_missing_and_null_fields_render_as_dash():
         "final acc mean %",
         "final acc min %",
         "final acc max %",
-        "events",
         "messages",
         "bytes",
-        "events vs DSGD %",
         "messages vs DSGD %",
         "bytes vs DSGD %",
         "wall s",
@@ -516,7 +514,8 @@ def test_write_report_writes_table_plots_and_config_list(tmp_path):
     assert [row["name"] for row in rows] == ["base", "event", "single"]
     assert rows[1]["messages vs DSGD %"] == "25.00"
     assert [row["bytes vs DSGD %"] for row in rows] == ["100.00", "25.00", "-"]
-    assert "events / messages / bytes vs DSGD %: a run's broadcasts" in report
+    assert "- **bytes vs DSGD %**: bytes over DSGD's" in report  # the columns' meanings
+    assert "no such DSGD run" not in report
 
     links = re.findall(r"\]\(([^)]*config\.toml)\)", report)
     assert len(links) == 3
@@ -683,7 +682,6 @@ SGD_HEADER = [
     "final acc mean %",
     "final acc min %",
     "final acc max %",
-    "events",
     "messages",
     "bytes",
     "wall s",
@@ -793,7 +791,7 @@ def test_sgd_rows_show_dashes_in_worker_columns_beside_target_runs():
     )
     for column in WORKER_COLUMNS + TARGET_COLUMNS:
         assert rows[0][column] == "-", column
-    assert rows[0]["events vs DSGD %"] == "100.00"
+    assert rows[0]["messages vs DSGD %"] == "100.00"
     assert rows[2]["iteration speedup"] == "1.00"  # w1 is still the baseline
 
 
@@ -801,7 +799,7 @@ def test_sgd_only_tables_look_as_before():
     summaries = [summary_for("base", "dsgd"), summary_for("event", "detsgrad", messages=50)]
     header = markdown_rows(format_table(summaries, markdown=True))[0]
     after_bytes = SGD_HEADER.index("bytes") + 1
-    versus = ["events vs DSGD %", "messages vs DSGD %", "bytes vs DSGD %"]
+    versus = ["messages vs DSGD %", "bytes vs DSGD %"]
     expected = [*SGD_HEADER[:after_bytes], *versus, *SGD_HEADER[after_bytes:]]
     assert list(header) == expected
     assert list(plain_rows(format_table(summaries))[0]) == [*expected, "run folder"]
@@ -924,7 +922,7 @@ def test_bytes_vs_dsgd_divides_by_the_dsgd_runs_bytes(markdown):
     }
     assert {name: row["bytes vs DSGD %"] for name, row in rows.items()} == expected
     header = list(rows["event"])
-    assert header.index("bytes vs DSGD %") == header.index("bytes") + 3
+    assert header.index("bytes vs DSGD %") == header.index("bytes") + 2
 
 
 def test_bytes_vs_dsgd_uses_the_dsgd_run_of_the_same_set_up_else_the_full_exchange():
@@ -960,7 +958,8 @@ def test_bytes_vs_dsgd_uses_the_dsgd_run_of_the_same_set_up_else_the_full_exchan
     assert rows["event-8"]["bytes vs DSGD %"] == "1.80"
     assert rows["event-cifar"]["bytes vs DSGD %"] == "1.00"
     assert rows["event-torus"]["bytes vs DSGD %"] == "50.00"
-    assert rows["event-torus"]["events vs DSGD %"] == "8.33"  # 100 of 1,200
+    event_torus = [s["name"] for s in summaries].index("event-torus")
+    assert versus_dsgd(summaries, "events")[event_torus] == pytest.approx(100 / 1_200)
 
 
 @pytest.mark.parametrize(
@@ -991,11 +990,11 @@ def test_report_names_the_runs_measured_against_their_full_exchange(tmp_path):
     rows = markdown_rows("\n".join(line for line in report.splitlines() if line.startswith("|")))
     assert [row["messages vs DSGD %"] for row in rows] == ["100.00", "50.00", "25.00"]
     assert [row["bytes vs DSGD %"] for row in rows] == ["100.00", "100.00", "50.00"]
-    (note,) = [line for line in report.splitlines() if line.startswith("events / messages")]
-    assert "The table has no such DSGD run for torus: its figures" in note
+    (note,) = [line for line in report.splitlines() if line.startswith("messages / bytes")]
+    assert "the table has no DSGD run of the set-up of torus: its figures" in note
     measured = write_report(run_dirs[:2], tmp_path / "measured").read_text()
-    assert "events / messages / bytes vs DSGD %" in measured
-    assert "no such DSGD run" not in measured
+    assert "bytes vs DSGD %" in measured
+    assert "no DSGD run" not in measured
 
 
 def test_run_files_are_strict_json_with_null_for_numbers_that_are_not_finite():

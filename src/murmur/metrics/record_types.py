@@ -326,6 +326,9 @@ class _ExtraFields(TypedDict, total=False):
     """Every SGD algorithm's chosen step sizes for the run's graph."""
     mixing: Annotated[str, TEXT]
     """Decentralized SGD: the mixing matrix its agents average with."""
+    mixing_per_graph: Annotated[str, TEXT]
+    """A time-varying topology: what each graph mixes with, where ``steps`` (chosen for
+    the run's graph) do not say it."""
     compile_fallback: Annotated[str, TEXT]
     """A run of ``run.compile`` whose compiled step failed to build or disagreed with
     the eager one on its machine, and so stepped eagerly: why."""
@@ -397,6 +400,19 @@ class StopSummary(TypedDict):
     reason: Annotated[str, TEXT]
 
 
+class ToAccuracy(TypedDict, total=False):
+    """What a run had spent when its mean test accuracy first reached a target
+    (:mod:`murmur.reporting.to_target`): only ``accuracy`` where it never did."""
+
+    accuracy: Required[float]
+    """The target, a fraction."""
+    iteration: int
+    wall_seconds: float
+    virtual_seconds: float
+    bytes: int
+    messages: int
+
+
 class RunSummary(_FinishedFields, SummaryExtra, total=False):
     """summary.json of a finished run (:meth:`murmur.metrics.records.RunResult.to_dict`,
     with ``"status": "finished"`` in the file): every field of the result, and the
@@ -407,6 +423,8 @@ class RunSummary(_FinishedFields, SummaryExtra, total=False):
 
     status: Literal["finished", "diverged", "collapsed"]
     stopped: Annotated[StopSummary, object_of(StopSummary)]
+    to_accuracy: ToAccuracy
+    """Not in summary.json: what a report adds, computed from the run's records."""
 
 
 class FailedSummary(TypedDict, total=False):

@@ -52,8 +52,9 @@ from murmur.metrics.record_types import (
     SingleProcess,
 )
 from murmur.metrics.stops import status_text, stop_line, stop_of
+from murmur.reporting.column_meanings import footer, short_header
 from murmur.reporting.run_schema import check_record, check_summary
-from murmur.reporting.versus_dsgd import QUANTITIES, Quantity, dsgd_baselines, versus_dsgd
+from murmur.reporting.versus_dsgd import SHOWN_QUANTITIES, Quantity, dsgd_baselines, versus_dsgd
 from murmur.textfiles import read_utf8
 from murmur.units import human_bytes
 
@@ -127,7 +128,7 @@ def read_run(run_dir: str | Path) -> Run | FailedRun:
     summary["run_dir"] = str(path.resolve())
     if "status" in summary and summary["status"] == "failed":
         return FailedRun(path=path, summary=summary, records=[])
-    return Run(path=path, summary=summary, records=_read_records(path / "metrics.jsonl"))
+    return Run(path=path, summary=summary, records=read_records(path / "metrics.jsonl"))
 
 
 def _summary(where: str, value: dict[str, Any]) -> RunSummary | FailedSummary:
@@ -162,7 +163,8 @@ def stopped_line(summary: RunSummary) -> str | None:
     return f"{run_label(summary)} ({where}): {stop_line(stop)}"
 
 
-def _read_records(metrics_path: Path) -> list[EvaluationRecord]:
+def read_records(metrics_path: Path) -> list[EvaluationRecord]:
+    """The records of a metrics.jsonl, checked; none where the file is absent."""
     if not metrics_path.exists() and not metrics_path.is_symlink():
         return []
     if not metrics_path.is_file():
@@ -415,7 +417,6 @@ def _columns(summaries: list[RunSummary], with_folder: bool) -> list[_Column]:
         columns.append(_Column("layers", lambda s: _layers(s.get("layers")), True))
     columns += _accuracy_columns(summaries)
     columns += [
-        _Column("events", lambda s: _count(s.get("events")), True),
         _Column("messages", lambda s: _count(s.get("messages")), True),
         _Column("bytes", lambda s: human_bytes(s.get("bytes")), True),
         *_versus_dsgd_columns(summaries),
@@ -430,6 +431,7 @@ def _columns(summaries: list[RunSummary], with_folder: bool) -> list[_Column]:
         columns.append(
             _Column("virtual s", lambda s: _virtual_seconds(s.get("virtual_seconds")), True)
         )
+    columns += _target_columns(summaries)
     if any(_failed(summary) != MISSING for summary in summaries):
         columns.append(_Column("failed ranks", _failed, False))
     columns += _worker_columns(summaries)
@@ -468,10 +470,15 @@ def shown_path(value: object) -> str:
 
 def mixing_text(summary: RunSummary) -> str:
     """The mixing matrix a run's agents averaged with and its steps, "metropolis, gamma
-    0.075" or "laplacian, b 0.456"; "-" for a run without one."""
+    0.075" or "laplacian, b 0.456"; on a time-varying topology whose graphs mix
+    otherwise, what they mix with ("laplacian, each one_peer graph's pairs average
+    (1/2)"); "-" for a run without one."""
     weights = summary.get("mixing")
     if not isinstance(weights, str):
         return MISSING
+    per_graph = summary.get("mixing_per_graph")
+    if isinstance(per_graph, str):
+        return f"{weights}, {per_graph}"
     steps = summary.get("steps")
     chosen = steps.items() if isinstance(steps, dict) else []
     return ", ".join([weights, *(f"{name} {value:.3g}" for name, value in chosen)])
@@ -490,6 +497,18 @@ def last_k_accuracy(summary: RunSummary) -> float | None:
     (``accuracy_last_k``, ``run.last_k`` of them); None where the summary has none."""
     last_k = cast(dict[str, Any], summary).get("accuracy_last_k")
     return as_number(last_k.get("mean")) if isinstance(last_k, dict) else None
+
+
+def last_k_text(summaries: Sequence[RunSummary]) -> str:
+    """The k of the runs' last-k accuracies, "5"; "k" where they differ or have none."""
+    counts = {
+        last_k.get("k")
+        for summary in summaries
+        if isinstance(last_k := cast(dict[str, Any], summary).get("accuracy_last_k"), dict)
+    }
+    if len(counts) == 1 and isinstance(k := counts.pop(), int):
+        return str(k)
+    return "k"
 
 
 def validation_last_k_accuracy(summary: RunSummary) -> float | None:
@@ -512,11 +531,12 @@ def _accuracy_columns(summaries: list[RunSummary]) -> list[_Column]:
         _Column("final acc min %", lambda s: _percent(_accuracy(s.get("accuracy"), "min")), True),
         _Column("final acc max %", lambda s: _percent(_accuracy(s.get("accuracy"), "max")), True),
     ]
+    k = last_k_text(summaries)
     if any(last_k_accuracy(summary) is not None for summary in summaries):
-        columns.append(_Column("last-k acc %", lambda s: _percent(last_k_accuracy(s)), True))
+        columns.append(_Column(f"last-{k} acc %", lambda s: _percent(last_k_accuracy(s)), True))
     if any(validation_last_k_accuracy(summary) is not None for summary in summaries):
         columns.append(
-            _Column("last-k val acc %", lambda s: _percent(validation_last_k_accuracy(s)), True)
+            _Column(f"last-{k} val acc %", lambda s: _percent(validation_last_k_accuracy(s)), True)
         )
     if any(model_accuracy(summary) is not None for summary in summaries):
         columns.append(_Column("avg model acc %", lambda s: _percent(model_accuracy(s)), True))
@@ -529,6 +549,53 @@ def _accuracy_columns(summaries: list[RunSummary]) -> list[_Column]:
             )
         )
     return columns
+
+
+def target_text(summaries: Sequence[RunSummary]) -> str | None:
+    """The target accuracy of the runs' ``to_accuracy`` as a percentage, "88"; None
+    where no summary has one."""
+    for summary in summaries:
+        reached = summary.get("to_accuracy")
+        if isinstance(reached, dict):
+            return f"{100 * reached['accuracy']:g}"
+    return None
+
+
+def to_accuracy(key: str) -> Callable[[RunSummary], float | None]:
+    """What a run had spent (``key`` of its ``to_accuracy``) when it reached the target
+    accuracy; None where it did not."""
+
+    def value(summary: RunSummary) -> float | None:
+        reached = summary.get("to_accuracy")
+        return as_number(reached.get(key)) if isinstance(reached, dict) else None
+
+    return value
+
+
+def _target_columns(summaries: list[RunSummary]) -> list[_Column]:
+    """Iterations, seconds and bytes to the target accuracy, where runs have one."""
+    target = target_text(summaries)
+    if target is None:
+        return []
+    columns = [
+        _Column(f"its to {target} %", lambda s: _count(to_accuracy("iteration")(s)), True),
+        _Column(f"s to {target} %", lambda s: _seconds(to_accuracy("wall_seconds")(s)), True),
+    ]
+    if has_column(summaries, "virtual_seconds"):
+        virtual = to_accuracy("virtual_seconds")
+        columns.append(
+            _Column(f"virtual s to {target} %", lambda s: _virtual_seconds(virtual(s)), True)
+        )
+    if _compares_bytes(summaries):
+        columns.append(
+            _Column(f"bytes to {target} %", lambda s: human_bytes(to_accuracy("bytes")(s)), True)
+        )
+    return columns
+
+
+def _compares_bytes(summaries: Sequence[RunSummary]) -> bool:
+    """Whether some run sent bytes: bytes to a target then mean something."""
+    return any((as_number(summary.get("bytes")) or 0) > 0 for summary in summaries)
 
 
 def _final_mean(summary: RunSummary) -> str:
@@ -548,10 +615,10 @@ def _single_process(
 
 
 def _versus_dsgd_columns(summaries: list[RunSummary]) -> list[_Column]:
-    """The "events / messages / bytes vs DSGD %" columns, when some run has a baseline."""
+    """The "messages / bytes vs DSGD %" columns, when some run has a baseline."""
     if all(baseline is None for baseline in dsgd_baselines(summaries)):
         return []
-    return [_versus_column(summaries, quantity) for quantity in QUANTITIES]
+    return [_versus_column(summaries, quantity) for quantity in SHOWN_QUANTITIES]
 
 
 def _versus_column(summaries: list[RunSummary], quantity: Quantity) -> _Column:
@@ -605,67 +672,33 @@ def _worker_columns(summaries: list[RunSummary]) -> list[_Column]:
     ]
 
 
-def format_table(summaries: list[RunSummary], markdown: bool = False, compact: bool = False) -> str:
+def format_table(
+    summaries: list[RunSummary],
+    markdown: bool = False,
+    compact: bool = False,
+    explain: bool = False,
+) -> str:
     """One row per run summary: aligned columns for a terminal, or a Markdown table;
-    ``compact``: only the columns of :data:`COMPACT` (the terminal's).
+    ``compact``: only the terminal's columns
+    (:data:`~murmur.reporting.column_meanings.COMPACT`); ``explain``: with the meaning
+    of each column under it (:mod:`murmur.reporting.column_meanings` says what every
+    column is). Accuracies and shares are percentages with two decimals.
 
-    Accuracies and shares are percentages with two decimals. "final acc
-    mean/min/max %" are the test accuracy over agents at the run's last
-    evaluation (a run that a rule stopped early shows its status in "final acc mean
-    %", "collapsed at 400", see :mod:`murmur.metrics.stops`); "last-k acc %" (where
-    summaries have ``accuracy_last_k``) the agents' mean over the last
-    ``run.last_k`` evaluations, "last-k val acc %" (``validation_last_k``) the same of
-    the validation accuracy, for runs with a validation split, and "avg model acc %"
-    (``model_accuracy``) that of the agents' average model. A "seed" column appears
-    when two runs of one name differ in seed. The plain form also shows each run's
-    folder.
-
-    "events / messages / bytes vs DSGD %" (after "bytes") are the run's counts
-    over those of its DSGD baseline (:mod:`murmur.reporting.versus_dsgd`): 100 for
-    DSGD itself, "-" for runs without one; the columns are left out when no run
-    has one. "lost msgs %" (after them) is the share of a run's messages that
-    were lost (``lost_share``), shown when some run lost messages under ``[faults]``.
-
-    Columns for layer-wise runs appear when any summary has their field:
-    "layers" (widths, "3 x 122" when all are equal), "train acc %" (mean
-    training accuracy over agents) and "virtual s" (simulated seconds on the
-    virtual clock, beside the real "wall s"); other runs show "-" in them.
-
-    Worker-based runs add, at the end, "W" (workers) and "staleness mean/max"
-    when any summary has ``staleness`` or a target; with a target (see
-    ``has_target``) also "its to target", "virtual s to target" ("-" when not
-    reached) and "iteration speedup" / "time speedup" over the W = 1 run of
-    the same algorithm, dataset and target loss (see ``speedups``).
+    Optional columns appear only when some summary has their field: "mixing", "seed"
+    (when two runs of one name differ in seed), "layers", the last-k, validation,
+    average-model and training accuracies, the "vs DSGD" columns (when some run has a
+    baseline, :mod:`murmur.reporting.versus_dsgd`), "lost msgs %", "virtual s", the
+    way to a target accuracy (summaries with ``to_accuracy``,
+    :mod:`murmur.reporting.to_target`), "failed ranks", and the worker columns (W,
+    gradients, staleness, and with a target loss the way to it and the speedups over
+    the W = 1 run, see ``speedups``). A run that a rule stopped early shows its status
+    in "final acc mean %" ("collapsed at 400", :mod:`murmur.metrics.stops`). The plain
+    form also shows each run's folder.
     """
     columns = _columns(summaries, with_folder=not markdown)
     rows = [[column.cell(summary) for column in columns] for summary in summaries]
     headers = [(column.header, column.numeric) for column in columns]
-    return render_table(headers, rows, markdown, compact)
-
-
-COMPACT = {
-    "name": "name",
-    "seed": "seed",
-    "seeds": "seeds",
-    "final acc mean %": "acc %",
-    "final acc min %": "worst agent %",
-    "stopped": "stopped",
-    "messages vs DSGD %": "msgs vs DSGD %",
-    "bytes vs DSGD %": "bytes vs DSGD %",
-    "lost msgs %": "lost msgs %",
-    "wall s": "wall s",
-    "virtual s": "virtual s",
-    "failed ranks": "failed ranks",
-    "W": "W",
-    "gradients": "gradients",
-    "iteration speedup": "its speedup",
-    "time speedup": "time speedup",
-    "speedup": "speedup",
-    "reached": "reached",
-    "run folder": "run folder",
-}
-"""The columns the terminal shows, by their header in the full table, with the header
-each has there; ``comparison.md``, ``report.md`` and ``summary.json`` keep every one."""
+    return render_table(headers, rows, markdown, compact, explain)
 
 
 def render_table(
@@ -673,19 +706,31 @@ def render_table(
     rows: list[list[str]],
     markdown: bool = False,
     compact: bool = False,
+    explain: bool = False,
 ) -> str:
     """Rows of cells under ``headers`` ((text, numeric): numeric columns are aligned
-    right): aligned columns for a terminal, or a Markdown table; ``compact``: only the
-    columns of :data:`COMPACT`, under their short headers, and the run folder only for
-    one row (a comparison names its folder under the table)."""
+    right): aligned columns for a terminal, or a Markdown table; ``explain``: followed
+    by the meaning of each column (:func:`murmur.reporting.column_meanings.footer`);
+    ``compact``: only
+    the columns of :data:`~murmur.reporting.column_meanings.COMPACT`, under their short
+    headers, and the run folder only for one row (a comparison names its folder under
+    the table)."""
     if compact:
-        shown = {name for name in COMPACT if name != "run folder" or len(rows) == 1}
-        kept = [i for i, (header, _) in enumerate(headers) if header in shown]
-        headers = [(COMPACT[headers[i][0]], headers[i][1]) for i in kept]
-        rows = [[row[i] for i in kept] for row in rows]
+        shown = [
+            (i, short)
+            for i, (header, _) in enumerate(headers)
+            if (short := short_header(header)) is not None
+            and (header != "run folder" or len(rows) == 1)
+        ]
+        headers = [(short, headers[i][1]) for i, short in shown]
+        rows = [[row[i] for i, _ in shown] for row in rows]
     if markdown:
-        return _markdown_table(headers, rows)
-    return _plain_table(headers, rows)
+        table = _markdown_table(headers, rows)
+    else:
+        table = _plain_table(headers, rows)
+    if not explain:
+        return table
+    return f"{table}\n\n{footer([header for header, _ in headers], markdown)}"
 
 
 def _plain_table(headers: Sequence[tuple[str, bool]], rows: list[list[str]]) -> str:

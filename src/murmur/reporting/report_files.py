@@ -24,14 +24,13 @@ from murmur.reporting.report import (
     format_table,
     has_column,
     has_target,
-    last_k_accuracy,
     read_run,
     run_label,
     stopped_line,
-    validation_last_k_accuracy,
 )
 from murmur.reporting.seed_groups import group_runs
 from murmur.reporting.seed_table import STOPPED_HEADING, format_results
+from murmur.reporting.to_target import with_targets
 from murmur.reporting.versus_dsgd import versus_dsgd_note
 
 _PLOTS: tuple[tuple[str, str, str], ...] = (
@@ -76,11 +75,14 @@ def write_report(
     *,
     fmt: str = plots.FORMATS[0],
     dpi: float = plots.DPI,
+    target: float | None = None,
 ) -> Path:
     """Write out_dir/report.md and its plots for the given run folders; return its path.
 
     The plots are ``fmt`` files (png, pdf or svg; PNGs at ``dpi`` dots per inch);
-    another format or a dpi that is not a positive number is a UsageError.
+    another format or a dpi that is not a positive number is a UsageError. The tables'
+    "to N %" columns measure the way to ``target`` (a fraction; None: the default of
+    :mod:`murmur.reporting.to_target`).
 
     All runs are read before anything is written, so a bad folder leaves
     out_dir untouched. Re-running overwrites the report and plots.
@@ -117,7 +119,7 @@ def write_report(
 
     plot_files = _write_plots([run for run in runs if not run.failed], out, fmt, dpi)
     report_path = out / "report.md"
-    report_path.write_text(_report_markdown(runs, out, plot_files), encoding="utf-8")
+    report_path.write_text(_report_markdown(runs, out, plot_files, target), encoding="utf-8")
     return report_path
 
 
@@ -153,17 +155,27 @@ def _plot_section(title: str, file: str) -> list[str]:
 
 
 def _report_markdown(
-    runs: list[Run | FailedRun], out: Path, plot_files: list[tuple[str, str]]
+    runs: list[Run | FailedRun],
+    out: Path,
+    plot_files: list[tuple[str, str]],
+    target: float | None = None,
 ) -> str:
-    summaries = [run.summary for run in runs if not run.failed]
     failed = [f"- {failed_line(run)}" for run in runs if run.failed]
-    groups = [
-        [run.summary for run in group.runs]
-        for group in group_runs([run for run in runs if isinstance(run, Run)])
-    ]
+    finished = [run for run in runs if isinstance(run, Run)]
+    shown = dict(
+        zip(
+            map(id, finished),
+            with_targets(
+                [run.summary for run in finished], [run.records for run in finished], target
+            ),
+            strict=True,
+        )
+    )
+    summaries = [shown[id(run)] for run in finished]
+    groups = [[shown[id(run)] for run in group.runs] for group in group_runs(finished)]
     parts = ["# murmur report", "", _overview(summaries, len(failed), groups), "", "## Results", ""]
     if summaries:
-        parts += [format_results(groups, markdown=True), ""]
+        parts += [format_results(groups, markdown=True, explain=True), ""]
     if any(len(group) > 1 for group in groups):
         parts += ["### Each seed", "", format_table(summaries, markdown=True), ""]
     stopped = [f"- {line}" for summary in summaries if (line := stopped_line(summary))]
@@ -201,18 +213,9 @@ def _overview(
     count = len(summaries)
     overview = (
         f"{count} run{'s' if count != 1 else ''}. Accuracies are test accuracies over "
-        f"agents at the final evaluation of each run; {seconds}"
+        f"agents at the final evaluation of each run; {seconds} Each column is "
+        "explained under the table."
     )
-    if any(last_k_accuracy(summary) is not None for summary in summaries):
-        overview += (
-            " last-k acc is the agents' mean accuracy averaged over each run's last "
-            "run.last_k evaluations."
-        )
-    if any(validation_last_k_accuracy(summary) is not None for summary in summaries):
-        overview += (
-            " last-k val acc is the same of the validation split (data.validation), the "
-            "figure to choose by; the test accuracies are for reporting."
-        )
     if any(len(group) > 1 for group in groups):
         overview += " " + _seeds_note(groups)
     stopped = sum(stop_of(summary) is not None for summary in summaries)

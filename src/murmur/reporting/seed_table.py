@@ -12,7 +12,7 @@ evaluation, the last-k mean accuracy, the average model's and the training
 accuracy where summaries have them, messages, bytes, wall-clock seconds and
 virtual seconds where runs have a virtual clock. Figures that compare a run with
 another one are computed seed by seed, against the run of the same seed, then
-spread across seeds: "events / messages / bytes vs DSGD %" against that
+spread across seeds: "messages / bytes vs DSGD %" against that
 seed's DSGD run (:mod:`murmur.reporting.versus_dsgd`), the speed-ups against that
 seed's W = 1 run. Runs with a target loss show "reached" (how many of the seeds
 reached it) beside the iterations and virtual seconds to it, which are spread over
@@ -44,6 +44,7 @@ from murmur.reporting.report import (
     has_column,
     has_target,
     last_k_accuracy,
+    last_k_text,
     lost_share,
     mixing_text,
     model_accuracy,
@@ -52,10 +53,12 @@ from murmur.reporting.report import (
     shown_path,
     speedups,
     stopped_line,
+    target_text,
+    to_accuracy,
     validation_last_k_accuracy,
 )
 from murmur.reporting.statistics import Spread, spread
-from murmur.reporting.versus_dsgd import QUANTITIES, Quantity, versus_dsgd, versus_dsgd_note
+from murmur.reporting.versus_dsgd import SHOWN_QUANTITIES, Quantity, versus_dsgd, versus_dsgd_note
 from murmur.units import human_bytes
 
 __all__ = ["comparison_markdown", "format_results", "format_seed_table", "figure_spread"]
@@ -145,9 +148,10 @@ def _present(summaries: list[RunSummary], figures: list[_Figure]) -> list[_Figur
 
 
 def _figures(summaries: list[RunSummary]) -> list[_Figure]:
+    k = last_k_text(summaries)
     optional = [
-        _Figure("last-k acc %", last_k_accuracy, _percent),
-        _Figure("last-k val acc %", validation_last_k_accuracy, _percent),
+        _Figure(f"last-{k} acc %", last_k_accuracy, _percent),
+        _Figure(f"last-{k} val acc %", validation_last_k_accuracy, _percent),
         _Figure("avg model acc %", model_accuracy, _percent),
         _Figure("train acc %", _train_accuracy, _percent),
     ]
@@ -162,13 +166,36 @@ def _figures(summaries: list[RunSummary]) -> list[_Figure]:
     ]
     if has_column(summaries, "virtual_seconds"):
         figures.append(_Figure("virtual s", _field("virtual_seconds"), None))
-    return [FINAL_MEAN, *figures, *_worker_figures(summaries)]
+    return [FINAL_MEAN, *figures, *_target_figures(summaries), *_worker_figures(summaries)]
+
+
+def _target_figures(summaries: list[RunSummary]) -> list[_Figure]:
+    """Iterations, seconds and bytes to the target accuracy, over the seeds that
+    reached it (how many: "reached N %")."""
+    target = target_text(summaries)
+    if target is None:
+        return []
+    figures = [
+        _Figure(f"its to {target} %", to_accuracy("iteration"), _count),
+        _Figure(f"s to {target} %", to_accuracy("wall_seconds"), _seconds),
+    ]
+    if has_column(summaries, "virtual_seconds"):
+        figures.append(_Figure(f"virtual s to {target} %", to_accuracy("virtual_seconds"), None))
+    if any((as_number(summary.get("bytes")) or 0) > 0 for summary in summaries):
+        figures.append(_Figure(f"bytes to {target} %", to_accuracy("bytes"), human_bytes))
+    return figures
+
+
+def _reached_target(group: Group) -> str:
+    """How many of a group's finished seeds reached the target accuracy, "2/3"."""
+    reached = [summary for summary in group if to_accuracy("iteration")(summary) is not None]
+    return f"{len(reached)}/{len(group)}"
 
 
 def _compared(summaries: list[RunSummary]) -> list[_Figure]:
     """Bytes and messages against each seed's DSGD run, and the share of messages lost
     where runs lost some."""
-    figures = [_versus_figure(summaries, quantity) for quantity in QUANTITIES]
+    figures = [_versus_figure(summaries, quantity) for quantity in SHOWN_QUANTITIES]
     if has_column(summaries, "dropped_messages"):
         figures.append(_Figure("lost msgs %", lost_share, _percent))
     return _present(summaries, figures)
@@ -277,15 +304,17 @@ def _stopped(group: Group) -> str:
 
 
 def format_seed_table(
-    groups: Sequence[Group], markdown: bool = False, compact: bool = False
+    groups: Sequence[Group], markdown: bool = False, compact: bool = False, explain: bool = False
 ) -> str:
     """One row per group of runs (one configuration over several seeds): the mean and
     sd across its finished seeds of each figure, the interval of the mean accuracy, the
     seeds, and where some run stopped early, what happened to it; ``compact``: the
-    terminal's columns only (``report.COMPACT``)."""
+    terminal's columns only (``column_meanings.COMPACT``); ``explain``: with the
+    meaning of each column under it."""
     summaries = [summary for group in groups for summary in group]
     figures = _figures(summaries)
     targets = any(has_target(summary) for summary in summaries)
+    target = target_text(summaries)
     mixing = has_column(summaries, "mixing")
     stopped = any(stop_of(summary) is not None for summary in summaries)
     plus_minus = "±" if markdown else "+-"
@@ -300,6 +329,7 @@ def format_seed_table(
         ("95 % CI", True),
         *([("stopped", False)] if stopped else []),
         *((figure.header, True) for figure in figures[1:]),
+        *([(f"reached {target} %", True)] if target is not None else []),
         *([("reached", True)] if targets else []),
         *([] if markdown else [("run folder", False)]),
     ]
@@ -313,18 +343,21 @@ def format_seed_table(
         cells += [_final_mean(group, plus_minus), _interval(done)]
         cells += [_stopped(group)] if stopped else []
         cells += [_cell(done, figure, plus_minus) for figure in figures[1:]]
+        cells += [_reached_target(done)] if target is not None else []
         cells += [_reached(done)] if targets else []
         rows.append(cells if markdown else [*cells, _folder(group)])
-    return render_table(headers, rows, markdown, compact)
+    return render_table(headers, rows, markdown, compact, explain)
 
 
-def format_results(groups: Sequence[Group], markdown: bool = False, compact: bool = False) -> str:
+def format_results(
+    groups: Sequence[Group], markdown: bool = False, compact: bool = False, explain: bool = False
+) -> str:
     """The results table: one row per run when every group has one run (as without
     seeds), else one row per group (:func:`format_seed_table`); ``compact``: the
-    terminal's columns only."""
+    terminal's columns only; ``explain``: with the meaning of each column under it."""
     if all(len(group) == 1 for group in groups):
-        return format_table([group[0] for group in groups], markdown, compact)
-    return format_seed_table(groups, markdown, compact)
+        return format_table([group[0] for group in groups], markdown, compact, explain)
+    return format_seed_table(groups, markdown, compact, explain)
 
 
 def comparison_markdown(groups: Sequence[Group], failed: Sequence[str] = ()) -> str:
@@ -332,7 +365,7 @@ def comparison_markdown(groups: Sequence[Group], failed: Sequence[str] = ()) -> 
     each seed ("Each seed:"); then the runs that a rule stopped early, one line each
     with its rule and reason ("Stopped early, in no mean:"); then the runs that failed
     ("Failed:")."""
-    text = format_results(groups, markdown=True) + "\n" if groups else ""
+    text = format_results(groups, markdown=True, explain=True) + "\n" if groups else ""
     summaries = [summary for group in groups for summary in group]
     if any(len(group) > 1 for group in groups):
         text += f"\nEach seed:\n\n{format_table(summaries, markdown=True)}\n"

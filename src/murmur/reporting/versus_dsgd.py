@@ -1,10 +1,12 @@
-"""A run's events, messages and bytes against DSGD's: the "vs DSGD" columns.
+"""A run's messages and bytes against DSGD's: the "vs DSGD" columns.
 
 DSGD sends at every iteration: every agent broadcasts its whole model (one *event*)
 as one point-to-point *message* to each neighbour, each of the model's *bytes*. A
-method that talks less is measured against that, three ways, because they differ:
-DETSGRAD-GT's event carries two vectors (half the events, the same bytes), and a
-compressed message is one message of fewer bytes.
+method that talks less is measured against that in messages and in bytes, because
+they differ: an uncompressed DETSGRAD-GT message carries two vectors (its model and
+its tracker), BEER sends them as two messages, and a compressed message is one
+message of fewer bytes. Bytes compare every method; the tables leave events out
+(summary.json keeps them), since the two methods count them differently.
 
 The baseline of a run is, in this order:
 
@@ -33,6 +35,7 @@ from murmur.metrics.stops import stop_of
 
 __all__ = [
     "QUANTITIES",
+    "SHOWN_QUANTITIES",
     "Quantity",
     "Baseline",
     "dsgd_baselines",
@@ -43,8 +46,11 @@ __all__ = [
 
 Quantity = Literal["events", "messages", "bytes"]
 QUANTITIES: tuple[Quantity, ...] = ("events", "messages", "bytes")
-"""What the columns compare, in their order: "events vs DSGD %", "messages vs DSGD %",
-"bytes vs DSGD %"."""
+"""What a baseline holds: a run's events (broadcasts), messages and bytes."""
+SHOWN_QUANTITIES: tuple[Quantity, ...] = ("messages", "bytes")
+"""What the tables compare: a run's events (broadcasts) stay in summary.json, since a
+method that sends two messages a step (BEER) and one that sends two vectors in one
+(DETSGRAD-GT) count them differently."""
 
 
 @dataclass(frozen=True)
@@ -135,20 +141,14 @@ def estimated(summaries: Sequence[RunSummary]) -> list[str]:
 
 
 def versus_dsgd_note(summaries: Sequence[RunSummary]) -> str | None:
-    """The line under a table with "vs DSGD" columns (None: it has none); it names the
-    rows of :func:`estimated`."""
-    if all(base is None for base in dsgd_baselines(summaries)):
-        return None
+    """The line under a table whose "vs DSGD" columns hold rows of :func:`estimated`
+    (None: none does): what those rows are measured against."""
     rows = estimated(summaries)
-    note = (
-        "events / messages / bytes vs DSGD %: a run's broadcasts, point-to-point messages "
-        "and encoded bytes over those of the DSGD run of the same seed, dataset, graph, "
-        "agents and iterations"
+    if not rows:
+        return None
+    return (
+        f"messages / bytes vs DSGD %: the table has no DSGD run of the set-up of "
+        f"{', '.join(rows)}: its figures are over what DSGD would send on the run's graph "
+        "in its iterations (every agent its whole model to each neighbour at every "
+        "iteration)."
     )
-    if rows:
-        note += (
-            f". The table has no such DSGD run for {', '.join(rows)}: its "
-            "figures are over what DSGD would send on the run's graph in its iterations "
-            "(every agent its whole model to each neighbour at every iteration)"
-        )
-    return note + '; "-": not a decentralized run, or no count.'

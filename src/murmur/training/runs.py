@@ -28,7 +28,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +223,9 @@ def _add_extras(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
     weights = setup.config.algorithm.mixing_weights()
     if weights is not None:
         outcome.extra["mixing"] = weights
+        per_graph = mixing_per_graph(setup.config, setup.steps)
+        if per_graph is not None:
+            outcome.extra["mixing_per_graph"] = per_graph
     exchange = full_exchange(setup, outcome.iterations)
     if exchange is not None:
         outcome.extra["full_exchange"] = exchange
@@ -235,6 +238,27 @@ def _add_extras(setup: Setup, outcome: Outcome, run_dir: Path | None) -> None:
             setup.dataset.task == "classification",
             outcome.statistics,
         )
+
+
+_PAIRINGS = ("matching", "edge", "one_peer")
+"""Time-varying topologies whose every graph is a matching: each agent has at most one
+neighbour."""
+
+
+def mixing_per_graph(config: Config, steps: Mapping[str, float]) -> str | None:
+    """What each graph of a time-varying topology mixes with, where it is not the run's
+    graph's: on a matching, each pair averages (W_ij = 1/2) with Metropolis weights or
+    an "auto" consensus step; elsewhere an "auto" step is chosen for each graph. None
+    for a fixed graph, or steps given as numbers (every graph mixes with them)."""
+    varying = config.topology.varying
+    if varying == "none":
+        return None
+    auto = [name for name in steps if getattr(config.algorithm, name, None) == "auto"]
+    if varying in _PAIRINGS and (auto or config.algorithm.mixing_weights() == "metropolis"):
+        return f"each {varying} graph's pairs average (1/2)"
+    if auto:
+        return f"{', '.join(auto)} chosen for each graph"
+    return None
 
 
 def full_exchange(setup: Setup, iterations: int) -> FullExchange | None:
