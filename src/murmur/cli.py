@@ -218,6 +218,7 @@ def _add_report(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="resolution of PNG plots in dots per inch (default: 150)",
     )
     _add_target(report)
+    _add_figure_options(report)
 
     reproduce = commands.add_parser(
         "reproduce", help="re-run a paper's experiments on bundled data: report.md with verdicts"
@@ -232,6 +233,39 @@ def _add_report(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     reproduce.add_argument("--quiet", action="store_true", help="no estimate or progress bar")
     _add_portable(reproduce)
+
+
+def _add_figure_options(report: argparse.ArgumentParser) -> None:
+    """``murmur report``'s choice of runs, labels, colours and smoothing."""
+    report.add_argument(
+        "--only",
+        metavar="LABEL",
+        action="append",
+        default=[],
+        help="report only the runs of this label (repeatable; default: every run)",
+    )
+    report.add_argument(
+        "--label",
+        metavar="OLD=NEW",
+        action="append",
+        default=[],
+        help="call the runs of label OLD NEW in the tables and legends (repeatable)",
+    )
+    report.add_argument(
+        "--colour",
+        metavar="NAME=COLOUR",
+        action="append",
+        default=[],
+        help="draw the runs of a label or an algorithm in COLOUR (a name, #rrggbb or C0-C9; "
+        "repeatable); by default every method keeps one colour in every report",
+    )
+    report.add_argument(
+        "--smooth",
+        metavar="N",
+        type=int,
+        default=1,
+        help="draw each curve as the mean of the last N evaluations (default: 1, as measured)",
+    )
 
 
 def _add_tune(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -478,7 +512,7 @@ def _command(args: argparse.Namespace) -> int:
         )
     if args.command == "tune":
         return _tune(args)
-    return _report(args.runs, args.out, args.format, args.dpi, args.target)
+    return _report(args)
 
 
 def _given_plugins(args: argparse.Namespace) -> None:
@@ -887,18 +921,48 @@ def _describe_file(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(
-    folders: list[str],
-    out: str | None,
-    fmt: str = "png",
-    dpi: float = 150.0,
-    target: float | None = None,
-) -> int:
+def _report(args: argparse.Namespace) -> int:
+    """``murmur report``: report.md and its figures, and the compact table printed."""
+    from murmur.reporting.palette import PlotStyle, parse_colours
     from murmur.reporting.report import Run, failed_line, read_run
-    from murmur.reporting.report_files import write_report
-    from murmur.reporting.seed_groups import comparison_order, group_runs
+    from murmur.reporting.report_files import Choice, write_report
+    from murmur.reporting.seed_groups import group_runs
     from murmur.reporting.seed_table import format_results
     from murmur.reporting.to_target import grouped_targets
+
+    folders: list[str] = args.runs
+    style = PlotStyle(parse_colours(args.colour), args.smooth)
+    choice = Choice(tuple(args.only), _renames(args.label))
+    run_dirs = _report_folders(folders)
+    out = args.out
+    destination = Path(out) if out else Path(folders[0]) if len(folders) == 1 else Path("report")
+    path = write_report(
+        run_dirs,
+        destination,
+        fmt=args.format,
+        dpi=args.dpi,
+        target=args.target,
+        style=style,
+        choice=choice,
+    )
+    runs = choice.of([read_run(d) for d in run_dirs])
+    groups = group_runs([run for run in runs if isinstance(run, Run)])
+    summaries = grouped_targets(
+        [[run.summary for run in group.runs] for group in groups], args.target
+    )
+    print(format_results(summaries, compact=True) if summaries else "no run finished")
+    _print_stopped([summary for group in summaries for summary in group])
+    for run in runs:
+        if run.failed:
+            print(failed_line(run))
+    print(f"\nreport: {path}")
+    return 0
+
+
+def _report_folders(folders: Sequence[str]) -> list[Path]:
+    """The run folders of ``murmur report``'s arguments: a run folder as it is, a folder
+    of runs as its runs in the comparison's order."""
+    from murmur.reporting.seed_groups import comparison_order
 
     run_dirs: list[Path] = []
     for folder in map(Path, folders):
@@ -909,18 +973,18 @@ def _report(
             if not members:
                 raise UsageError(f"{folder} holds no run (no summary.json in it or its subfolders)")
             run_dirs.extend(comparison_order(members))
-    destination = Path(out) if out else Path(folders[0]) if len(folders) == 1 else Path("report")
-    path = write_report(run_dirs, destination, fmt=fmt, dpi=dpi, target=target)
-    runs = [read_run(d) for d in run_dirs]
-    groups = group_runs([run for run in runs if isinstance(run, Run)])
-    summaries = grouped_targets([[run.summary for run in group.runs] for group in groups], target)
-    print(format_results(summaries, compact=True) if summaries else "no run finished")
-    _print_stopped([summary for group in summaries for summary in group])
-    for run in runs:
-        if run.failed:
-            print(failed_line(run))
-    print(f"\nreport: {path}")
-    return 0
+    return run_dirs
+
+
+def _renames(items: Sequence[str]) -> dict[str, str]:
+    """``--label OLD=NEW`` items as a mapping; a UsageError for an item without ``=``."""
+    renames = {}
+    for item in items:
+        old, equals, new = item.partition("=")
+        if not equals or not old.strip() or not new.strip():
+            raise UsageError(f"--label takes OLD=NEW (a run's label and its new one), not {item!r}")
+        renames[old.strip()] = new.strip()
+    return renames
 
 
 def _reproduce(paper: str, out: str | None, quick: bool, progress: bool, portable: bool) -> int:

@@ -18,9 +18,11 @@ from murmur import cli
 from murmur.cli import main
 from murmur.errors import UsageError
 from murmur.reporting import plots
+from murmur.reporting.palette import METHOD_COLOURS
 from murmur.reporting.report import Run, read_run
 from murmur.reporting.report_files import write_report
 from murmur.reporting.seed_curves import plot_groups, seed_curve
+from murmur.reporting.statistics import spread
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NEW_PLOTS = ("time_vs_nodes.png", "accuracy_vs_degree.png")
@@ -378,7 +380,8 @@ def test_staleness_plot_draws_one_share_line_per_run_with_a_histogram(tmp_path, 
     shares = list(lines["w4"].get_ydata())
     assert math.isnan(shares[0])  # no gradient with staleness 0: a gap on the log axis
     assert shares[1:] == pytest.approx([25.0, 75.0])
-    assert lines["w4"].get_color() == "C2"  # runs keep their colour by position
+    assert lines["w4"].get_color() == lines["w1"].get_color() == METHOD_COLOURS["asysg-con"]
+    assert lines["w4"].get_linestyle() == "--"  # the method's second line
 
 
 @pytest.mark.parametrize(
@@ -435,7 +438,8 @@ def test_accuracy_vs_bytes_starts_at_the_first_byte_on_a_log_axis(tmp_path, monk
     assert list(lines["base"].get_ydata()) == pytest.approx([60.0, 70.0])
     assert list(lines["event"].get_xdata()) == [3_200, 6_400]
     assert list(lines["event"].get_ydata()) == pytest.approx([60.0, 70.0])
-    assert lines["event"].get_color() == "C3"  # runs keep their colour by position
+    assert lines["event"].get_color() == METHOD_COLOURS["detsgrad"]  # the method's colour
+    assert lines["base"].get_color() == METHOD_COLOURS["dsgd"]
 
 
 def test_accuracy_vs_messages_keeps_the_start_on_a_linear_axis(tmp_path, monkeypatch):
@@ -618,12 +622,14 @@ def test_a_seed_group_is_one_line_with_a_band_and_one_legend_entry(tmp_path, mon
     assert [line.get_label() for line in lines] == ["event (3 seeds)", "base"]
     assert list(lines[0].get_xdata()) == [0, 10, 20, 30]
     assert list(lines[0].get_ydata()) == pytest.approx([51.0, 61.0, 71.0, 81.0])  # the mean
-    assert len(axes.collections) == 2  # the seeds' band and the single run's agent band
+    # One band, the seeds' 95 % interval: the single run beside it has no agent band.
+    assert len(axes.collections) == 1
     seeds_band = axes.collections[0].get_paths()[0].vertices[:, 1]
-    assert seeds_band.min() == pytest.approx(50.0) and seeds_band.max() == pytest.approx(82.0)
+    first = spread([seed_records(s)[0]["accuracy_mean"] * 100 for s in range(3)])
+    assert seeds_band.min() == pytest.approx(first.low)
     legend = [text.get_text() for text in axes.get_legend().get_texts()]
     assert legend == ["event (3 seeds)", "base"]
-    assert "over seeds" in axes.get_title() and "over agents" in axes.get_title()
+    assert "95 % interval of the mean" in axes.get_title() and "best agent" not in axes.get_title()
 
 
 def test_seeds_on_different_clocks_are_averaged_on_a_common_grid(tmp_path, monkeypatch):
@@ -643,8 +649,10 @@ def test_seed_curve_interpolates_within_the_common_range_and_keeps_shared_points
     curve = seed_curve([([0, 2, 4], [0, 2, 4]), ([0, 1, 3], [0, 3, 3])])
     assert list(curve.x) == [0, 1, 2, 3]  # seed 2's x range ends at 3
     assert list(curve.y) == pytest.approx([0, 2, 2.5, 3])
-    assert list(curve.low) == pytest.approx([0, 1, 2, 3])
-    assert list(curve.high) == pytest.approx([0, 3, 3, 3])
+    # the 95 % interval of the mean of two: mean +- t(0.975, 1) sd / sqrt(2)
+    halves = [spread(pair).high - spread(pair).mean for pair in ([0, 0], [1, 3], [2, 3], [3, 3])]
+    assert list(curve.low) == pytest.approx([y - h for y, h in zip(curve.y, halves, strict=True)])
+    assert list(curve.high) == pytest.approx([y + h for y, h in zip(curve.y, halves, strict=True)])
     assert curve.seeds == 2 and not curve.measured
     shared = seed_curve([([0, 1, 1], [1, 2, 5]), ([1, 0], [7, 3]), ([], [])])
     assert list(shared.x) == [0, 1] and shared.measured and shared.seeds == 2

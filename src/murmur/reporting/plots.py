@@ -48,8 +48,8 @@ from murmur.metrics.fields import finite_number
 from murmur.metrics.record_types import EvaluationRecord, RunSummary
 from murmur.metrics.stops import stop_of
 from murmur.reporting.canvas import DPI, FORMATS, new_figure, save
-from murmur.reporting.canvas import colour as _colour
 from murmur.reporting.canvas import finish as _finish
+from murmur.reporting.palette import Look, PlotStyle, looks
 from murmur.reporting.report import Run, has_target, lost_share, run_label, speedups
 from murmur.reporting.seed_curves import (
     Curve,
@@ -58,7 +58,6 @@ from murmur.reporting.seed_curves import (
     group_label,
     group_lines,
     plot_groups,
-    seed_curve,
 )
 from murmur.reporting.seed_groups import SeedGroup
 
@@ -86,21 +85,23 @@ __all__ = [
 ]
 
 MAX_AGENT_TICKS = 32
-MAX_AGENT_BANDS = 4
-"""The accuracy plot shades single runs' spread over agents up to this many lines."""
 MAX_MARKED_POINTS = 40
 """A line with more points is drawn without markers."""
 LOG_SPAN = 10.0
 """A time axis is logarithmic when the lines' last values span this factor or more."""
-SEEDS_NOTE = "line: mean over seeds, band: min to max over seeds"
+SEEDS_NOTE = "line: mean over seeds, band: 95 % interval of the mean"
+PLAIN = PlotStyle()
+"""The figures' look where the user chose nothing."""
 STOP_MARKER = "x"
 """The marker at the last point of a run that a rule stopped early."""
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_HATCHES = ("//", "..", "xx", "\\\\", "oo")
+"""Bars of a method's second, third, ... line: its colour, hatched."""
 
 AccuracySeries = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 """Iterations and the mean, min and max accuracy over agents (%), of one run."""
-Line = tuple[int, str, Curve]
-"""A group's colour index, legend entry and curve."""
+Line = tuple[Look, str, Curve]
+"""A group's look, legend entry and curve."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ class _Lines:
     """What a line plot draws: each run's (x, y) series, or None for a run left out
     (named in the legend as ``left out, LEFT_OUT: ...``), and the axes' words."""
 
-    series: Callable[[Run], Series | None]
+    series: Callable[[Run, str], Series | None]
+    """A run's series against the record field it is given (the x axis's)."""
     ylabel: str
     title: str
     empty: str
@@ -120,76 +122,114 @@ class _Lines:
     left_out: str = ""
 
 
-def plot_accuracy(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> None:
-    """Mean test accuracy (%) vs iteration or layer, one line per seed group.
+def plot_accuracy(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
+) -> None:
+    """Mean test accuracy (%) vs iteration, layer, or for parameter servers the samples
+    their workers computed gradients on (:func:`x_axis_label`), one line per seed group.
 
-    A group of seeds' band is the min to max of its seeds' mean; a single run's is
-    the min to max over its agents, drawn while there are at most
-    :data:`MAX_AGENT_BANDS` lines (more overlap into one smear). Where records carry
-    ``model_accuracy`` (the average model's test accuracy, multi-agent runs) it is
-    drawn dashed in the line's colour.
+    A group of seeds' band is the 95 % interval of its mean; a run alone, drawn as
+    the only line, has the spread over its agents (worst to best) as its band, and
+    where its records carry ``model_accuracy`` the average model's accuracy dotted. With
+    several lines a run alone has no band: bands of agents overlap into one smear,
+    and the table gives each worst agent.
     """
     figure, axes = new_figure()
-    lines = _accuracy_lines(runs)
-    agent_bands = len(lines) <= MAX_AGENT_BANDS
-    bands: set[str] = set()
-    average_model = False
-    for index, line in lines:
-        colour = _colour(index)
-        _draw_line(axes, line.curve, colour, line.label, len(lines))
+    x_key = _x_key(runs)
+    lines = _accuracy_lines(runs, x_key, style)
+    notes = []
+    for look, line in lines:
+        _draw_line(axes, line.curve, look, line.label)
         if line.curve.seeds > 1:
-            bands.add("seeds")
-        elif agent_bands and not line.curve.stopped and _agent_band(axes, line.runs[0], colour):
-            bands.add("agents")
-        model = seed_curve([_model_accuracy(run) for run in line.runs])
-        if model is not None:
-            axes.plot(model.x, model.y, color=colour, linestyle="--", label="_nolegend_")
-            average_model = True
-    if average_model:
-        axes.plot([], [], color="0.3", linestyle="--", label="dashed: average model")
+            notes.append(SEEDS_NOTE)
+        elif len(lines) == 1 and not line.curve.stopped:
+            notes += _alone(axes, line.runs[0], x_key, look)
     _finish(
         axes,
         bool(lines),
         "no evaluation records with test accuracy",
         _progress_axis(axes, [run for _, line in lines for run in line.runs]),
         "test accuracy (%)",
-        _titled("Mean test accuracy over agents", _accuracy_band_note(bands)),
+        _titled(_accuracy_title(runs), "; ".join(dict.fromkeys(notes))),
     )
     _save(figure, path, dpi)
 
 
-def _accuracy_lines(runs: Sequence[Run]) -> list[tuple[int, GroupLine]]:
-    """The accuracy lines of each group (:func:`group_lines`), with its colour index."""
+def _accuracy_title(runs: Sequence[Run]) -> str:
+    """The accuracy plot's title: of agents' mean where some run has several models."""
+    if runs and all(_one_model(run) for run in runs):
+        return "Test accuracy"
+    return "Mean test accuracy over agents"
+
+
+def _alone(axes: Axes, run: Run, x_key: str, look: Look) -> list[str]:
+    """A lone run's band over its agents and its average model's line; what they are."""
+    notes = []
+    if _agent_band(axes, run, x_key, look.colour):
+        notes.append("band: worst to best agent")
+    model = _model_accuracy(run, x_key)
+    if model[0]:
+        axes.plot(*model, color=look.colour, linestyle=":", label="average model (dotted)")
+        notes.append("dotted: the agents' average model")
+    return notes
+
+
+def _accuracy_lines(
+    runs: Sequence[Run], x_key: str, style: PlotStyle
+) -> list[tuple[Look, GroupLine]]:
+    """The accuracy lines of each group (:func:`group_lines`), with its look."""
+    groups = plot_groups(runs)
     lines = []
-    for index, group in enumerate(plot_groups(runs)):
-        series = [_accuracy_series(run.records)[:2] for run in group.runs]
-        lines += [(index, line) for line in group_lines(group, series)]
+    for look, group in zip(_group_looks(groups, style), groups, strict=True):
+        series = [
+            _smoothed(_accuracy_series(run.records, x_key)[:2], style.smooth) for run in group.runs
+        ]
+        lines += [(look, line) for line in group_lines(group, series)]
     return lines
 
 
-def _agent_band(axes: Axes, run: Run, colour: str) -> bool:
-    """Fill the run's min-to-max band over agents; whether it had one."""
-    iterations, _, low, high = _accuracy_series(run.records)
-    band = np.isfinite(low) & np.isfinite(high)
+def _group_looks(groups: Sequence[SeedGroup], style: PlotStyle) -> list[Look]:
+    """Each group's look (:mod:`murmur.reporting.palette`), from its label and algorithm."""
+    named = [(group.label, str(group.runs[0].summary.get("algorithm") or "")) for group in groups]
+    chosen = looks(named, style)
+    return [chosen[label] for label, _ in named]
+
+
+def _smoothed(series: Series, window: int) -> Series:
+    """``series`` with each y the mean of it and the ``window - 1`` before it (fewer at
+    the start); as it is for a window of 1."""
+    if window <= 1:
+        return series
+    y = np.asarray(series[1], dtype=float)
+    sums = np.cumsum(np.insert(y, 0, 0.0))
+    ends = np.arange(1, len(y) + 1)
+    starts = np.maximum(ends - window, 0)
+    return series[0], (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def _agent_band(axes: Axes, run: Run, x_key: str, colour: str) -> bool:
+    """Fill the run's band from its worst to its best agent; whether it had one (a run
+    of one model has none)."""
+    if _one_model(run):
+        return False
+    x, _, low, high = _accuracy_series(run.records, x_key)
+    band = np.isfinite(low) & np.isfinite(high) & (high > low)
     if band.any():
-        axes.fill_between(iterations, low, high, where=band, color=colour, alpha=0.2, linewidth=0)
+        axes.fill_between(x, low, high, where=band, color=colour, alpha=0.2, linewidth=0)
     return bool(band.any())
 
 
-def _model_accuracy(run: Run) -> Series:
-    """The average model's accuracy (%) against iterations; none for one agent, whose
-    model it is."""
-    if run.summary.get("agents") == 1:
+def _one_model(run: Run) -> bool:
+    """Whether a run trains one model: one agent, a parameter server or shared memory."""
+    return run.summary.get("agents") == 1 or "workers" in run.summary
+
+
+def _model_accuracy(run: Run, x_key: str) -> Series:
+    """The average model's accuracy (%) against ``x_key``; none for a run of one model,
+    whose model it is."""
+    if _one_model(run):
         return [], []
-    return _percent_series(run.records, "model_accuracy")
-
-
-def _accuracy_band_note(bands: set[str]) -> str:
-    if {"agents", "seeds"} <= bands:
-        return "band: min to max over agents (one run), over seeds (n seeds: line is their mean)"
-    if "seeds" in bands:
-        return SEEDS_NOTE
-    return "band: min to max over agents" if "agents" in bands else ""
+    return _percent_series(run.records, "model_accuracy", x_key)
 
 
 def _titled(title: str, note: str) -> str:
@@ -197,34 +237,40 @@ def _titled(title: str, note: str) -> str:
 
 
 def _progress_axis(axes: Axes, runs: Sequence[Run]) -> str:
-    """The x label for ``runs`` (layer or iteration); layers get whole-number ticks."""
+    """The x label for ``runs`` (layer, iteration or samples); layers get whole-number
+    ticks."""
     xlabel = x_axis_label(runs)
     if xlabel == "layer":
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     return xlabel
 
 
-def plot_messages(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> None:
+def plot_messages(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
+) -> None:
     """Cumulative messages vs iteration (or layer), one line per group that sends any."""
     _plot_lines(
         runs,
         path,
         _Lines(
-            series=lambda run: _multi_agent(run, "messages"),
+            series=lambda run, x: _multi_agent(run, "messages", x),
             ylabel="messages (cumulative)",
             title="Messages sent",
             empty="no run with message counts",
         ),
         dpi,
+        style,
     )
 
 
-def _multi_agent(run: Run, key: str) -> Series:
-    """A record field against iterations; nothing for a one-agent run."""
-    return ([], []) if run.summary.get("agents") == 1 else _series(run.records, key)
+def _multi_agent(run: Run, key: str, x: str = "iteration") -> Series:
+    """A record field against ``x``; nothing for a one-agent run."""
+    return ([], []) if run.summary.get("agents") == 1 else _series(run.records, key, x)
 
 
-def plot_train_loss(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
+def plot_train_loss(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
+) -> bool:
     """Training loss vs iteration, log y axis; written (and True) only when some run's
     records have a ``train_loss`` (mini-batch runs: the mean since the previous
     evaluation), else a stale path is removed and False returned."""
@@ -232,28 +278,31 @@ def plot_train_loss(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) 
         runs,
         path,
         _Lines(
-            series=lambda run: _series(run.records, "train_loss"),
+            series=lambda run, x: _series(run.records, "train_loss", x),
             ylabel="training loss (log scale)",
             title="Training loss (mean over the steps since the previous evaluation)",
             empty="no run with a training loss",
             log_y=True,
         ),
         dpi,
+        style,
         optional=True,
     )
 
 
-def _consensus_distance(run: Run) -> Series:
+def _consensus_distance(run: Run, x: str = "iteration") -> Series:
     """A multi-agent run's consensus distance against iterations, without the values
     that are rounding off identical models (below 1e-9 of the run's largest), which a
     log axis would stretch over orders of magnitude."""
-    iterations, distances = _multi_agent(run, "consensus_distance")
+    iterations, distances = _multi_agent(run, "consensus_distance", x)
     floor = 1e-9 * max(distances, default=0.0)
     points = [(i, d) for i, d in zip(iterations, distances, strict=True) if d > floor]
     return [i for i, _ in points], [d for _, d in points]
 
 
-def plot_consensus_distance(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
+def plot_consensus_distance(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
+) -> bool:
     """Consensus distance (1/N) sum_i ||x_i - x_bar||^2 vs iteration, log y axis, one
     line per multi-agent group; written (and True) only when some run has it."""
     return _plot_lines(
@@ -267,11 +316,14 @@ def plot_consensus_distance(runs: Sequence[Run], path: str | Path, *, dpi: float
             log_y=True,
         ),
         dpi,
+        style,
         optional=True,
     )
 
 
-def plot_accuracy_vs_bytes(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> None:
+def plot_accuracy_vs_bytes(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
+) -> None:
     """Mean test accuracy (%) vs cumulative bytes sent, log x axis, one line per group.
 
     A log axis cannot show 0 bytes: each line starts at the first evaluation with
@@ -283,7 +335,7 @@ def plot_accuracy_vs_bytes(runs: Sequence[Run], path: str | Path, *, dpi: float 
         runs,
         path,
         _Lines(
-            series=lambda run: _sent(run, "bytes"),
+            series=lambda run, _: _sent(run, "bytes"),
             xlabel="bytes sent (cumulative, log scale)",
             ylabel="test accuracy (%)",
             title="Mean test accuracy vs bytes sent",
@@ -292,10 +344,13 @@ def plot_accuracy_vs_bytes(runs: Sequence[Run], path: str | Path, *, dpi: float 
             left_out="no bytes",
         ),
         dpi,
+        style,
     )
 
 
-def plot_accuracy_vs_messages(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> None:
+def plot_accuracy_vs_messages(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
+) -> None:
     """Mean test accuracy (%) vs cumulative point-to-point messages, one line per group.
 
     Runs that never send a message (centralized ones) are left out, as the legend
@@ -305,7 +360,7 @@ def plot_accuracy_vs_messages(runs: Sequence[Run], path: str | Path, *, dpi: flo
         runs,
         path,
         _Lines(
-            series=lambda run: _sent(run, "messages"),
+            series=lambda run, _: _sent(run, "messages"),
             xlabel="point-to-point messages (cumulative)",
             ylabel="test accuracy (%)",
             title="Mean test accuracy vs messages",
@@ -313,6 +368,7 @@ def plot_accuracy_vs_messages(runs: Sequence[Run], path: str | Path, *, dpi: flo
             left_out="no messages",
         ),
         dpi,
+        style,
     )
 
 
@@ -325,7 +381,7 @@ def _sent(run: Run, key: str) -> Series | None:
 
 
 def plot_accuracy_vs_virtual_time(
-    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
 ) -> bool:
     """Mean test accuracy (%) vs the simulator's virtual seconds, one line per group:
     the figure of asynchronous methods, which reach an accuracy sooner on the clock
@@ -336,7 +392,7 @@ def plot_accuracy_vs_virtual_time(
         runs,
         path,
         _Lines(
-            series=lambda run: accuracy_against(run.records, "virtual_seconds"),
+            series=lambda run, _: accuracy_against(run.records, "virtual_seconds"),
             xlabel="virtual time (s, simulator's clock)",
             ylabel="test accuracy (%)",
             title="Mean test accuracy vs virtual time",
@@ -344,11 +400,14 @@ def plot_accuracy_vs_virtual_time(
             log_x=None,
         ),
         dpi,
+        style,
         optional=True,
     )
 
 
-def plot_accuracy_vs_wall_time(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> None:
+def plot_accuracy_vs_wall_time(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
+) -> None:
     """Mean test accuracy (%) vs wall-clock seconds since the run started, one line per
     group (the real time of distributed runs; in the simulator, how long simulating
     took). Log x axis under the same rule as the virtual-time plot."""
@@ -356,7 +415,7 @@ def plot_accuracy_vs_wall_time(runs: Sequence[Run], path: str | Path, *, dpi: fl
         runs,
         path,
         _Lines(
-            series=lambda run: accuracy_against(run.records, "wall_seconds"),
+            series=lambda run, _: accuracy_against(run.records, "wall_seconds"),
             xlabel="wall time (s)",
             ylabel="test accuracy (%)",
             title="Mean test accuracy vs wall time",
@@ -364,21 +423,28 @@ def plot_accuracy_vs_wall_time(runs: Sequence[Run], path: str | Path, *, dpi: fl
             log_x=None,
         ),
         dpi,
+        style,
     )
 
 
 def _plot_lines(
-    runs: Sequence[Run], path: str | Path, lines: _Lines, dpi: float, optional: bool = False
+    runs: Sequence[Run],
+    path: str | Path,
+    lines: _Lines,
+    dpi: float,
+    style: PlotStyle = PLAIN,
+    optional: bool = False,
 ) -> bool:
     """Draw ``lines`` (see :class:`_Lines`); whether the file was written. An optional
     plot with no line writes nothing and removes a stale ``path``."""
-    drawn, left_out, log_x = _group_lines(runs, lines)
+    x_key = _x_key(runs)
+    drawn, left_out, log_x = _group_lines(runs, lines, x_key, style)
     if optional and not drawn:
         Path(path).unlink(missing_ok=True)
         return False
     figure, axes = new_figure()
-    for index, label, curve in drawn:
-        _draw_line(axes, curve, _colour(index), label, len(drawn))
+    for look, label, curve in drawn:
+        _draw_line(axes, curve, look, label)
     if drawn and log_x:
         axes.set_xscale("log")
         if lines.log_x is None:  # seconds: 0.1, 1, 10 rather than powers of ten
@@ -389,7 +455,7 @@ def _plot_lines(
         axes.plot([], [], " ", label=f"left out, {lines.left_out}: {', '.join(left_out)}")
     xlabel = lines.xlabel
     if xlabel is None:
-        xlabel = _progress_axis(axes, [run for run in runs if _drawn(run, lines)])
+        xlabel = _progress_axis(axes, [run for run in runs if _drawn(run, lines, x_key)])
     elif log_x and "log" not in xlabel:
         xlabel = xlabel.replace(")", ", log scale)") if xlabel.endswith(")") else xlabel + " (log)"
     seeds = any(curve.seeds > 1 for _, _, curve in drawn)
@@ -412,35 +478,48 @@ def _log_y(axes: Axes, drawn: list[Line]) -> None:
         axes.yaxis.set_minor_formatter(plain)
 
 
-def _drawn(run: Run, lines: _Lines) -> bool:
-    series = lines.series(run)
+def _drawn(run: Run, lines: _Lines, x_key: str) -> bool:
+    series = lines.series(run, x_key)
     return series is not None and bool(series[0])
 
 
-def _group_lines(runs: Sequence[Run], lines: _Lines) -> tuple[list[Line], list[str], bool]:
-    """Each group's curve (points a log axis cannot show dropped), the labels of the
-    groups left out, and whether the x axis is logarithmic."""
+def _group_lines(
+    runs: Sequence[Run], lines: _Lines, x_key: str, style: PlotStyle
+) -> tuple[list[Line], list[str], bool]:
+    """Each group's curve (points a log axis cannot show dropped, smoothed as ``style``
+    says), the labels of the groups left out, and whether the x axis is logarithmic."""
     groups = plot_groups(runs)
-    members = [[lines.series(run) for run in group.runs] for group in groups]
+    members = [
+        [
+            None if (got := lines.series(run, x_key)) is None else _smoothed(got, style.smooth)
+            for run in group.runs
+        ]
+        for group in groups
+    ]
     left_out = [
         group.label
         for group, series in zip(groups, members, strict=True)
         if all(member is None for member in series)
     ]
+    group_looks = _group_looks(groups, style)
     log_x = lines.log_x
     if log_x is None:
-        log_x = _spans(_curves(groups, members, False, False))
-    drawn = _curves(groups, members, log_x, lines.log_y)
+        log_x = _spans(_curves(groups, members, (False, False), group_looks))
+    drawn = _curves(groups, members, (log_x, lines.log_y), group_looks)
     return drawn, left_out, log_x
 
 
 def _curves(
-    groups: Sequence[SeedGroup], members: list[list[Series | None]], log_x: bool, log_y: bool
+    groups: Sequence[SeedGroup],
+    members: list[list[Series | None]],
+    log: tuple[bool, bool],
+    group_looks: Sequence[Look],
 ) -> list[Line]:
+    """Each group's lines; ``log``: whether the x and the y axis are logarithmic."""
     drawn = []
-    for index, (group, series) in enumerate(zip(groups, members, strict=True)):
-        kept = [None if member is None else _positive(member, log_x, log_y) for member in series]
-        drawn += [(index, line.label, line.curve) for line in group_lines(group, kept)]
+    for look, group, series in zip(group_looks, groups, members, strict=True):
+        kept = [None if member is None else _positive(member, *log) for member in series]
+        drawn += [(look, line.label, line.curve) for line in group_lines(group, kept)]
     return drawn
 
 
@@ -456,16 +535,16 @@ def _spans(lines: list[Line]) -> bool:
     return bool(ends) and min(ends) > 0 and max(ends) / min(ends) >= LOG_SPAN
 
 
-def _draw_line(axes: Axes, curve: Curve, colour: str, label: str, lines: int) -> None:
-    """A curve in ``colour``; a group of seeds with its min-to-max band, fainter when
-    there are more than :data:`MAX_AGENT_BANDS` ``lines``; a run stopped early thinner,
-    with :data:`STOP_MARKER` at its last point."""
+def _draw_line(axes: Axes, curve: Curve, look: Look, label: str) -> None:
+    """A curve in its look; a group of seeds with the band of its 95 % interval; a run
+    stopped early thinner, with :data:`STOP_MARKER` at its last point."""
     if curve.stopped:
         last = [len(curve.x) - 1]
         axes.plot(
             curve.x,
             curve.y,
-            color=colour,
+            color=look.colour,
+            linestyle=look.line_style,
             linewidth=1.0,
             marker=STOP_MARKER,
             markevery=last,
@@ -475,10 +554,13 @@ def _draw_line(axes: Axes, curve: Curve, colour: str, label: str, lines: int) ->
         )
         return
     marker = "." if curve.measured and len(curve.x) <= MAX_MARKED_POINTS else None
-    axes.plot(curve.x, curve.y, color=colour, marker=marker, label=label)
+    axes.plot(
+        curve.x, curve.y, color=look.colour, linestyle=look.line_style, marker=marker, label=label
+    )
     if curve.seeds > 1:
-        alpha = 0.2 if lines <= MAX_AGENT_BANDS else 0.12
-        axes.fill_between(curve.x, curve.low, curve.high, color=colour, alpha=alpha, linewidth=0)
+        axes.fill_between(
+            curve.x, curve.low, curve.high, color=look.colour, alpha=0.15, linewidth=0
+        )
 
 
 def accuracy_against(records: list[EvaluationRecord], key: str) -> tuple[list[float], list[float]]:
@@ -498,14 +580,17 @@ def accuracy_against(records: list[EvaluationRecord], key: str) -> tuple[list[fl
     return counts, accuracy
 
 
-def plot_events_per_agent(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> None:
-    """Final events per agent as grouped bars: one group of bars per agent, one colour
-    per seed group (the mean over its finished seeds, error bars from min to max); runs
-    stopped early are left out, as the legend says."""
+def plot_events_per_agent(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
+) -> None:
+    """Final events per agent (broadcasts: sends of one message to every neighbour) as
+    grouped bars: one group of bars per agent, one colour per seed group (the mean over
+    its finished seeds, error bars from min to max); runs stopped early are left out,
+    as the legend says."""
     figure, axes = new_figure()
-    bars, left_out = _event_bars(runs)
+    bars, left_out = _event_bars(runs, style)
     width = 0.8 / max(len(bars), 1)
-    for position, (index, label, table) in enumerate(bars):
+    for position, (look, label, table) in enumerate(bars):
         agents = np.arange(table.shape[1])
         mean = table.mean(axis=0)
         spread = [mean - table.min(axis=0), table.max(axis=0) - mean]
@@ -514,7 +599,9 @@ def plot_events_per_agent(runs: Sequence[Run], path: str | Path, *, dpi: float =
             agents - 0.4 + width * (position + 0.5),
             mean,
             width=width,
-            color=_colour(index),
+            color=look.colour,
+            hatch=None if look.line_style == "-" else _HATCHES[position % len(_HATCHES)],
+            edgecolor="white",
             label=label,
             yerr=spread if several else None,
             ecolor="0.25",
@@ -535,17 +622,20 @@ def plot_events_per_agent(runs: Sequence[Run], path: str | Path, *, dpi: float =
         bool(bars),
         "no multi-agent run with events per agent",
         "agent",
-        "events (total)",
-        _titled("Events per agent", note),
+        "broadcasts (total)",
+        _titled("Broadcasts per agent (a broadcast: one message to every neighbour)", note),
     )
     _save(figure, path, dpi)
 
 
-def _event_bars(runs: Sequence[Run]) -> tuple[list[tuple[int, str, np.ndarray]], list[str]]:
-    """Each multi-agent group's colour index, legend entry and final events per agent
-    (a row per finished seed); and the groups left out because every run stopped early."""
+def _event_bars(
+    runs: Sequence[Run], style: PlotStyle
+) -> tuple[list[tuple[Look, str, np.ndarray]], list[str]]:
+    """Each multi-agent group's look, legend entry and final events per agent (a row per
+    finished seed); and the groups left out because every run stopped early."""
     bars, left_out = [], []
-    for index, group in enumerate(plot_groups(runs)):
+    groups = plot_groups(runs)
+    for look, group in zip(_group_looks(groups, style), groups, strict=True):
         done = _finished(group.runs)
         counts = [_final_events_per_agent(run) for run in done]
         counts = [c for c in counts if c and len(c) == len(counts[0])]
@@ -553,7 +643,7 @@ def _event_bars(runs: Sequence[Run]) -> tuple[list[tuple[int, str, np.ndarray]],
             continue
         of = len(group.runs) if len(done) < len(group.runs) else None
         if counts:
-            bars.append((index, group_label(group.label, len(counts), of), np.array(counts)))
+            bars.append((look, group_label(group.label, len(counts), of), np.array(counts)))
         elif not done:
             left_out.append(group.label)
     return bars, left_out
@@ -564,7 +654,9 @@ def _finished(runs: Sequence[Run]) -> list[Run]:
     return [run for run in runs if stop_of(run.summary) is None]
 
 
-def plot_time_vs_nodes(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
+def plot_time_vs_nodes(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
+) -> bool:
     """Training time on the virtual clock vs number of nodes, one line per algorithm.
 
     Uses each run's summary ``agents`` and ``virtual_seconds``; runs without
@@ -582,10 +674,13 @@ def plot_time_vs_nodes(runs: Sequence[Run], path: str | Path, *, dpi: float = DP
         title="Training time vs number of nodes (virtual clock)",
         integer_x=True,
         dpi=dpi,
+        style=style,
     )
 
 
-def plot_accuracy_vs_degree(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
+def plot_accuracy_vs_degree(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
+) -> bool:
     """Final mean test accuracy (%) vs mean graph degree, one line per algorithm.
 
     Uses each run's summary ``mean_degree`` and ``accuracy.mean``; runs
@@ -602,6 +697,7 @@ def plot_accuracy_vs_degree(runs: Sequence[Run], path: str | Path, *, dpi: float
         title="Mean test accuracy vs mean degree",
         integer_x=False,
         dpi=dpi,
+        style=style,
     )
 
 
@@ -647,7 +743,9 @@ def _spread(values: Sequence[float]) -> tuple[float, float, float]:
     return float(np.mean(values)), min(values), max(values)
 
 
-def plot_accuracy_vs_lost(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
+def plot_accuracy_vs_lost(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
+) -> bool:
     """Final mean test accuracy (%) vs the share of messages lost (%): one point per
     run, or per seed group (mean, error bars from min to max over its seeds), named
     after it: how each stands up to ``faults.drop``.
@@ -661,6 +759,7 @@ def plot_accuracy_vs_lost(runs: Sequence[Run], path: str | Path, *, dpi: float =
         Path(path).unlink(missing_ok=True)
         return False
     figure, axes = new_figure()
+    group_looks = _group_looks(plot_groups(runs), style)
     for number, point in enumerate(points):
         (x, x_low, x_high), (y, y_low, y_high) = point.lost, point.accuracy
         axes.errorbar(
@@ -668,7 +767,7 @@ def plot_accuracy_vs_lost(runs: Sequence[Run], path: str | Path, *, dpi: float =
             [y],
             xerr=[[x - x_low], [x_high - x]] if point.seeds > 1 else None,
             yerr=[[y - y_low], [y_high - y]] if point.seeds > 1 else None,
-            color=_colour(point.index),
+            color=group_looks[point.index].colour,
             marker=_MARKERS[number % len(_MARKERS)],
             markersize=7,
             linestyle="none",
@@ -777,7 +876,9 @@ def _speedup_line(
         axes.plot([], [], " ", label=f"{name}: not reached, left out: W = {left_out}")
 
 
-def plot_speedup_vs_workers(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
+def plot_speedup_vs_workers(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
+) -> bool:
     """Iteration and time speedup to the target loss vs workers W, with linear speedup y = W.
 
     One colour per algorithm: iteration speedup W * its_1 / its_W solid, time
@@ -793,9 +894,10 @@ def plot_speedup_vs_workers(runs: Sequence[Run], path: str | Path, *, dpi: float
         return False
     figure, axes = new_figure()
     all_workers: set[float] = set()
-    for index, (name, (points, not_reached)) in enumerate(lines.items()):
+    line_looks = looks([(name, name.split(" (")[0]) for name in lines], style)
+    for name, (points, not_reached) in lines.items():
         if points:
-            _speedup_line(axes, name, points, not_reached, _colour(index))
+            _speedup_line(axes, name, points, not_reached, line_looks[name].colour)
             all_workers.update(w for w, _, _ in points)
             all_workers.update(not_reached)
     ticks = sorted(all_workers)
@@ -819,7 +921,9 @@ def plot_speedup_vs_workers(runs: Sequence[Run], path: str | Path, *, dpi: float
     return True
 
 
-def plot_staleness(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -> bool:
+def plot_staleness(
+    runs: Sequence[Run], path: str | Path, *, dpi: float = DPI, style: PlotStyle = PLAIN
+) -> bool:
     """Staleness histogram of each run with one: share of applied gradients (%) per staleness.
 
     One line per run (its name as label), log y axis so that rare staleness
@@ -828,21 +932,25 @@ def plot_staleness(runs: Sequence[Run], path: str | Path, *, dpi: float = DPI) -
     otherwise nothing is written, a stale path is removed and False is returned.
     """
     histograms = []
-    for index, run in enumerate(runs):
+    run_looks = looks(
+        [(run_label(run.summary), str(run.summary.get("algorithm") or "")) for run in runs], style
+    )
+    for run in runs:
         counts = _staleness_histogram(run.summary)
         if counts:
-            histograms.append((index, run, counts))
+            histograms.append((run_looks[run_label(run.summary)], run, counts))
     if not histograms:
         Path(path).unlink(missing_ok=True)
         return False
     figure, axes = new_figure()
-    for index, run, counts in histograms:
+    for look, run, counts in histograms:
         total = sum(counts)
         shares = [100 * count / total if count > 0 else math.nan for count in counts]
         axes.plot(
             range(len(counts)),
             shares,
-            color=_colour(index),
+            color=look.colour,
+            linestyle=look.line_style,
             marker=".",
             label=run_label(run.summary),
         )
@@ -874,14 +982,37 @@ def _staleness_histogram(summary: RunSummary) -> list[float]:
     return valid
 
 
+SAMPLES_AXIS = "training samples (gradients computed x batch)"
+"""The progress axis of runs of parameter servers and shared memory: a synchronous
+server's iteration computes W gradients, an asynchronous one's one, so iterations
+would put unequal work side by side."""
+
+
+def _x_key(runs: Sequence[Run]) -> str:
+    """The record field of the progress axis: ``samples`` where some run has workers
+    and every run's records count samples, else ``iteration`` (layers: their iteration)."""
+    if not any("workers" in run.summary for run in runs):
+        return "iteration"
+    counted = all(
+        finite_number(_field(record, "samples")) is not None
+        for run in runs
+        for record in run.records
+    )
+    return "samples" if counted else "iteration"
+
+
 def x_axis_label(runs: Sequence[Run]) -> str:
-    """The x-axis label: "layer" if every run with records is layer-wise, else "iteration".
+    """The x-axis label: "layer" if every run with records is layer-wise, the samples
+    axis (:data:`SAMPLES_AXIS`) where runs have workers (:func:`_x_key`), else
+    "iteration".
 
     A run is layer-wise when each of its records that has an iteration also
     has a numeric ``layer`` (SSFN-style runs record once per layer, with
     iteration equal to layer). Runs without records do not count; with none
     left the label is "iteration".
     """
+    if _x_key(runs) == "samples":
+        return SAMPLES_AXIS
     with_records = [
         [record for record in run.records if finite_number(record.get("iteration")) is not None]
         for run in runs
@@ -938,6 +1069,7 @@ def _plot_by_algorithm(
     title: str,
     integer_x: bool,
     dpi: float,
+    style: PlotStyle = PLAIN,
 ) -> bool:
     """One line per algorithm through the mean y at each x, sorted by x.
 
@@ -949,8 +1081,9 @@ def _plot_by_algorithm(
         Path(path).unlink(missing_ok=True)
         return False
     figure, axes = new_figure()
-    for index, (name, points) in enumerate(lines.items()):
-        colour = _colour(index)
+    line_looks = looks([(name, name.split(" (")[0]) for name in lines], style)
+    for name, points in lines.items():
+        colour = line_looks[name].colour
         xs, means = mean_line(points)
         axes.plot(xs, means, color=colour, marker="o", label=name)
         if len(points) > len(xs):
@@ -964,15 +1097,16 @@ def _plot_by_algorithm(
     return True
 
 
-def _accuracy_series(records: list[EvaluationRecord]) -> AccuracySeries:
-    """Iterations and mean/min/max accuracy in percent; NaN where a record lacks a value.
+def _accuracy_series(records: list[EvaluationRecord], x: str = "iteration") -> AccuracySeries:
+    """``x`` (iterations, or samples) and mean/min/max accuracy in percent; NaN where a
+    record lacks a value.
 
     Statistics the record does not carry are computed from its per-agent
     test_accuracy list.
     """
     rows = []
     for record in records:
-        iteration = finite_number(record.get("iteration"))
+        iteration = finite_number(_field(record, x))
         if iteration is None:
             continue
         statistics = []
@@ -999,11 +1133,14 @@ def _statistic(
     return float(reduce(per_agent)) if per_agent else None
 
 
-def _series(records: list[EvaluationRecord], key: str) -> tuple[list[float], list[float]]:
-    """Iterations and values of one numeric record field, where both are present."""
+def _series(
+    records: list[EvaluationRecord], key: str, x: str = "iteration"
+) -> tuple[list[float], list[float]]:
+    """``x`` (iterations, or samples) and the values of one numeric record field, where
+    both are present."""
     iterations, values = [], []
     for record in records:
-        iteration, value = finite_number(record.get("iteration")), finite_number(record.get(key))
+        iteration, value = finite_number(_field(record, x)), finite_number(_field(record, key))
         if iteration is not None and value is not None:
             iterations.append(iteration)
             values.append(value)
@@ -1027,9 +1164,9 @@ def _field(record: EvaluationRecord, key: str) -> object:
     return cast(Mapping[str, object], record).get(key)
 
 
-def _percent_series(records: list[EvaluationRecord], key: str) -> Series:
-    """Iterations and a fraction field of the records in percent, where both are present."""
-    iterations, values = _series(records, key)
+def _percent_series(records: list[EvaluationRecord], key: str, x: str = "iteration") -> Series:
+    """``x`` and a fraction field of the records in percent, where both are present."""
+    iterations, values = _series(records, key, x)
     return iterations, [100 * value for value in values]
 
 

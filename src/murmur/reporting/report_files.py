@@ -7,15 +7,18 @@ the plots are :mod:`murmur.reporting.plots` (matplotlib is loaded only here).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from murmur.errors import UsageError
 from murmur.metrics.record_types import RunSummary
 from murmur.metrics.stops import stop_of
 from murmur.reporting import plots
+from murmur.reporting.palette import PlotStyle
 from murmur.reporting.report import (
     FailedRun,
     Run,
@@ -69,6 +72,86 @@ _OPTIONAL_PLOTS: tuple[tuple[str, str, str], ...] = (
 says whether it wrote its file."""
 
 
+_PROGRESS = (
+    "The x axis is the iteration (every agent's step; layer-wise runs: the layer), or for "
+    "parameter servers and shared memory the training samples their workers computed "
+    "gradients on, since a synchronous server's iteration computes W gradients and an "
+    "asynchronous one's one."
+)
+CAPTIONS: dict[str, str] = {
+    "accuracy": (
+        "Mean test accuracy over agents at each evaluation, one line per run or group of "
+        "seeds, one colour per method (line styles tell a method's runs apart). "
+        + _PROGRESS
+        + " A run drawn alone has the band from its worst to its best agent and its "
+        "agents' average model dotted."
+    ),
+    "messages": "Point-to-point messages sent by all agents together, cumulative. " + _PROGRESS,
+    "events_per_agent": (
+        "Broadcasts of each agent at the end of the run (a broadcast: one message to "
+        "every neighbour; BEER broadcasts twice a step, its model's and its tracker's "
+        "estimate)."
+    ),
+    "accuracy_vs_bytes": (
+        "Mean test accuracy against the encoded bytes all agents had sent, log scale: "
+        "the fair axis for methods that compress or skip messages. Runs that send no "
+        "byte are left out, as the legend says."
+    ),
+    "accuracy_vs_messages": "Mean test accuracy against the point-to-point messages sent.",
+    "accuracy_vs_wall_time": (
+        "Mean test accuracy against wall-clock seconds: in the simulator, how long "
+        "simulating took, not how long a deployment would take (see the virtual time)."
+    ),
+    "accuracy_vs_virtual_time": (
+        "Mean test accuracy against the simulator's virtual clock ([timing]): compute and "
+        "message times as a deployment would see them; one learner that computes every "
+        "agent's batch alone takes longer per iteration."
+    ),
+    "train_loss": "Training loss, mean over the steps since the previous evaluation. " + _PROGRESS,
+    "consensus_distance": "Mean squared distance of the agents' models to their average.",
+}
+"""What each figure of report.md draws, under it (by file name without suffix)."""
+_SEED_LINES = {
+    "accuracy",
+    "messages",
+    "accuracy_vs_bytes",
+    "accuracy_vs_messages",
+    "accuracy_vs_wall_time",
+    "accuracy_vs_virtual_time",
+    "train_loss",
+    "consensus_distance",
+}
+"""The figures whose lines are means over seeds, with a band."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which runs a report shows and what it calls them: ``only`` the runs of these
+    labels (all when empty), ``labels`` new names for labels (old to new)."""
+
+    only: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def of(self, runs: Sequence[Run | FailedRun]) -> list[Run | FailedRun]:
+        """The runs chosen, relabelled; a UsageError for a label no run has."""
+        known = {run_label(run.summary) for run in runs}
+        unknown = [name for name in (*self.only, *self.labels) if name not in known]
+        if unknown:
+            raise UsageError(
+                f"no run is called {unknown[0]!r}; the runs are {', '.join(sorted(known))}"
+            )
+        chosen = [run for run in runs if not self.only or run_label(run.summary) in self.only]
+        return [self._relabelled(run) for run in chosen]
+
+    def _relabelled(self, run: Run | FailedRun) -> Run | FailedRun:
+        name = self.labels.get(run_label(run.summary))
+        if name is None:
+            return run
+        summary = dict(run.summary)
+        summary["name"] = name
+        return dataclasses.replace(run, summary=summary)  # type: ignore[arg-type]
+
+
 def write_report(
     run_dirs: Sequence[str | Path],
     out_dir: str | Path,
@@ -76,13 +159,17 @@ def write_report(
     fmt: str = plots.FORMATS[0],
     dpi: float = plots.DPI,
     target: float | None = None,
+    style: PlotStyle = plots.PLAIN,
+    choice: Choice = Choice(),
 ) -> Path:
     """Write out_dir/report.md and its plots for the given run folders; return its path.
 
     The plots are ``fmt`` files (png, pdf or svg; PNGs at ``dpi`` dots per inch);
     another format or a dpi that is not a positive number is a UsageError. The tables'
     "to N %" columns measure the way to ``target`` (a fraction; None: the default of
-    :mod:`murmur.reporting.to_target`).
+    :mod:`murmur.reporting.to_target`). ``style``: the figures' colours and smoothing
+    (:mod:`murmur.reporting.palette`); ``choice``: which runs, under which labels
+    (:class:`Choice`).
 
     All runs are read before anything is written, so a bad folder leaves
     out_dir untouched. Re-running overwrites the report and plots.
@@ -108,7 +195,7 @@ def write_report(
     if not run_dirs:
         raise UsageError("no run folders given; pass one or more folders written by `murmur run`")
     _check_output(fmt, dpi)
-    runs = [read_run(run_dir) for run_dir in run_dirs]
+    runs = choice.of([read_run(run_dir) for run_dir in run_dirs])
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"report folder {out} is a file; pass a folder path for the report")
@@ -117,7 +204,7 @@ def write_report(
     except OSError as error:
         raise UsageError(f"cannot create report folder {out}: {error.strerror}") from None
 
-    plot_files = _write_plots([run for run in runs if not run.failed], out, fmt, dpi)
+    plot_files = _write_plots([run for run in runs if not run.failed], out, (fmt, dpi), style)
     report_path = out / "report.md"
     report_path.write_text(_report_markdown(runs, out, plot_files, target), encoding="utf-8")
     return report_path
@@ -131,27 +218,37 @@ def _check_output(fmt: str, dpi: float) -> None:
         raise UsageError(f"dpi must be a positive number, not {dpi!r}")
 
 
-def _write_plots(runs: list[Run], out: Path, fmt: str, dpi: float) -> list[tuple[str, str]]:
-    """Draw the plots of ``runs`` into out as ``fmt`` files; the (title, file) of each
-    plot written."""
+def _write_plots(
+    runs: list[Run], out: Path, output: tuple[str, float], style: PlotStyle
+) -> list[tuple[str, str]]:
+    """Draw the plots of ``runs`` into out as files of ``output`` (format and dpi); the
+    (title, file) of each plot written."""
+    fmt, dpi = output
     if not runs:
         for _, stem, _ in (*_PLOTS, *_OPTIONAL_PLOTS):
             (out / f"{stem}.{fmt}").unlink(missing_ok=True)
         return []
     written = []
     for title, stem, plot in _PLOTS:
-        getattr(plots, plot)(runs, out / f"{stem}.{fmt}", dpi=dpi)
+        getattr(plots, plot)(runs, out / f"{stem}.{fmt}", dpi=dpi, style=style)
         written.append((title, f"{stem}.{fmt}"))
     for title, stem, optional in _OPTIONAL_PLOTS:
-        if getattr(plots, optional)(runs, out / f"{stem}.{fmt}", dpi=dpi):
+        if getattr(plots, optional)(runs, out / f"{stem}.{fmt}", dpi=dpi, style=style):
             written.append((title, f"{stem}.{fmt}"))
     return written
 
 
-def _plot_section(title: str, file: str) -> list[str]:
-    """A plot's part of report.md: its heading and the image (a link for a PDF)."""
+def _plot_section(title: str, file: str, seeds: bool) -> list[str]:
+    """A plot's part of report.md: its heading, the image (a link for a PDF) and its
+    caption; ``seeds``: whether some line is a mean over seeds."""
     link = f"[{title} (PDF)]({file})" if file.endswith(".pdf") else f"![{title}]({file})"
-    return [f"## {title}", "", link, ""]
+    caption = CAPTIONS.get(Path(file).stem, "")
+    if seeds and Path(file).stem in _SEED_LINES:
+        caption += (
+            " A line over several seeds is their mean, its band the 95 % interval of that "
+            "mean (the legend says how many seeds)."
+        )
+    return [f"## {title}", "", link, "", *([caption.strip(), ""] if caption else [])]
 
 
 def _report_markdown(
@@ -191,8 +288,9 @@ def _report_markdown(
     sampled = _sampled_note(summaries)
     if sampled:
         parts += [sampled, ""]
+    seeds = any(len(group) > 1 for group in groups)
     for title, file in plot_files:
-        parts += _plot_section(title, file)
+        parts += _plot_section(title, file, seeds)
     parts += ["## Configurations", ""]
     parts += [_config_line(run, out) for run in runs]
     return "\n".join(parts) + "\n"

@@ -14,7 +14,8 @@ shorter clock, ends the curve). Each member is linearly interpolated onto those 
 values (``numpy.interp``), which changes nothing where the members share their x
 values (evaluations at the same iterations); where they do not (virtual or wall
 time, bytes, messages) it puts every seed on the same grid. The curve is the mean
-of the members and the band runs from the lowest to the highest member at each x.
+of the members and its band the 95 % confidence interval of that mean at each x,
+mean ± t(0.975, n - 1) · sd / √n (Student's t, as the tables' "95 % CI").
 
 :func:`group_lines` keeps a group's runs that a rule stopped early
 (:mod:`murmur.metrics.stops`) out of that mean: the group's curve is over its
@@ -29,10 +30,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy import stats
 
 from murmur.metrics.stops import Stop, status_text, stop_of, stops_note
 from murmur.reporting.report import Run, run_label
 from murmur.reporting.seed_groups import SeedGroup, group_runs
+from murmur.reporting.statistics import CONFIDENCE
 
 __all__ = [
     "Curve",
@@ -51,8 +54,8 @@ Series = tuple[Values, Values]
 
 @dataclass(frozen=True)
 class Curve:
-    """A line over ``x``: ``y`` the mean over ``seeds`` runs, ``low`` / ``high`` the
-    lowest and highest of them (equal to ``y`` for one run)."""
+    """A line over ``x``: ``y`` the mean over ``seeds`` runs, ``low`` / ``high`` the 95 %
+    confidence interval of that mean (equal to ``y`` for one run)."""
 
     x: np.ndarray
     y: np.ndarray
@@ -155,14 +158,11 @@ def seed_curve(series: Sequence[Series]) -> Curve | None:
         return None
     values = np.vstack([np.interp(grid, x, y) for x, y in members])
     measured = all(np.array_equal(x, grid) for x, _ in members)
-    return Curve(
-        grid,
-        values.mean(axis=0),
-        values.min(axis=0),
-        values.max(axis=0),
-        len(members),
-        measured,
-    )
+    mean = values.mean(axis=0)
+    count = len(members)
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, count - 1)) * values.std(axis=0, ddof=1)
+    half /= np.sqrt(count)
+    return Curve(grid, mean, mean - half, mean + half, count, measured)
 
 
 def _clean(series: Series) -> tuple[np.ndarray, np.ndarray]:
