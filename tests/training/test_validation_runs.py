@@ -124,7 +124,8 @@ def test_records_and_summary_carry_the_validation_split(tmp_path, preset, settin
     assert summary["validation_accuracy"]["mean"] == sum(final) / len(final)
     assert summary["validation_last_k"]["k"] == min(5, len(records))
     assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "report")]) == 0
-    assert "last-k val acc %" in (tmp_path / "report" / "report.md").read_text()
+    k = min(5, len(records))
+    assert f"last-{k} val acc %" in (tmp_path / "report" / "report.md").read_text()
 
 
 def test_the_records_validation_accuracy_is_the_agents_on_the_held_out_rows():
