@@ -10,12 +10,13 @@ lost, and for worker-based runs speedup vs workers and the staleness histogram.
 
 Runs that differ only in their seed are one seed group
 (:mod:`murmur.reporting.seed_curves`): the line plots draw a group as one line, the
-mean across its seeds on a common x grid, with a band from the lowest to the
-highest seed, and one legend entry, "label (n seeds)"; the events bars and the
+mean across its seeds on a common x grid, with the band of the 95 % interval of that
+mean, and one legend entry, "label (n seeds)"; the events bars and the
 lost-messages points show the mean with error bars from the lowest to the highest
-seed. A single run's accuracy band is the spread over its agents instead, as the
-title says. Each group keeps its colour (its position in the list) in every plot,
-also when a plot skips some groups. A plot with nothing to show still writes its
+seed. A run alone in the accuracy plot has the spread over its agents as its band
+instead, as the title says; beside other lines it has none. Each group's colour is
+its method's (:mod:`murmur.reporting.palette`), the same in every report, with line
+styles telling one method's groups apart. A plot with nothing to show still writes its
 file, with a note saying why it is empty, except the optional ones, which return
 whether they wrote their file and remove a stale copy when they do not.
 
