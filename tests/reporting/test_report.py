@@ -25,7 +25,7 @@ from murmur.reporting.report import (
 )
 from murmur.reporting.report_files import write_report
 from murmur.reporting.versus_dsgd import versus_dsgd
-from murmur.units import human_bytes
+from murmur.units import bytes_in_unit, human_bytes
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -422,6 +422,12 @@ def test_accuracies_are_percent_with_two_decimals_and_bytes_in_units():
 )
 def test_human_bytes(count, text):
     assert human_bytes(count) == text
+
+
+def test_a_spread_of_bytes_is_written_in_its_means_unit():
+    assert bytes_in_unit(6.81e9, 6.1279e8) == ("6.81", "0.61", "GB")
+    assert bytes_in_unit(512, 3.4) == ("512", "3", "B")
+    assert bytes_in_unit(2_000_000, 0) == ("2.00", "0.00", "MB")
 
 
 def test_markdown_table_has_separator_and_one_row_per_run():

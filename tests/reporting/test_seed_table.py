@@ -33,7 +33,7 @@ def test_cells_are_the_mean_and_sd_across_seeds():
     assert row[0]["final acc mean %"] == f"{100 * result.mean:.2f} ± {100 * result.sd:.2f}"
     assert row[0]["95 % CI"] == f"[{100 * result.low:.2f}, {min(100.0, 100 * result.high):.2f}]"
     assert row[0]["messages"] == "210 ± 10"
-    assert row[0]["bytes"] == "2.00 MB ± 0 B"
+    assert row[0]["bytes"] == "2.00 ± 0.00 MB"  # the spread in the mean's unit
     assert (row[1]["seeds"], row[1]["final acc mean %"], row[1]["95 % CI"]) == ("1", "50.00", "-")
     plain = plain_rows(format_seed_table([group]))[0]
     assert plain["final acc mean %"] == result.text(scale=100)

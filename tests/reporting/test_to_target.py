@@ -84,6 +84,29 @@ def test_seed_table_spreads_the_way_to_the_target_over_the_seeds_that_reached_it
     assert row["reached 80 %"] == "2/3"
 
 
+def test_a_run_that_sends_nothing_has_no_bytes_to_the_target():
+    sending = summary_for("dsgd", "dsgd")
+    silent = summary_for("centralized", "centralized", bytes=0, messages=0)
+    shown = with_targets([sending, silent], [curve(0.9), curve(0.9)], 0.8)
+    rows = {row["name"]: row for row in markdown_rows(format_table(shown, markdown=True))}
+    assert rows["dsgd"]["bytes to 80 %"] == "1.00 KB"
+    assert rows["centralized"]["bytes to 80 %"] == "-"  # reached it, but sends no byte
+    assert rows["centralized"]["its to 80 %"] == "100"
+    seeds = [summary_for("centralized", "centralized", bytes=0, seed=s) for s in (0, 1)]
+    group = with_targets([*seeds, sending], [curve(0.9), curve(0.9), curve(0.9)], 0.8)
+    (row, _) = markdown_rows(format_seed_table([group[:2], group[2:]], markdown=True))
+    assert row["bytes to 80 %"] == "-"
+
+
+def test_the_terminal_table_keeps_one_time_column():
+    simulated = [summary_for("a", "dsgd", wall_seconds=3.0, virtual_seconds=1.5)]
+    header = format_table(simulated, compact=True).splitlines()[0]
+    assert "virtual s" in header and "wall s" not in header
+    assert "wall s" in format_table(simulated, markdown=True).splitlines()[0]  # files: both
+    real = [summary_for("a", "dsgd", wall_seconds=3.0)]
+    assert "wall s" in format_table(real, compact=True).splitlines()[0]
+
+
 def test_the_last_k_header_says_k():
     last = {"k": 5, "mean": 0.8, "min": 0.7, "max": 0.9}
     table = format_table([summary_for("a", "dsgd", accuracy_last_k=last)], markdown=True)

@@ -572,6 +572,14 @@ def to_accuracy(key: str) -> Callable[[RunSummary], float | None]:
     return value
 
 
+def bytes_to_target(summary: RunSummary) -> float | None:
+    """The bytes a run had sent when it reached the target accuracy; None where it did
+    not, or where it sends nothing at all (centralized SGD: no bytes to compare)."""
+    if not (as_number(summary.get("bytes")) or 0) > 0:
+        return None
+    return to_accuracy("bytes")(summary)
+
+
 def _target_columns(summaries: list[RunSummary]) -> list[_Column]:
     """Iterations, seconds and bytes to the target accuracy, where runs have one."""
     target = target_text(summaries)
@@ -588,7 +596,7 @@ def _target_columns(summaries: list[RunSummary]) -> list[_Column]:
         )
     if _compares_bytes(summaries):
         columns.append(
-            _Column(f"bytes to {target} %", lambda s: human_bytes(to_accuracy("bytes")(s)), True)
+            _Column(f"bytes to {target} %", lambda s: human_bytes(bytes_to_target(s)), True)
         )
     return columns
 
@@ -716,11 +724,15 @@ def render_table(
     headers, and the run folder only for one row (a comparison names its folder under
     the table)."""
     if compact:
+        # One time column: the simulator's virtual seconds where runs have them (wall
+        # seconds of a simulation measure the simulator), else wall seconds.
+        virtual = any(header == "virtual s" for header, _ in headers)
         shown = [
             (i, short)
             for i, (header, _) in enumerate(headers)
             if (short := short_header(header)) is not None
             and (header != "run folder" or len(rows) == 1)
+            and (header != "wall s" or not virtual)
         ]
         headers = [(short, headers[i][1]) for i, short in shown]
         rows = [[row[i] for i, _ in shown] for row in rows]

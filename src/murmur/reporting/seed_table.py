@@ -40,6 +40,7 @@ from murmur.metrics.stops import Stop, finished, group_status, stop_of, stops_no
 from murmur.reporting.report import (
     MISSING,
     as_number,
+    bytes_to_target,
     format_table,
     has_column,
     has_target,
@@ -59,7 +60,7 @@ from murmur.reporting.report import (
 )
 from murmur.reporting.statistics import Spread, spread
 from murmur.reporting.versus_dsgd import SHOWN_QUANTITIES, Quantity, versus_dsgd, versus_dsgd_note
-from murmur.units import human_bytes
+from murmur.units import bytes_in_unit, human_bytes
 
 __all__ = ["comparison_markdown", "format_results", "format_seed_table", "figure_spread"]
 
@@ -182,7 +183,7 @@ def _target_figures(summaries: list[RunSummary]) -> list[_Figure]:
     if has_column(summaries, "virtual_seconds"):
         figures.append(_Figure(f"virtual s to {target} %", to_accuracy("virtual_seconds"), None))
     if any((as_number(summary.get("bytes")) or 0) > 0 for summary in summaries):
-        figures.append(_Figure(f"bytes to {target} %", to_accuracy("bytes"), human_bytes))
+        figures.append(_Figure(f"bytes to {target} %", bytes_to_target, human_bytes))
     return figures
 
 
@@ -257,6 +258,9 @@ def _cell(group: Group, figure: _Figure, plus_minus: str) -> str:
 
     if result.sd is None:
         return text(result.mean)
+    if figure.text is human_bytes:  # one unit for both: "6.81 +- 0.61 GB"
+        mean, sd, unit = bytes_in_unit(result.mean, result.sd)
+        return f"{mean} {plus_minus} {sd} {unit}"
     return f"{text(result.mean)} {plus_minus} {text(result.sd)}"
 
 
