@@ -524,6 +524,8 @@ def test_datasets_lists_every_dataset_with_its_sizes(capsys):
     assert "4000/1000 x 784, 10 classes" in lines["mnist5k"]
     assert "data.dataset=file" in lines["file"] and "--file PATH" in lines["file"]
     assert "2000/500 x 8, 4 classes" in lines["blobs"]
+    assert "50000/10000 x 3072, 100 classes" in lines["cifar100"]
+    assert "~724737/80526 x 784, 62 classes" in lines["femnist"]  # the whole set's sizes
 
 
 def test_an_automatic_consensus_step_runs_on_a_graph_a_fixed_one_would_not(capsys, tmp_path):

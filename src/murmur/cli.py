@@ -880,7 +880,8 @@ def _datasets() -> int:
 
     width = max(len(name) for name in DATASETS)
     for name, info in DATASETS.items():
-        shape = f"{info.train}/{info.test} x {info.features}, {info.classes or '-'} classes"
+        about = "~" if info.sizes_vary else ""  # the whole set's; a copy holds its sample
+        shape = f"{about}{info.train}/{info.test} x {info.features}, {info.classes or '-'} classes"
         print(f"{name:<{width}}  {info.source:<9}  {shape:<32}  {info.description}")
     own = "your own .npz or .csv"
     print(

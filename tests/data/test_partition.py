@@ -37,7 +37,11 @@ def _entropy(labels: torch.Tensor, part: torch.Tensor, classes: int) -> float:
 
 
 def test_schemes_are_named():
-    assert PARTITIONS == ("iid", "labels", "dirichlet")
+    assert PARTITIONS == ("iid", "labels", "dirichlet", "natural")
+
+
+SEEDED = [scheme for scheme in PARTITIONS if scheme != "natural"]
+"""The schemes that draw from the seed (``natural`` follows the writers)."""
 
 
 # ---- iid ----------------------------------------------------------------------------------
@@ -172,10 +176,83 @@ def test_dirichlet_gives_up_when_agents_stay_empty():
         partition(labels, 6, "dirichlet", alpha=0.001, seed=0)
 
 
+# ---- natural ------------------------------------------------------------------------------
+
+
+def _writers(sizes: list[int], seed: int = 0) -> torch.Tensor:
+    """Writer numbers of a training set whose writer w has ``sizes[w]`` samples, shuffled."""
+    ordered = torch.arange(len(sizes)).repeat_interleave(torch.tensor(sizes))
+    return ordered[torch.randperm(len(ordered), generator=torch.Generator().manual_seed(seed))]
+
+
+def _writers_of(groups: torch.Tensor, parts: list[torch.Tensor]) -> list[list[int]]:
+    return [sorted(set(groups[part].tolist())) for part in parts]
+
+
+def test_natural_gives_one_writer_to_each_agent_in_writer_order():
+    groups = _writers([3, 7, 1, 4])
+    parts = partition(_labels(4, 15)[: len(groups)], 4, "natural", groups=groups)
+    for writer, part in enumerate(parts):
+        assert torch.equal(part, torch.nonzero(groups == writer).flatten())
+    _assert_covers(parts, len(groups))
+
+
+def test_natural_deals_writers_largest_first_to_the_agent_holding_fewest():
+    groups = _writers([5, 1, 1, 1, 4, 2])
+    parts = partition(None, 2, "natural", num_samples=len(groups), groups=groups)
+    # 5 -> agent A, 4 -> B, 2 -> B (6), 1 -> A (6), 1 -> A (7), 1 -> B (7); A holds writer 0
+    assert _writers_of(groups, parts) == [[0, 1, 2], [3, 4, 5]]
+    assert [part.numel() for part in parts] == [7, 7]
+    _assert_disjoint_nonempty(parts, len(groups))
+    _assert_covers(parts, len(groups))
+    for part in parts:
+        assert torch.equal(part, part.sort().values)
+
+
+@pytest.mark.parametrize("agents", [1, 3, 9, 30])
+def test_natural_keeps_writers_whole_and_sizes_within_the_largest_writer(agents):
+    sizes = [
+        int(size)
+        for size in torch.randint(1, 40, (30,), generator=torch.Generator().manual_seed(2))
+    ]
+    groups = _writers(sizes, seed=3)
+    parts = partition(None, agents, "natural", num_samples=len(groups), groups=groups)
+    held = _writers_of(groups, parts)
+    assert sorted(writer for writers in held for writer in writers) == list(range(30))
+    _assert_covers(parts, len(groups))
+    counts = [part.numel() for part in parts]
+    assert max(counts) - min(counts) <= max(sizes)
+    assert [writers[0] for writers in held] == sorted(writers[0] for writers in held)
+
+
+def test_natural_takes_writer_numbers_with_gaps_and_ignores_the_seed():
+    groups = torch.tensor([7, 2, 7, 9, 2, 2])  # writers 2, 7, 9 (e.g. after a validation split)
+    parts = partition(None, 3, "natural", num_samples=6, groups=groups, seed=1)
+    assert [part.tolist() for part in parts] == [[1, 4, 5], [0, 2], [3]]
+    again = partition(None, 3, "natural", num_samples=6, groups=groups, seed=2)
+    assert all(torch.equal(a, b) for a, b in zip(parts, again, strict=True))
+
+
+def test_natural_refuses_fewer_writers_than_agents():
+    with pytest.raises(UsageError, match="topology.agents=4 exceeds the 3 writers") as caught:
+        partition(_labels(2, 5), 4, "natural", groups=_writers([4, 3, 3]))
+    assert "use at most 3 agents" in str(caught.value)
+
+
+def test_natural_refuses_a_dataset_without_writers_naming_those_with_some():
+    with pytest.raises(UsageError, match="records no writers; only femnist, shakespeare do"):
+        partition(_labels(), 4, "natural")
+
+
+def test_natural_checks_the_groups_shape():
+    with pytest.raises(ValueError, match=r"groups has shape \(3,\), expected \(500,\)"):
+        partition(_labels(), 2, "natural", groups=torch.tensor([0, 1, 1]))
+
+
 # ---- every scheme -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", PARTITIONS)
+@pytest.mark.parametrize("scheme", SEEDED)
 def test_deterministic_for_a_seed_and_different_across_seeds(scheme):
     labels = _labels()
     kwargs = {"labels_per_agent": 2, "alpha": 0.5}

@@ -178,6 +178,16 @@ def test_the_sha256_of_arrays_changes_with_any_value_shape_or_dtype():
     assert dataset_sha256(dataclasses.replace(dataset, x_train=reshaped)) != digest
 
 
+def test_the_sha256_of_arrays_with_writers_covers_the_writers():
+    dataset = from_arrays(*_arrays())
+    rows = dataset.x_train.shape[0]
+    one = dataclasses.replace(dataset, groups=torch.arange(rows) % 3)
+    other = dataclasses.replace(dataset, groups=torch.arange(rows) % 4)
+    digests = {dataset_sha256(one), dataset_sha256(other), dataset_sha256(dataset)}
+    assert len(digests) == 3
+    assert dataset_sha256(dataclasses.replace(one, groups=None)) == dataset_sha256(dataset)
+
+
 def test_a_file_is_parsed_once_per_path_and_hash(tmp_path, monkeypatch):
     import murmur.data.user_files as user_files
 

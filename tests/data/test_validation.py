@@ -77,6 +77,23 @@ def test_hold_out_moves_rows_from_training_and_keeps_the_test_set():
     assert split.x_train[:, 0].tolist() == sorted(train), "training rows keep their order"
 
 
+def test_hold_out_keeps_the_writers_of_the_training_rows_left():
+    dataset = unique_rows()
+    writers = dataset.x_train[:, 0].long() // 10  # row r was written by writer r // 10
+    split = hold_out(dataclasses.replace(dataset, groups=writers), 0.25, seed=0)
+    assert split.groups is not None and split.groups.shape == (150,)
+    assert torch.equal(split.groups, split.x_train[:, 0].long() // 10)
+    assert hold_out(dataset, 0.25, seed=0).groups is None
+
+
+def test_a_dataset_refuses_writers_that_are_not_one_per_training_row():
+    dataset = unique_rows()
+    with pytest.raises(ValueError, match=r"groups must be int64 of shape \(200,\)"):
+        dataclasses.replace(dataset, groups=torch.zeros(199, dtype=torch.int64))
+    with pytest.raises(ValueError, match="not torch.float32"):
+        dataclasses.replace(dataset, groups=torch.zeros(200))
+
+
 def test_no_share_leaves_the_dataset_itself():
     dataset = load_dataset("blobs")
     assert hold_out(dataset, 0.0, seed=0) is dataset

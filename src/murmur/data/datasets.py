@@ -1,10 +1,16 @@
-"""Datasets: the small sets bundled with murmur, MNIST-format files on disk, generated problems.
+"""Datasets: the small sets bundled with murmur, the field's benchmarks from their
+official files on disk, generated problems.
 
 Every loader returns a :class:`Dataset` of float32 features, already
 preprocessed so that a model can use them as they are:
 
-- pixel sets (mnist5k, digits, mnist, fashion-mnist) are divided by their
-  largest possible value (255, or 16 for digits) to lie in [0, 1];
+- pixel sets (mnist5k, digits, mnist, fashion-mnist, cifar10, cifar100) are divided
+  by their largest possible value (255, or 16 for digits) to lie in [0, 1], with no
+  per-channel standardization; a CIFAR row is its image channel first, (3, 32, 32)
+  flattened (:mod:`murmur.data.cifar`);
+- LEAF's sets (femnist, shakespeare) are used as LEAF's JSON files hold them, a
+  Shakespeare character as its index in LEAF's alphabet; each training sample
+  carries its writer (:attr:`Dataset.groups`, :mod:`murmur.data.leaf`);
 - tabular sets (vowel, satimage, letter) are z-scored column by column with the
   mean and standard deviation of the training split (a constant column keeps
   its values centred and is divided by 1);
@@ -28,6 +34,10 @@ from typing import Literal
 import numpy as np
 import torch
 
+from murmur.data.cifar import LAYOUTS as CIFAR_LAYOUTS
+from murmur.data.cifar import cifar_howto, read_cifar
+from murmur.data.leaf import LAYOUTS as LEAF_LAYOUTS
+from murmur.data.leaf import leaf_howto, read_leaf
 from murmur.errors import UsageError
 
 Task = Literal["classification", "regression"]
@@ -54,6 +64,25 @@ class Dataset:
     x_validation: torch.Tensor | None = None
     """The validation split, apart from the training and test splits; None: none."""
     y_validation: torch.Tensor | None = None
+    groups: torch.Tensor | None = None
+    """int64 (training samples,): each training sample's writer or speaker, a number
+    shared by the samples of one (the ``natural`` partition keeps them on one agent);
+    None: the set records none."""
+
+    def __post_init__(self) -> None:
+        rows = (self.x_train.shape[0],)
+        if self.groups is not None and (
+            self.groups.shape != rows or self.groups.dtype != torch.int64
+        ):
+            raise ValueError(
+                f"groups must be int64 of shape {rows}, one writer per training sample, not "
+                f"{self.groups.dtype} of shape {tuple(self.groups.shape)}"
+            )
+
+    @property
+    def writers(self) -> int:
+        """Distinct writers among the training samples; 0 where the set records none."""
+        return 0 if self.groups is None else int(self.groups.unique().numel())
 
     @property
     def validation(self) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -89,6 +118,13 @@ class DatasetInfo:
     source: Source
     targets: int = 1
     """Width of a regression set's targets (1 for classification sets)."""
+    writers: int = 0
+    """Writers (or speakers) of the training split, whose samples ``data.partition =
+    "natural"`` keeps together; 0: the set records none."""
+    sizes_vary: bool = False
+    """Whether ``train``, ``test`` and ``writers`` are only those of the whole set, and a
+    user's copy holds what their sampling kept (LEAF's sets): the plan then reads the
+    files for the real ones before it checks a run."""
 
     @property
     def outputs(self) -> int:
@@ -99,6 +135,15 @@ class DatasetInfo:
 FULL_MNIST_SIZES: tuple[int, int, int, int, Source] = (60000, 10000, 784, 10, "on disk")
 """Training and test images, pixels, classes and source of the full MNIST and
 Fashion-MNIST sets, which share their shape: 28x28 images in ten classes."""
+
+CIFAR_SIZES = (50000, 10000, 3072)
+"""Training and test images of the official CIFAR-10 and CIFAR-100 files, and the
+values of one (3 channels of 32x32 pixels)."""
+LEAF_SIZES = {"femnist": (724737, 80526, 784), "shakespeare": (3803542, 422616, 80)}
+"""The whole LEAF sets' samples, 805,263 of 3,550 writers and 4,226,158 of 1,129
+speaking parts, split 90/10 about as LEAF's default ``--tf 0.9`` does, and the
+features of one: what ``murmur datasets`` shows. A user's files hold what their
+sampling kept (``DatasetInfo.sizes_vary``)."""
 
 DATASETS: dict[str, DatasetInfo] = {
     info.name: info
@@ -153,6 +198,38 @@ DATASETS: dict[str, DatasetInfo] = {
             *FULL_MNIST_SIZES,
         ),
         DatasetInfo(
+            "cifar10",
+            "CIFAR-10 32x32 colour images, official python batches (data.root)",
+            *CIFAR_SIZES,
+            10,
+            "on disk",
+        ),
+        DatasetInfo(
+            "cifar100",
+            "CIFAR-100 32x32 colour images, 100 fine classes, python batches (data.root)",
+            *CIFAR_SIZES,
+            100,
+            "on disk",
+        ),
+        DatasetInfo(
+            "femnist",
+            "LEAF FEMNIST 28x28 characters of 3,550 writers (~: whole set), JSON (data.root)",
+            *LEAF_SIZES["femnist"],
+            62,
+            "on disk",
+            writers=3550,
+            sizes_vary=True,
+        ),
+        DatasetInfo(
+            "shakespeare",
+            "LEAF Shakespeare next letter, 1,129 speaking parts (~: whole set), JSON (data.root)",
+            *LEAF_SIZES["shakespeare"],
+            80,
+            "on disk",
+            writers=1129,
+            sizes_vary=True,
+        ),
+        DatasetInfo(
             "synthetic",
             "linear least squares with a known optimum (regression)",
             2000,
@@ -202,9 +279,11 @@ BLOBS_MEAN_SCALE = 3.0
 def load_dataset(name: str, root: str | Path | None = None) -> Dataset:
     """Load dataset ``name`` (a key of :data:`DATASETS`), preprocessed.
 
-    ``root`` is the directory of the IDX files for ``mnist`` (required) and
-    ``fashion-mnist`` (default :data:`FASHION_MNIST_ROOT`); ``None`` or ``""``
-    means not set. Other datasets ignore it.
+    ``root`` is the directory of the files of a set on disk: the IDX files for
+    ``mnist`` (required) and ``fashion-mnist`` (default :data:`FASHION_MNIST_ROOT`),
+    CIFAR's batches (:func:`~murmur.data.cifar.read_cifar`), LEAF's JSON files
+    (:func:`~murmur.data.leaf.read_leaf`); ``None`` or ``""`` means not set. Other
+    datasets ignore it.
     """
     if name not in DATASETS:
         raise UsageError(
@@ -217,6 +296,10 @@ def load_dataset(name: str, root: str | Path | None = None) -> Dataset:
         return _make_synthetic()
     if name == "blobs":
         return _make_blobs()
+    if name in CIFAR_LAYOUTS:
+        return _load_cifar(name, _disk_root(name, root, cifar_howto(name)))
+    if name in LEAF_LAYOUTS:
+        return _load_leaf(name, _disk_root(name, root, leaf_howto(name)))
     return _load_idx_dataset(name, root)
 
 
@@ -297,6 +380,48 @@ def _standardize(x_train: torch.Tensor, *others: torch.Tensor) -> list[torch.Ten
     return [((x.double() - mean) / std).float() for x in (x_train, *others)]
 
 
+# ---- the field's benchmarks from their official files on disk ------------------------------
+
+
+def _disk_root(name: str, root: str | Path | None, howto: str) -> Path:
+    """``data.root`` of set ``name``, which reads its files from there; UsageError,
+    saying ``howto`` get them, where it is not set."""
+    if not root:
+        raise UsageError(
+            f"data.dataset={name} reads its files from disk but data.root is not set; {howto}"
+        )
+    return _root_path(root)
+
+
+def _load_cifar(name: str, root: Path) -> Dataset:
+    """CIFAR-10 or CIFAR-100, each image's 3072 bytes scaled to [0, 1]."""
+    arrays = read_cifar(name, root)
+    return Dataset(
+        name=name,
+        x_train=_unit_pixels(arrays.x_train),
+        y_train=torch.from_numpy(arrays.y_train),
+        x_test=_unit_pixels(arrays.x_test),
+        y_test=torch.from_numpy(arrays.y_test),
+        task="classification",
+        num_classes=DATASETS[name].classes,
+    )
+
+
+def _load_leaf(name: str, root: Path) -> Dataset:
+    """FEMNIST or Shakespeare as LEAF's files hold them, with each training sample's writer."""
+    arrays = read_leaf(name, root)
+    return Dataset(
+        name=name,
+        x_train=torch.from_numpy(arrays.x_train),
+        y_train=torch.from_numpy(arrays.y_train),
+        x_test=torch.from_numpy(arrays.x_test),
+        y_test=torch.from_numpy(arrays.y_test),
+        task="classification",
+        num_classes=DATASETS[name].classes,
+        groups=torch.from_numpy(arrays.groups),
+    )
+
+
 # ---- MNIST-format IDX files on disk -------------------------------------------------------
 
 
@@ -313,7 +438,7 @@ def _load_idx_dataset(name: str, root: str | Path | None) -> Dataset:
             f"data.dataset={name} reads the official MNIST files from disk but data.root "
             f"is not set; {howto}, or use data.dataset=mnist5k (bundled)"
         )
-    directory = _idx_directory(root) if root else FASHION_MNIST_ROOT
+    directory = _root_path(root) if root else FASHION_MNIST_ROOT
     if not directory.is_dir():
         raise UsageError(f"data.dataset={name}: directory {directory} does not exist; {howto}")
     found = {base: _find_idx_file(directory, base) for base in IDX_FILES}
@@ -334,16 +459,16 @@ def _load_idx_dataset(name: str, root: str | Path | None) -> Dataset:
         )
     return Dataset(
         name=name,
-        x_train=_idx_features(x_train),
+        x_train=_unit_pixels(x_train),
         y_train=torch.from_numpy(y_train.astype(np.int64)),
-        x_test=_idx_features(x_test),
+        x_test=_unit_pixels(x_test),
         y_test=torch.from_numpy(y_test.astype(np.int64)),
         task="classification",
         num_classes=DATASETS[name].classes,
     )
 
 
-def _idx_directory(root: str | Path) -> Path:
+def _root_path(root: str | Path) -> Path:
     """data.root as a path, ``~`` expanded; a ``~user`` that names no user is refused."""
     try:
         return Path(root).expanduser()
@@ -385,8 +510,9 @@ def _pixels(images: np.ndarray) -> str:
     return f"{images.shape[1]}x{images.shape[2]}"
 
 
-def _idx_features(images: np.ndarray) -> torch.Tensor:
-    """uint8 images (images, rows, columns) as float32 rows of pixels in [0, 1]."""
+def _unit_pixels(images: np.ndarray) -> torch.Tensor:
+    """uint8 images (images, ...) as float32 rows of pixels in [0, 1], each image's
+    values in the order they are stored."""
     flat = images.reshape(images.shape[0], -1)
     return torch.from_numpy(flat.astype(np.float32) / np.float32(255.0))
 

@@ -13,6 +13,15 @@ Schemes (:data:`PARTITIONS`):
   cut the class's shuffled samples at the cumulative proportions; every sample
   is used. Small alpha gives each agent few classes, large alpha approaches iid.
   Draws that leave an agent empty are redrawn.
+- ``natural``: each writer's (speaker's) samples stay together on one agent, for the
+  sets that record writers (:attr:`~murmur.data.datasets.Dataset.groups`: femnist,
+  shakespeare). With as many writers as agents, agent i holds the i-th writer in id
+  order. With more writers, they are dealt by sample count: the writers, largest
+  first (ties: first in id order), each to the agent holding the fewest samples so
+  far (ties: the lowest agent), so that the agents' sizes come close (within the
+  largest writer's samples); then the agents are numbered in the order of their first
+  writer. Fewer writers than agents is refused. It uses no seed: the writers are the
+  split.
 
 Every scheme returns disjoint, sorted int64 index sets, each non-empty, and is
 deterministic for a given ``seed``.
@@ -20,14 +29,16 @@ deterministic for a given ``seed``.
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
 import torch
 
+from murmur.data.datasets import DATASETS
 from murmur.errors import UsageError
 
-PARTITIONS: tuple[str, ...] = ("iid", "labels", "dirichlet")
+PARTITIONS: tuple[str, ...] = ("iid", "labels", "dirichlet", "natural")
 
 DIRICHLET_DRAWS = 100
 """How many Dirichlet draws to try before giving up on giving every agent a sample."""
@@ -43,13 +54,15 @@ def partition(
     num_classes: int | None = None,
     seed: int = 0,
     num_samples: int | None = None,
+    groups: torch.Tensor | None = None,
 ) -> list[torch.Tensor]:
     """Split the training set into ``agents`` disjoint, non-empty index sets.
 
     ``labels`` are the int64 class indices of the training samples, or ``None``
     for a regression set, in which case ``num_samples`` gives the training set
-    size and only ``iid`` is possible. ``num_classes`` defaults to
-    ``labels.max() + 1``.
+    size and only ``iid`` and ``natural`` are possible. ``num_classes`` defaults to
+    ``labels.max() + 1``. ``groups``: each training sample's writer
+    (:attr:`~murmur.data.datasets.Dataset.groups`), which ``natural`` splits by.
     """
     if scheme not in PARTITIONS:
         raise UsageError(
@@ -58,6 +71,8 @@ def partition(
         )
     samples = _count_samples(labels, num_samples)
     check_agents(agents, samples)
+    if scheme == "natural":
+        return _by_writer(groups, agents, samples)
     generator = torch.Generator().manual_seed(seed)
     if scheme == "iid":
         order = torch.randperm(samples, generator=generator)
@@ -83,6 +98,58 @@ def check_agents(agents: int, samples: int) -> None:
             f"topology.agents={agents} exceeds the {samples} training samples; every agent "
             "needs at least one, so use fewer agents"
         )
+
+
+def check_writers(agents: int, writers: int) -> None:
+    """``natural`` gives every agent at least one whole writer of the ``writers`` (0:
+    the dataset records none)."""
+    if writers == 0:
+        raise _no_writers()
+    if agents > writers:
+        raise UsageError(
+            f"topology.agents={agents} exceeds the {writers} writers of the training set; "
+            f"data.partition=natural gives every agent at least one whole writer, so use at "
+            f"most {writers} agents"
+        )
+
+
+def _no_writers() -> UsageError:
+    """The refusal of ``natural`` for a dataset without writers, naming those with some."""
+    recorded = ", ".join(name for name, info in DATASETS.items() if info.writers)
+    return UsageError(
+        "data.partition=natural keeps each writer's samples on one agent, but this dataset "
+        f"records no writers; only {recorded} do: use one of them or another data.partition"
+    )
+
+
+def _by_writer(groups: torch.Tensor | None, agents: int, samples: int) -> list[torch.Tensor]:
+    """Whole writers to each agent, dealt by sample count (see the module)."""
+    if groups is None:
+        raise _no_writers()
+    if groups.shape != (samples,):
+        raise ValueError(f"groups has shape {tuple(groups.shape)}, expected ({samples},)")
+    writers, writer_of = groups.unique(return_inverse=True)
+    check_writers(agents, writers.numel())
+    sizes = torch.bincount(writer_of).tolist()
+    owner = torch.tensor(_deal(sizes, agents))[writer_of]  # each sample's agent
+    order = torch.argsort(owner, stable=True)  # by agent, then by index
+    counts = torch.bincount(owner, minlength=agents).tolist()
+    return list(torch.split(order, counts))
+
+
+def _deal(sizes: list[int], agents: int) -> list[int]:
+    """The agent of each writer of ``sizes`` samples: largest first to the agent holding
+    the fewest, then the agents numbered in the order of their first writer."""
+    held = [(0, agent) for agent in range(agents)]  # (samples held, agent), a heap
+    dealt = [0] * len(sizes)
+    for writer in sorted(range(len(sizes)), key=lambda writer: (-sizes[writer], writer)):
+        samples, agent = heapq.heappop(held)
+        dealt[writer] = agent
+        heapq.heappush(held, (samples + sizes[writer], agent))
+    first: dict[int, int] = {}  # agent -> its number
+    for agent in dealt:
+        first.setdefault(agent, len(first))
+    return [first[agent] for agent in dealt]
 
 
 def _count_samples(labels: torch.Tensor | None, num_samples: int | None) -> int:

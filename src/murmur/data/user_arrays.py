@@ -169,9 +169,11 @@ def save_npz(dataset: Dataset, path: str | Path) -> Path:
 
 def dataset_sha256(dataset: Dataset) -> str:
     """SHA-256 of the four tensors of ``dataset``: each one's name, dtype, shape and
-    bytes, in the order x_train, y_train, x_test, y_test."""
+    bytes, in the order x_train, y_train, x_test, y_test, then the training samples'
+    writers (``groups``) where it has them."""
     digest = hashlib.sha256()
-    for key in SPLITS:
+    keys = (*SPLITS, "groups") if dataset.groups is not None else SPLITS
+    for key in keys:
         tensor = getattr(dataset, key).detach().cpu().contiguous()
         digest.update(f"{key}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
         digest.update(tensor.numpy().tobytes())

@@ -95,8 +95,8 @@ def _class_quotas(counts: list[int], total: int, fraction: float) -> list[int]:
 
 def hold_out(dataset: Dataset, fraction: float, seed: int) -> Dataset:
     """``dataset`` with ``fraction`` of its training rows moved to its validation split
-    (:func:`validation_rows`), the training rows left in their order; ``dataset`` itself
-    for ``fraction = 0``."""
+    (:func:`validation_rows`), the training rows left in their order with their writers
+    (``groups``); ``dataset`` itself for ``fraction = 0``."""
     if fraction == 0:
         return dataset
     samples = dataset.y_train.shape[0]
@@ -110,4 +110,5 @@ def hold_out(dataset: Dataset, fraction: float, seed: int) -> Dataset:
         y_train=dataset.y_train[kept],
         x_validation=dataset.x_train[held],
         y_validation=dataset.y_train[held],
+        groups=dataset.groups[kept] if dataset.groups is not None else None,
     )

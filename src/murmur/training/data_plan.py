@@ -5,7 +5,12 @@
 SHA-256 in ``data.sha256``), or ``"arrays"``: a Dataset given from Python
 (``murmur.run(config, data=...)``), hashed the same way. The plan also refuses a
 ``labels`` split that leaves classes out of every agent, unless
-``data.allow_missing_classes`` says that is meant.
+``data.allow_missing_classes`` says that is meant, and a ``natural`` split of a dataset
+without writers, or with fewer writers than agents.
+
+A set whose sizes depend on what the user's copy holds (``DatasetInfo.sizes_vary``:
+LEAF's) is read by the plan, which checks its real sizes; the run then gets the copy
+parsed once per process.
 
 A validation split (``data.validation``: a share of the training rows, held out
 before the agents' split; ``data.validation_path``: a file) comes with the run's
@@ -22,7 +27,7 @@ import torch
 from murmur.config import Config
 from murmur.data import DATASETS, Dataset, DatasetInfo, dataset_sha256, load_dataset
 from murmur.data.datasets import Source, Task
-from murmur.data.partition import covered_classes
+from murmur.data.partition import check_writers, covered_classes
 from murmur.data.user_files import ARRAYS, FILE, FILE_KEYS, read_file_data
 from murmur.data.validation import hold_out, validation_size
 from murmur.errors import UsageError
@@ -73,6 +78,10 @@ def resolve_data(
             f"data.dataset={data.dataset!r} is not a dataset; choose one of: "
             f"{', '.join(DATASETS)}, {FILE} (data.path) or {ARRAYS} (from Python)"
         )
+    if named.sizes_vary:
+        dataset = load_dataset(data.dataset, root=data.root or None)
+        info = dataset_info(dataset, named.source, named.description)
+        return config, _training_left(info, data), dataset
     return config, _training_left(named, data), None
 
 
@@ -132,7 +141,17 @@ def dataset_info(dataset: Dataset, source: Source, description: str) -> DatasetI
         classes=dataset.num_classes,
         source=source,
         targets=1 if dataset.task == "classification" else dataset.outputs,
+        writers=dataset.writers,
     )
+
+
+def check_natural(config: Config, decentralized: bool, info: DatasetInfo) -> None:
+    """UsageError when ``data.partition = "natural"`` cannot give every agent a whole
+    writer: the dataset records none (``info.writers`` 0), or fewer than the agents.
+    (A validation split can still take all of a writer's samples; the split itself
+    checks the writers left.)"""
+    if decentralized and config.data.partition == "natural":
+        check_writers(config.topology.agents, info.writers)
 
 
 def check_classes_covered(
