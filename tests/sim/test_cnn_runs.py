@@ -64,7 +64,10 @@ def test_the_cli_refuses_the_cnn_on_rows_that_are_not_images_in_one_line(capsys,
     code = main(["run", "dsgd", "--set=model.name=cnn", f"--set=data.dataset={dataset}"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.splitlines()) == 1, err
-    assert "cnn supports mnist5k, mnist, fashion-mnist (28x28) and digits (8x8)" in err
+    assert (
+        "cnn supports mnist5k, mnist, fashion-mnist, femnist (1x28x28), cifar10, cifar100 "
+        "(3x32x32) and digits (1x8x8)" in err
+    )
 
 
 def test_the_cli_says_a_custom_model_comes_from_python(capsys):

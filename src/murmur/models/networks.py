@@ -1,4 +1,5 @@
-"""Small networks every agent trains a copy of."""
+"""The networks ``model.name`` names, built for the data's shape: every agent trains a
+copy of one."""
 
 from __future__ import annotations
 
@@ -10,14 +11,37 @@ import torch
 from torch import nn
 
 from murmur.errors import UsageError
+from murmur.models import standard
 from murmur.sections import ModelConfig
 
-IMAGE_SHAPES: dict[int, tuple[int, int, int]] = {784: (1, 28, 28), 64: (1, 8, 8)}
-"""The image (channels, height, width) the ``cnn`` model reads from each row's feature
-count: 784 for mnist5k, mnist and fashion-mnist, 64 for digits."""
+IMAGE_SHAPES: dict[int, tuple[int, int, int]] = {
+    784: (1, 28, 28),
+    3072: (3, 32, 32),
+    64: (1, 8, 8),
+}
+"""The image (channels, height, width) the image networks read from each row's feature
+count: 784 for mnist5k, mnist, fashion-mnist and femnist, 3072 for cifar10 and
+cifar100, 64 for digits."""
 
-CNN_DATASETS = "mnist5k, mnist, fashion-mnist (28x28) and digits (8x8)"
+IMAGE_DATASETS = {
+    784: "mnist5k, mnist, fashion-mnist, femnist",
+    3072: "cifar10, cifar100",
+    64: "digits",
+}
+"""The datasets of each image size, to name in a refusal."""
 
+IMAGE_NETWORKS: dict[str, tuple[int, ...]] = {
+    "cnn": (784, 3072, 64),
+    "resnet20": (784, 3072, 64),
+    "vgg11": (3072,),
+    "femnist-cnn": (784, 3072, 64),
+}
+"""The image networks of ``model.name`` and the feature counts (of :data:`IMAGE_SHAPES`)
+each reads: VGG-11's five poolings need 32x32 images."""
+
+GROUP_NORM_WIDTHS = {"resnet20": 16, "vgg11": 64}
+"""The narrowest layer of each network ``model.norm`` applies to: ``model.groups``
+must divide it (and with it every wider layer)."""
 
 FACTORIES: dict[str, Callable[..., object]] = {}
 """The functions of ``model.factory``, by that setting, once their plugins are imported
@@ -28,28 +52,26 @@ def build_model(config: ModelConfig, features: int, outputs: int, seed: int) -> 
     """The network of ``config`` for ``features`` inputs and ``outputs`` outputs.
 
     The initial weights depend only on ``seed`` (the global torch generator is
-    left as it was). ``cnn`` needs image rows (see :data:`IMAGE_SHAPES`);
-    UsageError otherwise.
+    left as it was). An image network needs rows of an image size it reads (see
+    :data:`IMAGE_NETWORKS`); UsageError otherwise.
     """
     if config.name == "custom":
         raise UsageError(
             "model.name = custom stands for a torch.nn.Module given from Python "
             "(murmur.run(config, model=module)); a config alone cannot build it: "
-            "pass the module again, or use model.name = mlp, linear or cnn"
+            "pass the module again, or use another model.name (mlp, linear, cnn, ...)"
         )
-    if config.name == "cnn" and features not in IMAGE_SHAPES:
-        raise UsageError(
-            f"model.name = cnn reads images, and a dataset with {features} features is "
-            f"not one; cnn supports {CNN_DATASETS}"
-        )
+    _check_input(config, features)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if config.name == "factory":
             return _from_factory(config, features, outputs)
         if config.name == "linear":
             return nn.Linear(features, outputs)
-        if config.name == "cnn":
-            return lenet(IMAGE_SHAPES[features], outputs)
+        if config.name == "char-lstm":
+            return standard.CharacterLSTM(outputs)
+        if config.name in IMAGE_NETWORKS:
+            return _image_network(config, IMAGE_SHAPES[features], outputs)
         layers: list[nn.Module] = []
         width = features
         for hidden in config.hidden:
@@ -57,6 +79,43 @@ def build_model(config: ModelConfig, features: int, outputs: int, seed: int) -> 
             width = hidden
         layers.append(nn.Linear(width, outputs))
         return nn.Sequential(*layers)
+
+
+def _check_input(config: ModelConfig, features: int) -> None:
+    """UsageError (one line) where ``config``'s network cannot read rows of ``features``
+    or its GroupNorm cannot split its layers into ``model.groups`` groups."""
+    reads = IMAGE_NETWORKS.get(config.name)
+    if reads is not None and features not in reads:
+        supported = [f"{IMAGE_DATASETS[size]} ({_shape_text(size)})" for size in reads]
+        listed = supported[-1]
+        if len(supported) > 1:
+            listed = f"{', '.join(supported[:-1])} and {listed}"
+        raise UsageError(
+            f"model.name = {config.name} reads images, and a dataset with {features} "
+            f"features holds none of the sizes it reads; {config.name} supports {listed}"
+        )
+    width = GROUP_NORM_WIDTHS.get(config.name)
+    if width is not None and config.normalization == "group" and width % config.groups:
+        raise UsageError(
+            f"model.groups = {config.groups} does not divide the {width} channels of "
+            f"{config.name}'s narrowest layers; use a divisor of {width}"
+        )
+
+
+def _shape_text(features: int) -> str:
+    """The image of ``features`` values as CHANNELSxHEIGHTxWIDTH."""
+    return "x".join(str(side) for side in IMAGE_SHAPES[features])
+
+
+def _image_network(config: ModelConfig, shape: tuple[int, int, int], outputs: int) -> nn.Module:
+    """The image network ``config.name`` for images of ``shape``."""
+    if config.name == "resnet20":
+        return standard.resnet20(shape, outputs, config.normalization, config.groups)
+    if config.name == "vgg11":
+        return standard.vgg11(shape, outputs, config.normalization, config.groups)
+    if config.name == "femnist-cnn":
+        return standard.femnist_cnn(shape, outputs)
+    return lenet(shape, outputs)
 
 
 def _from_factory(config: ModelConfig, features: int, outputs: int) -> nn.Module:
@@ -93,12 +152,16 @@ def lenet(shape: tuple[int, int, int], outputs: int) -> nn.Sequential:
 
     28x28: conv 5x5 (padding 2) to 6 channels, ReLU, max-pool 2, conv 5x5 to 16,
     ReLU, max-pool 2, then 400 -> 120 -> 84 -> ``outputs`` with ReLUs between
-    (61,706 parameters for 10 classes). Smaller images (8x8) get 3x3 convolutions
-    with padding 1 (16 x 2 x 2 = 64 features before the fully connected layers).
-    The first layer turns each (features,) row into the image.
+    (61,706 parameters for 10 classes). 32x32 images get the same without padding,
+    the original LeNet-5 (62,006 parameters for 3 channels and 10 classes); smaller
+    images (8x8) get 3x3 convolutions with padding 1 (16 x 2 x 2 = 64 features before
+    the fully connected layers). The first layer turns each (features,) row into the
+    image.
     """
     channels, height, width = shape
-    kernel, padding = (5, (2, 0)) if height >= 28 else (3, (1, 1))
+    kernel, padding = 5, (0, 0)  # 32x32
+    if height < 32:
+        kernel, padding = (5, (2, 0)) if height >= 28 else (3, (1, 1))
     side_h, side_w = height, width
     for pad in padding:
         side_h, side_w = (side_h + 2 * pad - kernel + 1) // 2, (side_w + 2 * pad - kernel + 1) // 2
@@ -127,6 +190,9 @@ def layer_outputs(module: nn.Module, features: int) -> int:
     def count(_module: nn.Module, _inputs: object, output: object) -> None:
         if isinstance(output, torch.Tensor):
             sizes.append(output.numel())
+        elif isinstance(output, tuple):  # an LSTM's outputs and states
+            for part in output:
+                count(_module, _inputs, part)
 
     leaves = [child for child in module.modules() if not list(child.children())]
     hooks = [leaf.register_forward_hook(count) for leaf in leaves]

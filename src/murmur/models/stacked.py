@@ -3,9 +3,12 @@
 The copies' parameters are the rows of a flat (agents, P) tensor. Gradients use
 ``vmap(grad_and_value(loss))`` over ``functional_call``, so any ``nn.Module``
 works and no Python loop runs over agents; plain Linear/ReLU stacks take the faster
-hand-derived path of :mod:`murmur.models.sequential`. A module with buffers
-(BatchNorm) keeps a copy of them per agent (:mod:`murmur.models.statistics`), updated
-by each agent's own training steps and used by its evaluations.
+hand-derived path of :mod:`murmur.models.sequential`. Convolutional networks on the CPU,
+modules that draw random numbers and recurrent ones (which vmap cannot batch) take
+their gradients agent by agent instead, and recurrent ones their evaluations too. A
+module with buffers (BatchNorm) keeps a copy of them per agent
+(:mod:`murmur.models.statistics`), updated by each agent's own training steps and used
+by its evaluations.
 
 A model on a ``device`` (a GPU) keeps its module there; the data should be there
 too, and the parameter rows may live anywhere: they cross to the device for
@@ -55,6 +58,22 @@ agent by agent, each agent drawing from its own key."""
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 """Layers that make :class:`StackedModel` take gradients agent by agent on the CPU."""
 
+RECURRENT = (nn.RNNBase,)
+"""Layers (LSTM, GRU, RNN) that ``vmap`` has no batching rule for: their modules'
+gradients and evaluations are taken agent by agent on every device."""
+
+UNBATCHED = "Batching rule not implemented"
+"""How ``vmap`` says that an operation of the module has no batching rule."""
+
+
+def takes_agents_in_turn(module: nn.Module, device: torch.device | str | None = None) -> bool:
+    """Whether :class:`StackedModel` takes ``module``'s gradients one agent after another
+    on ``device`` (None: the CPU), holding one agent's activations at a time: a module
+    with convolutions on the CPU, recurrent layers or random layers."""
+    on_cpu = device is None or torch.device(device).type == "cpu"
+    kinds = (*RANDOM_LAYERS, *RECURRENT, *(CONVOLUTIONS if on_cpu else ()))
+    return any(isinstance(layer, kinds) for layer in module.modules())
+
 
 class StackedModel:
     """One network architecture, evaluated for many parameter rows at once."""
@@ -82,18 +101,24 @@ class StackedModel:
             functional.cross_entropy if task == "classification" else functional.mse_loss
         )
         self._grad = vmap(grad_and_value(self._loss))
-        self._outputs = vmap(self._forward, in_dims=(0, 0, None))
+        self._vmapped_outputs = vmap(self._forward, in_dims=(0, 0, None))
         self._fast = (
             SequentialGradient.of(module, self.layout, task == "classification")
             if self.statistics is None
             else None
         )
-        self.per_agent = (self.device is None or self.device.type == "cpu") and any(
-            isinstance(layer, CONVOLUTIONS) for layer in module.modules()
-        )
+        layers = list(module.modules())
+        self.unbatched = any(isinstance(layer, RECURRENT) for layer in layers)
+        """Whether vmap has no batching rule for one of the module's operations (a
+        recurrent layer's, or found when vmap fails): its gradients and evaluations go
+        agent by agent."""
+        on_cpu = self.device is None or self.device.type == "cpu"
+        convolutions = on_cpu and any(isinstance(layer, CONVOLUTIONS) for layer in layers)
+        self.per_agent = convolutions or self.unbatched
         """Whether gradients are taken one agent after another rather than vmapped: on
         the CPU, vmap turns N agents' convolutions into one grouped convolution, which
-        is slower than N ordinary ones (1.5 times, for 64 LeNet-5s)."""
+        is slower than N ordinary ones (1.5 times, for 64 LeNet-5s); recurrent layers
+        have no batching rule."""
         self._buffer: torch.Tensor | None = None
 
     def _forward(self, params: Stacked, buffers: Stacked, x: torch.Tensor) -> torch.Tensor:
@@ -138,9 +163,12 @@ class StackedModel:
         try:
             grads, losses = self._grad(self.layout.unflatten(flat), buffers, x, y)
         except RuntimeError as error:
-            if "randomness" not in str(error):
+            if "randomness" in str(error):
+                self.random = True  # a random operation of the module's own
+            elif UNBATCHED in str(error):
+                self.unbatched = self.per_agent = True
+            else:
                 raise
-            self.random = True  # a random operation of the module's own
             return self._agent_by_agent(flat, x, y, draws)
         return losses.to(home), self.layout.stack(grads).to(home)
 
@@ -318,3 +346,25 @@ class StackedModel:
         flat_outputs = outputs.reshape(-1, outputs.shape[-1])
         loss = functional.cross_entropy(flat_outputs, y.repeat(outputs.shape[0]), reduction="none")
         return correct, reduce(loss.view(outputs.shape[0], -1))
+
+    def _outputs(self, params: Stacked, buffers: Stacked, x: torch.Tensor) -> torch.Tensor:
+        """Every row's outputs on the shared ``x``, (rows, samples, ...): vmapped, or one
+        row after another for a module vmap cannot batch."""
+        if not self.unbatched:
+            try:
+                return self._vmapped_outputs(params, buffers, x)
+            except RuntimeError as error:
+                if UNBATCHED not in str(error):
+                    raise
+                self.unbatched = self.per_agent = True  # an operation of the module's own
+        rows = next(iter(params.values())).shape[0]
+        return torch.stack(
+            [
+                self._forward(
+                    {name: tensor[row] for name, tensor in params.items()},
+                    {name: tensor[row] for name, tensor in buffers.items()},
+                    x,
+                )
+                for row in range(rows)
+            ]
+        )

@@ -28,7 +28,7 @@ from murmur.config import Config
 from murmur.data import DatasetInfo
 from murmur.errors import UsageError
 from murmur.models.networks import build_model, layer_outputs
-from murmur.models.stacked import TRAIN_BLOCK
+from murmur.models.stacked import TRAIN_BLOCK, takes_agents_in_turn
 from murmur.registry import ALGORITHMS, Member
 from murmur.topology.graphs import exponential_offsets
 from murmur.topology.spectra import DENSE_LIMIT
@@ -110,10 +110,13 @@ def estimate_memory(
     else:
         learners_batch = batch if member.decentralized else batch * config.topology.agents
         parts["the models"] = agents * state
-        # An MLP's or linear model's gradients come in blocks of TRAIN_BLOCK agents
-        # (models.stacked): only a block's activations at once, every agent's inputs.
+        # An MLP's or linear model's gradients come in blocks of TRAIN_BLOCK agents, a
+        # convolutional, recurrent or random network's one agent at a time
+        # (models.stacked): only their activations at once, every agent's inputs.
         blocked = module is None and config.model.name in ("mlp", "linear")
         active = min(agents, TRAIN_BLOCK) if blocked else agents
+        if module is not None and takes_agents_in_turn(module, config.run.device):
+            active = 1
         parts["the batches"] = active * learners_batch * units * ACTIVATION_COPIES * FLOAT32
         inputs = (info.features + 2) * FLOAT32
         parts["the batches' inputs"] = agents * learners_batch * inputs
@@ -141,7 +144,7 @@ def _model_sizes(config: Config, info: DatasetInfo, module: nn.Module | None) ->
 def parameter_count(config: Config, info: DatasetInfo) -> int:
     """Parameters of one model of ``config.model`` on ``info``'s inputs and outputs."""
     outputs = info.outputs
-    if config.model.name in ("cnn", "factory"):
+    if config.model.name not in ("mlp", "linear"):
         module = build_model(config.model, info.features, outputs, seed=0)
         return sum(parameter.numel() for parameter in module.parameters())
     widths = [info.features, *(config.model.hidden if config.model.name == "mlp" else ()), outputs]
