@@ -70,6 +70,8 @@ def test_section_defaults():
         "labels_per_agent": 1,
         "dirichlet_alpha": 0.5,
         "batch_size": 32,
+        "augment": "none",
+        "crop_padding": 4,
         "allow_missing_classes": False,
         "validation": 0.0,
         "validation_seed": 0,
@@ -85,6 +87,8 @@ def test_section_defaults():
     assert dataclasses.asdict(ModelConfig()) == {
         "name": "mlp",
         "hidden": (100,),
+        "norm": "default",
+        "groups": 2,
         "factory": "",
         "options": (),
     }
@@ -433,7 +437,8 @@ def test_an_int_is_accepted_for_a_float_field():
         ("data.partition=random", "data.partition must be one of 'iid', 'labels', 'dirichlet'"),
         (
             "model.name=resnet",
-            "model.name must be one of 'mlp', 'linear', 'cnn', 'factory', 'custom'",
+            "model.name must be one of 'mlp', 'linear', 'cnn', 'resnet20', 'vgg11', "
+            "'femnist-cnn', 'char-lstm', 'factory', 'custom'",
         ),
     ],
 )

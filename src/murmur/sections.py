@@ -114,15 +114,31 @@ class DataConfig:
     ``arrays`` stands for a Dataset given from Python (``murmur.run(config, data=...)``),
     which a config alone cannot rebuild."""
     root: str = ""
-    """Directory with the files of an on-disk dataset (mnist, fashion-mnist)."""
-    partition: Literal["iid", "labels", "dirichlet"] = "iid"
-    """How training samples are split: uniformly, k labels per agent, or Dirichlet."""
+    """Directory with the files of an on-disk dataset: the IDX files of mnist and
+    fashion-mnist, the folder of CIFAR's python batches (or the one that holds it) for
+    cifar10 and cifar100, LEAF's ``data/femnist/data`` or ``data/shakespeare/data``
+    folder for femnist and shakespeare (docs/reference/datasets.md)."""
+    partition: Literal["iid", "labels", "dirichlet", "natural"] = "iid"
+    """How training samples are split: uniformly, k labels per agent, Dirichlet, or
+    ``natural``: each writer's samples on one agent (femnist, shakespeare), several
+    writers to an agent where there are more writers than agents, dealt by sample
+    count."""
     labels_per_agent: int = 1
     """Classes held by each agent when ``partition = "labels"``."""
     dirichlet_alpha: float = 0.5
     """Concentration of the Dirichlet split; smaller is more skewed."""
     batch_size: int = 32
     """Mini-batch size per agent and iteration."""
+    augment: Literal["none", "crop-flip"] = "none"
+    """How training images are augmented: ``crop-flip``, a random crop of the image
+    padded with ``crop_padding`` zeros on every side and a horizontal flip of half the
+    samples, drawn per agent, step and sample from the run's seed (the same in the
+    simulator and the distributed runtime), as the CIFAR papers train; for image data
+    (28x28, 3x32x32 or 8x8 rows), with SGD-family and parameter-server algorithms.
+    ``none``: the rows as they are."""
+    crop_padding: int = 4
+    """Zeros added on every side of an image before ``augment = "crop-flip"`` crops it
+    back to its size (4 for 32x32 CIFAR images)."""
     allow_missing_classes: bool = False
     """Let ``partition = "labels"`` leave classes out of every agent (agents x
     labels_per_agent < classes), which caps the test accuracy; refused otherwise."""
@@ -163,6 +179,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         require(self.batch_size >= 1, "data.batch_size must be at least 1")
+        require(self.crop_padding >= 0, "data.crop_padding must be at least 0")
         require(self.labels_per_agent >= 1, "data.labels_per_agent must be at least 1")
         require(self.dirichlet_alpha > 0, "data.dirichlet_alpha must be positive")
         require(
@@ -194,15 +211,47 @@ class DataConfig:
 class ModelConfig:
     """The network every agent trains a copy of."""
 
-    name: Literal["mlp", "linear", "cnn", "factory", "custom"] = "mlp"
+    NORMALIZED: ClassVar[tuple[str, ...]] = ("resnet20", "vgg11")
+    """The networks ``norm`` and ``groups`` apply to."""
+
+    name: Literal[
+        "mlp",
+        "linear",
+        "cnn",
+        "resnet20",
+        "vgg11",
+        "femnist-cnn",
+        "char-lstm",
+        "factory",
+        "custom",
+    ] = "mlp"
     """``mlp`` (ReLU hidden layers), ``linear`` (one affine layer), ``cnn`` (a LeNet-5:
     two convolutions with max-pooling, then 120 -> 84 -> classes; for the 28x28 images
-    of mnist5k, mnist, fashion-mnist and, with 3x3 kernels, the 8x8 ones of digits),
-    ``factory``: the network a function of your own builds (``model.factory``), or
-    ``custom``: the ``torch.nn.Module`` given to ``murmur.run(config, model=...)`` from
-    Python, which a config alone cannot rebuild."""
+    of mnist5k, mnist, fashion-mnist and femnist, the 3x32x32 ones of cifar10 and
+    cifar100 and, with 3x3 kernels, the 8x8 ones of digits), ``resnet20`` (the CIFAR
+    ResNet-20 of He et al.: three stages of three basic blocks of 16, 32 and 64
+    channels, 1x1-convolution shortcuts where the shape changes, 272,474 parameters for
+    10 classes; for any of those images), ``vgg11`` (VGG-11 with the CIFAR classifier:
+    dropout, 512 -> 512 -> 512 -> classes; 9.75 M parameters; 3x32x32 images only),
+    ``femnist-cnn`` (LEAF's FEMNIST CNN: two 5x5 convolutions of 32 and 64 channels with
+    max-pooling, then 2048 -> classes; 6.6 M parameters on femnist), ``char-lstm``
+    (LEAF's Shakespeare model: each row a sequence of character indices, embedded in 8
+    dimensions, a 2-layer LSTM of 256 units, the last step's output to the classes,
+    which are the characters; for shakespeare), ``factory``: the network a function of
+    your own builds (``model.factory``), or ``custom``: the ``torch.nn.Module`` given
+    to ``murmur.run(config, model=...)`` from Python, which a config alone cannot
+    rebuild."""
     hidden: tuple[int, ...] = (100,)
     """Hidden layer widths of the MLP (the other models ignore it)."""
+    norm: Literal["default", "group", "batch", "none"] = "default"
+    """The normalization after each convolution of ``resnet20`` and ``vgg11``: ``group``
+    (GroupNorm of ``model.groups`` groups), ``batch`` (BatchNorm, whose running
+    statistics each agent keeps for itself and never sends; not for server and Hogwild
+    runs) or ``none``. ``default``: each network as decentralized-learning papers train
+    it (Lin et al. 2021): ``group`` for resnet20, ``none`` for vgg11."""
+    groups: int = 2
+    """The groups of each GroupNorm of ``norm = "group"`` (2, as in Lin et al. 2021); it
+    must divide 16 for resnet20 and 64 for vgg11."""
     factory: str = ""
     """With ``name = "factory"``: the function that builds the network, as
     ``FILE.py:FUNCTION`` (a path relative to the current directory, or to the TOML file
@@ -216,6 +265,11 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         require(all(width >= 1 for width in self.hidden), "model.hidden widths must be >= 1")
+        require(self.groups >= 1, f"model.groups must be at least 1, not {self.groups}")
+        require(
+            self.norm == "default" or self.name in self.NORMALIZED,
+            f"model.norm is for model.name = resnet20 or vgg11, not {self.name}",
+        )
         if self.name != "factory":
             require(
                 not self.factory and not self.options,
@@ -228,6 +282,13 @@ class ModelConfig:
             f"model.factory must be FILE.py:FUNCTION or MODULE:FUNCTION, not {self.factory!r}",
         )
         self.keywords()  # checks the options
+
+    @property
+    def normalization(self) -> Literal["group", "batch", "none"]:
+        """``norm`` with ``default`` resolved for the network ``name``."""
+        if self.norm != "default":
+            return self.norm
+        return "group" if self.name == "resnet20" else "none"
 
     def keywords(self) -> dict[str, object]:
         """``options`` as the keyword arguments of the factory."""

@@ -286,10 +286,7 @@ def _first_model(
 
 def _gradient(problem: Problem, worker: int, model: torch.Tensor) -> torch.Tensor:
     """Worker ``worker``'s gradient of ``model`` on its next mini-batch, float32."""
-    indices = problem.sampler.next_for(worker)
-    _, grads = problem.model.loss_and_grad(
-        model.view(1, -1), problem.x_train[indices][None], problem.y_train[indices][None]
-    )
+    _, grads = problem.model.loss_and_grad(model.view(1, -1), *problem.worker_batch(worker))
     return grads[0].to(torch.float32).contiguous()
 
 

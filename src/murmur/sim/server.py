@@ -210,10 +210,7 @@ class _ServerRun:
     def _start(self, worker: int, model: torch.Tensor, read_version: int) -> None:
         """Worker ``worker`` has read ``model`` (version ``read_version``): compute and push."""
         problem = self.problem
-        indices = problem.sampler.next_for(worker)
-        _, grads = problem.model.loss_and_grad(
-            model.view(1, -1), problem.x_train[indices][None], problem.y_train[indices][None]
-        )
+        _, grads = problem.model.loss_and_grad(model.view(1, -1), *problem.worker_batch(worker))
         gradient = grads[0].clone()  # the model's gradient buffer is reused by the next call
         seconds = self.compute.seconds(worker, self.flops) + self.message_seconds
         self._schedule(self.loop.now + seconds, "arrive", worker, gradient, read_version)

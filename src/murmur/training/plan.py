@@ -39,7 +39,7 @@ from murmur.data.partition import check_agents
 from murmur.errors import UsageError, one_line
 from murmur.metrics.logs import check_logs
 from murmur.models import build_model
-from murmur.models.networks import evaluating
+from murmur.models.networks import IMAGE_SHAPES, evaluating
 from murmur.models.statistics import refuse_statistics
 from murmur.plugins import load_plugins
 from murmur.registry import (
@@ -53,7 +53,12 @@ from murmur.registry import (
     Runtime,
 )
 from murmur.seeding import derive_seed
-from murmur.training.data_plan import check_classes_covered, check_training_left, resolve_data
+from murmur.training.data_plan import (
+    check_classes_covered,
+    check_natural,
+    check_training_left,
+    resolve_data,
+)
 from murmur.training.memory import check_memory, estimate_memory, parameter_count
 
 COMPILE_WORTH = 1e10
@@ -163,7 +168,8 @@ def plan(
     transport, scheduled = _delivery(member, config, runtime)
     parameters, memory = _sizes(member, config, info, module, workers, transport == "per-edge")
     check_classes_covered(config, member.decentralized, info, dataset)
-    _check_task(member, config, info)
+    check_natural(config, member.decentralized, info)
+    _check_data_use(member, config, info)
     _check_units(member, config, learners, workers)
     processes = 1
     if runtime == "distributed":
@@ -199,12 +205,38 @@ def _pinned_plugins(config: Config) -> Config:
     return dataclasses.replace(config, run=dataclasses.replace(config.run, plugins_sha256=digests))
 
 
+def _check_data_use(member: Member[object], config: Config, info: DatasetInfo) -> None:
+    """What the algorithm does with the data: its task and augmentation."""
+    _check_task(member, config, info)
+    _check_augment(member, config, info)
+
+
 def _check_task(member: Member[object], config: Config, info: DatasetInfo) -> None:
     """Layer-wise SSFN classifies: a regression dataset is refused."""
     if member.kind == "layerwise" and info.classes == 0:
         raise UsageError(
             f"{config.algorithm.name} needs a classification dataset; "
             f"{config.data.dataset} is regression"
+        )
+
+
+def _check_augment(member: Member[object], config: Config, info: DatasetInfo) -> None:
+    """``data.augment`` crops and flips images, in the loops that draw mini-batches: a
+    dataset whose rows are no images, and a layer-wise or Hogwild! run, are refused."""
+    if config.data.augment == "none":
+        return
+    if member.kind in ("layerwise", "hogwild"):
+        raise UsageError(
+            f"data.augment = {config.data.augment} augments the mini-batches of the SGD and "
+            f"parameter-server algorithms; {config.algorithm.name} does not draw them "
+            "that way: set data.augment = none"
+        )
+    if info.features not in IMAGE_SHAPES:
+        shapes = ", ".join("x".join(map(str, shape)) for shape in IMAGE_SHAPES.values())
+        raise UsageError(
+            f"data.augment = {config.data.augment} crops images, and the rows of "
+            f"{config.data.dataset} ({info.features} features) are none of {shapes}: "
+            "set data.augment = none"
         )
 
 
@@ -527,7 +559,7 @@ def _sizes(
         check_agents(config.topology.agents, info.train)
     if module is not None:
         check_module_shape(module, info.features, info.classes or None)
-    elif member.kind != "layerwise" and config.model.name in ("cnn", "factory", "custom"):
+    elif member.kind != "layerwise" and config.model.name not in ("mlp", "linear"):
         # refused here, before the data loads
         module = build_model(
             config.model,

@@ -27,9 +27,11 @@ from murmur.algorithms.hogwild import HogwildConfig
 from murmur.algorithms.protocols import Algorithm, BuildContext, LayerSolver
 from murmur.config import Config
 from murmur.data import partition
+from murmur.data.augment import CropFlip
 from murmur.data.batches import BatchSampler
 from murmur.data.datasets import Dataset
 from murmur.models import build_model
+from murmur.models.networks import IMAGE_SHAPES
 from murmur.models.stacked import StackedModel
 from murmur.registry import HOGWILD, LAYERWISE, SERVER, SGD
 from murmur.sections import TopologyConfig
@@ -53,6 +55,18 @@ class Problem:
     sampler: BatchSampler
     validation: tuple[torch.Tensor, torch.Tensor] | None = None
     """The validation split's inputs and targets (``data.validation``); None: none."""
+    augment: CropFlip | None = None
+    """How training images are augmented (``data.augment``); None: they are not."""
+
+    def worker_batch(self, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Worker ``worker``'s next mini-batch, (1, batch, ...) inputs and targets,
+        augmented where the run augments (keyed by how many batches it drew before)."""
+        draw = int(self.sampler.positions[worker]) // self.sampler.batch_size
+        indices = self.sampler.next_for(worker)
+        x = self.x_train[indices][None]
+        if self.augment is not None:
+            x = self.augment(x, [worker], draw)
+        return x, self.y_train[indices][None]
 
 
 @dataclass(kw_only=True)
@@ -205,7 +219,16 @@ def _problem(
         y_test=move(dataset.y_test),
         sampler=BatchSampler(shards, batch_size, seed=config.run.seed),
         validation=(move(validation[0]), move(validation[1])) if validation else None,
+        augment=_augmentation(config, dataset.features),
     )
+
+
+def _augmentation(config: Config, features: int) -> CropFlip | None:
+    """How the run augments its training images (``data.augment``; the plan checked that
+    the rows are images); None: not at all."""
+    if config.data.augment == "none":
+        return None
+    return CropFlip(IMAGE_SHAPES[features], config.data.crop_padding, config.run.seed)
 
 
 def _context(setup: Setup, problem: Problem | None) -> BuildContext:
@@ -256,6 +279,7 @@ def _learners(plan: Plan, dataset: Dataset) -> tuple[Graph, list[torch.Tensor], 
             num_classes=dataset.num_classes or None,
             seed=derive_seed(config.run.seed, "partition"),
             num_samples=dataset.y_train.shape[0],
+            groups=dataset.groups,
         )
         return graph, shards, config.data.batch_size
     if plan.workers:

@@ -230,8 +230,11 @@ def _step(
     algorithm, transport = block.algorithm, block.transport
     step_started = time.perf_counter()
     indices = block.draw()
+    x, y = batch.take(indices)
+    if block.problem.augment is not None:
+        x = block.problem.augment(x, transport.agents, iteration)
     losses, grads = block.problem.model.loss_and_grad(
-        algorithm.params(at.state), *batch.take(indices), draws=(transport.agents, iteration)
+        algorithm.params(at.state), x, y, draws=(transport.agents, iteration)
     )
     before = _sent_so_far(transport) if round_seconds is not None else None
     at.state = algorithm.step(at.state, grads, iteration, transport)
