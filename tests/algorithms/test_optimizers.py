@@ -246,6 +246,9 @@ def _ring():
         ("algorithm.weight_decay=-0.01", "algorithm.weight_decay must be >= 0, not -0.01"),
         ("algorithm.adam_eps=0", "algorithm.adam_eps must be positive, not 0"),
         ("algorithm.warmup=-3", "algorithm.warmup must be >= 0 iterations, not -3"),
+        ("algorithm.milestones=[30, 20]", "algorithm.milestones must increase, not [30, 20]"),
+        ("algorithm.milestones=[0]", "algorithm.milestones must be >= 1, not 0"),
+        ("algorithm.decay=0", "algorithm.decay must be in (0, 1], not 0"),
         ("algorithm.optimizer=lion", "algorithm.optimizer"),
     ],
 )
