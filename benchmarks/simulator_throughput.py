@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional
@@ -95,11 +96,42 @@ def benchmark_config(
         f"run.threads={threads}",
         f"model.name={model}",
         "model.hidden=[100]",
-        "data.dataset=mnist5k",
+        *_data_settings(model),
         "data.batch_size=32",
         "data.allow_missing_classes=true",  # throughput only: fewer than 10 agents is fine
     ]
     return build_config(apply_overrides(raw, overrides))
+
+
+SHAPED_DATA = {"resnet20": (3072, 10), "char-lstm": (80, 80)}
+"""Networks timed on random data of their benchmark's shape: CIFAR's 3 x 32 x 32 images
+in 10 classes, Shakespeare's 80-character lines with the next of 80 characters."""
+_DATA_FOLDER = tempfile.TemporaryDirectory()
+
+
+def _data_settings(model: str) -> list[str]:
+    """mnist5k for the MLP and the CNN; for the networks of :data:`SHAPED_DATA` an .npz
+    of random rows of their shape (throughput depends on the shape, not the values)."""
+    if model not in SHAPED_DATA:
+        return ["data.dataset=mnist5k"]
+    features, classes = SHAPED_DATA[model]
+    path = Path(_DATA_FOLDER.name) / f"{model}.npz"
+    if not path.exists():
+        generator = np.random.default_rng(0)
+
+        def rows(count: int) -> np.ndarray:
+            if model == "char-lstm":  # character indices, which the network embeds
+                return generator.integers(0, classes, (count, features)).astype(np.float32)
+            return generator.random((count, features), dtype=np.float32)
+
+        np.savez(
+            path,
+            x_train=rows(4096),
+            y_train=generator.integers(0, classes, 4096),
+            x_test=rows(32),
+            y_test=generator.integers(0, classes, 32),
+        )
+    return ["data.dataset=file", f"data.path={path}"]
 
 
 def murmur_method(
@@ -282,7 +314,12 @@ def state_pass_method(agents: int, parameters: int) -> Method:
 STATE_PASS = "state-pass"
 """The name of the reference that copies the (N, P) state once."""
 
-MODELS = {"mlp": "MLP 784-100-10", "cnn": "LeNet-5 CNN"}
+MODELS = {
+    "mlp": "mnist5k, MLP 784-100-10",
+    "cnn": "mnist5k, LeNet-5 CNN",
+    "resnet20": "CIFAR-shaped random images, ResNet-20 (GroupNorm)",
+    "char-lstm": "Shakespeare-shaped random lines, 2-layer character LSTM",
+}
 
 COMPILE_CHOICES = {"both": (False, True), "on": (True,), "off": (False,)}
 
@@ -306,7 +343,7 @@ def _line(cells: list[str]) -> str:
 def print_header(args: argparse.Namespace) -> None:
     threads = f"{args.threads} torch thread{'s' if args.threads != 1 else ''}"
     print(
-        f"murmur simulator throughput: mnist5k, {MODELS[args.model]}, ring, batch 32 per agent, "
+        f"murmur simulator throughput: {MODELS[args.model]}, ring, batch 32 per agent, "
         f"{threads}, torch {torch.__version__}"
     )
     print(
@@ -393,9 +430,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--model",
-        choices=["mlp", "cnn"],
+        choices=list(MODELS),
         default="mlp",
-        help="the 784-100-10 MLP or the LeNet-5 CNN (model.name)",
+        help="the network (model.name): the 784-100-10 MLP, the LeNet-5 CNN, or ResNet-20 "
+        "and the character LSTM on random data of CIFAR's and Shakespeare's shapes",
     )
     parser.add_argument(
         "--compile",

@@ -124,8 +124,11 @@ OPTIMIZER_DEFAULTS = {
     "adam_eps": 1e-8,
     "weight_decay": 0.0,
     "warmup": 0,
+    "milestones": (),
+    "decay": 0.1,
 }
-"""The local optimizer's keys, which every SGD algorithm has after a, d2 and eps."""
+"""The local optimizer's and the step decay's keys, which every SGD algorithm has after
+a, d2 and eps."""
 OPTIMIZER_KEYS = list(OPTIMIZER_DEFAULTS)
 COMPRESSION_DEFAULTS = {
     "sign_scale": "tensor",

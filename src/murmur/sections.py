@@ -44,12 +44,13 @@ class RunConfig:
     """Step the simulator's synchronous SGD algorithms through one compiled pass over
     the stacked state (``torch.compile``; inductor builds C++ kernels with g++): true,
     false, or "auto", which compiles when agents x parameters x iterations reaches 1e10
-    and a C++ compiler is at hand. Runs with ``[faults]`` or a varying graph, and the
-    distributed runtime, step eagerly. The compiled step checks itself: the first step
-    of each shape is computed both ways and must agree to within float32 rounding, and
-    nothing compiles where torch's kernels are pinned below the CPU's
-    (``ATEN_CPU_CAPABILITY``); otherwise the run steps eagerly and says why in one line
-    and in summary.json's ``compile_fallback``."""
+    and a C++ compiler is at hand, but not for networks whose gradients go agent by agent
+    (convolutions on the CPU, recurrent layers), where the gradient dwarfs the mixing.
+    Runs with ``[faults]`` or a varying graph, and the distributed runtime, step eagerly.
+    The compiled step checks itself: the first step of each shape is computed both ways
+    and must agree to within float32 rounding, and nothing compiles where torch's kernels
+    are pinned below the CPU's (``ATEN_CPU_CAPABILITY``); otherwise the run steps eagerly
+    and says why in one line and in summary.json's ``compile_fallback``."""
     device: Literal["cpu", "cuda"] = "cpu"
     """Where the simulator computes: ``cuda`` puts the model, the data, every agent's
     parameters, the algorithm's state, the mailboxes and the message counters of its

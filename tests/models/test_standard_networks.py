@@ -392,3 +392,31 @@ def test_resnet20_runs_from_the_command_line_on_a_file_of_cifar_images(tmp_path,
     assert summary["model"]["parameters"] == 272_474 - 7 * 65  # 3 classes, not 10
     average = load_model(tmp_path / "run")  # rebuilt from config.toml
     assert isinstance(average[1], nn.Conv2d) and _count(average) == 272_474 - 7 * 65
+
+
+def test_char_lstm_refuses_inputs_that_are_no_character_indices(tmp_path, capsys):
+    import numpy as np
+
+    from murmur.cli import main
+
+    x = np.tile(np.arange(4, dtype=np.float32), (8, 3))  # indices 0..3 of 4 classes
+    y = np.arange(8) % 4
+    for name, bad in (("index", 4.0), ("fraction", 1.5)):
+        x_bad = x.copy()
+        x_bad[2, 5] = bad
+        path = tmp_path / f"{name}.npz"
+        np.savez(path, x_train=x_bad, y_train=y, x_test=x[:2], y_test=y[:2])
+        argv = ["run", "dsgd", "--check"]
+        for setting in (
+            "data.dataset=file",
+            f"data.path={path}",
+            "data.partition=iid",
+            "model.name=char-lstm",
+            "topology.agents=2",
+        ):
+            argv += ["--set", setting]
+        assert main(argv) == 2
+        error = capsys.readouterr().err.strip()
+        assert f"x_train[2, 5] is {bad:g}" in error and "\n" not in error
+    np.savez(tmp_path / "good.npz", x_train=x, y_train=y, x_test=x[:2], y_test=y[:2])
+    assert main([*argv, "--set", f"data.path={tmp_path / 'good.npz'}"]) == 0

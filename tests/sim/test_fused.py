@@ -197,3 +197,18 @@ def test_the_distributed_runtime_refuses_compile_true():
     with pytest.raises(UsageError, match="distributed runtime steps eagerly"):
         plan(config, "distributed")
     assert plan(config, "simulator").compiled
+
+
+def test_a_large_neighbour_sum_goes_slot_by_slot_to_the_same_rows(monkeypatch):
+    from murmur.sim import fused
+
+    generator = torch.Generator().manual_seed(0)
+    values = torch.randn(6, 50, generator=generator)
+    index = torch.randint(0, 6, (6, 4), generator=generator)
+    weight = torch.rand(6, 4, 1, generator=generator)
+    whole = fused.neighbour_sum(weight, values, index)
+    monkeypatch.setattr(fused, "GATHER_LIMIT", 10)  # 6 x 4 x 50 gathered values are more
+    by_slot = fused.neighbour_sum(weight, values, index)
+    expected = sum(weight[:, j] * values[index[:, j]] for j in range(4))
+    torch.testing.assert_close(by_slot, expected, rtol=0, atol=0)
+    torch.testing.assert_close(whole, expected, rtol=1e-6, atol=1e-6)

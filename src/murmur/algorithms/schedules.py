@@ -138,7 +138,8 @@ class SgdConfig(AlgorithmConfig):
 def _check_milestones(milestones: tuple[int, ...], decay: float) -> None:
     """UsageError unless ``milestones`` are positive and increasing and ``decay`` is in
     (0, 1]."""
-    if any(later <= earlier for earlier, later in zip(milestones, milestones[1:])):
+    pairs = zip(milestones[:-1], milestones[1:], strict=True)
+    if any(later <= earlier for earlier, later in pairs):
         raise UsageError(f"algorithm.milestones must increase, not {list(milestones)}")
     if milestones and milestones[0] < 1:
         raise UsageError(f"algorithm.milestones must be >= 1, not {milestones[0]}")

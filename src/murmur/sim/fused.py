@@ -43,6 +43,9 @@ from murmur.portable import kernels_below_host
 VARIANTS = 128
 """How many compiled variants (shapes, dtypes, flags) the kernel may have in one process."""
 
+GATHER_LIMIT = 2**27
+"""Most values :func:`neighbour_sum` gathers at once (512 MB of float32)."""
+
 CHECK_EVERY_CALL = False
 """Check every call of the compiled kernel against the eager step, not only the first
 of each variant, keeping the eager result (the tests' way to hold a whole run's
@@ -94,6 +97,20 @@ class _Flags(NamedTuple):
         return cls(keep, descend, drift != "none", drift == "kept" and descend)
 
 
+def neighbour_sum(weight: torch.Tensor, values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Each row's weighted sum of its neighbours' rows: ``sum_j weight[i, j] *
+    values[index[i, j]]``. Up to :data:`GATHER_LIMIT` gathered values in one gather;
+    beyond, one neighbour slot at a time, which never holds more than two rows' worth
+    (every slot at once would be width copies of the rows: 40 GB for 100 agents of a
+    6.6 M-parameter network on a graph of degree 14)."""
+    if index.numel() * values[0].numel() <= GATHER_LIMIT:
+        return (weight * values[index]).sum(dim=1)
+    total = weight[:, 0] * values[index[:, 0]]
+    for slot in range(1, index.shape[1]):
+        total = total + weight[:, slot] * values[index[:, slot]]
+    return total
+
+
 def _mix_step(
     out: torch.Tensor,
     values: torch.Tensor,
@@ -104,7 +121,7 @@ def _mix_step(
     flags: _Flags,
 ) -> torch.Tensor:
     """The fused update; see :meth:`FusedMixing.__call__` (``scalars``: scale, alpha)."""
-    mixed = (weight * values[index]).sum(dim=1)
+    mixed = neighbour_sum(weight, values, index)
     new = mixed * scalars[0]
     if flags.keep:
         new = new + out
@@ -167,7 +184,7 @@ def rounding_bound(step: _Step) -> torch.Tensor:
     two of them within twice that, doubled again for the products and the scale."""
     weight, index, values = step.table.weight, step.table.index, step.values
     scale, alpha = step.scalars.abs()
-    terms = scale * (weight.abs() * values.abs()[index]).sum(dim=1)
+    terms = scale * neighbour_sum(weight.abs(), values.abs(), index)
     if step.flags.keep:
         terms = terms + step.out.abs()
     if step.flags.descend:

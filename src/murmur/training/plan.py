@@ -40,6 +40,7 @@ from murmur.errors import UsageError, one_line
 from murmur.metrics.logs import check_logs
 from murmur.models import build_model
 from murmur.models.networks import IMAGE_SHAPES, evaluating
+from murmur.models.stacked import takes_agents_in_turn
 from murmur.models.statistics import refuse_statistics
 from murmur.plugins import load_plugins
 from murmur.registry import (
@@ -158,18 +159,18 @@ def plan(
     device = _device(member, config, runtime)
     if module is not None:
         module = _checked_module(member, module)
-    _check_weights(config)
-    _check_compiler(config)
-    check_logs(config.run.log)
+    _check_settings(config)
     config, info, dataset = resolve_data(config, data, runtime)
     config = _pinned_plugins(config)
     check_training_left(config, member.decentralized, info)
     learners, workers = _learners(member, config)
     transport, scheduled = _delivery(member, config, runtime)
-    parameters, memory = _sizes(member, config, info, module, workers, transport == "per-edge")
+    parameters, memory, in_turn = _sizes(
+        member, config, info, module, workers, transport == "per-edge"
+    )
     check_classes_covered(config, member.decentralized, info, dataset)
     check_natural(config, member.decentralized, info)
-    _check_data_use(member, config, info)
+    _check_data_use(member, config, info, dataset)
     _check_units(member, config, learners, workers)
     processes = 1
     if runtime == "distributed":
@@ -185,7 +186,7 @@ def plan(
         learners=learners,
         workers=workers,
         parameters=parameters,
-        compiled=_compiled(member, config, runtime, learners * parameters),
+        compiled=_compiled(member, config, runtime, learners * parameters, in_turn),
         transport=transport,
         scheduled=scheduled,
         processes=processes,
@@ -193,6 +194,13 @@ def plan(
         device=device,
         memory=memory,
     )
+
+
+def _check_settings(config: Config) -> None:
+    """What the config alone decides: the mixing weights, the compiler and the logs."""
+    _check_weights(config)
+    _check_compiler(config)
+    check_logs(config.run.log)
 
 
 def _pinned_plugins(config: Config) -> Config:
@@ -205,10 +213,31 @@ def _pinned_plugins(config: Config) -> Config:
     return dataclasses.replace(config, run=dataclasses.replace(config.run, plugins_sha256=digests))
 
 
-def _check_data_use(member: Member[object], config: Config, info: DatasetInfo) -> None:
-    """What the algorithm does with the data: its task and augmentation."""
+def _check_data_use(
+    member: Member[object], config: Config, info: DatasetInfo, dataset: Dataset | None
+) -> None:
+    """What the algorithm and the network do with the data: its task, augmentation and,
+    for a network that embeds its inputs, whether they are indices it can embed."""
     _check_task(member, config, info)
     _check_augment(member, config, info)
+    if config.model.name == "char-lstm" and dataset is not None:
+        check_indices(dataset, config.data.dataset)
+
+
+def check_indices(dataset: Dataset, name: str) -> None:
+    """UsageError unless every input of ``dataset`` is a whole number in [0, classes):
+    ``char-lstm`` embeds each as a character of a vocabulary of the classes."""
+    classes = dataset.num_classes
+    for split, x in (("x_train", dataset.x_train), ("x_test", dataset.x_test)):
+        bad = (x < 0) | (x >= classes) | (x != x.round())
+        if bool(bad.any()):
+            row, column = (int(i) for i in bad.nonzero()[0])
+            raise UsageError(
+                f"model.name = char-lstm reads each input as a character index 0..{classes - 1} "
+                f"(the {classes} classes are its vocabulary), but {name}'s {split}[{row}, "
+                f"{column}] is {float(x[row, column]):g}; give whole indices below the "
+                "number of classes"
+            )
 
 
 def _check_task(member: Member[object], config: Config, info: DatasetInfo) -> None:
@@ -473,9 +502,14 @@ def compiler_available() -> bool:
     return shutil.which("g++") is not None or shutil.which("c++") is not None
 
 
-def _compiled(member: Member[object], config: Config, runtime: Runtime, work: int) -> bool:
+def _compiled(
+    member: Member[object], config: Config, runtime: Runtime, work: int, in_turn: bool = False
+) -> bool:
     """Whether the run steps through the fused, compiled mixing (``run.compile``; the
-    cases ``true`` cannot have are refused before)."""
+    cases ``true`` cannot have are refused before). ``auto`` leaves out networks whose
+    gradients are taken agent by agent (``in_turn``: convolutions on the CPU, recurrent
+    layers): their gradients cost far more than the mixing the compiled pass saves on,
+    and its first, checked step holds copies of the whole state."""
     wanted = config.run.compile
     if runtime != "simulator" or not member.capabilities.compiles or wanted is False:
         return False
@@ -483,7 +517,7 @@ def _compiled(member: Member[object], config: Config, runtime: Runtime, work: in
         return False
     if wanted is True:
         return True
-    if config.run.portable:  # inductor's kernels are built for this CPU and compiler
+    if config.run.portable or in_turn:  # portable: inductor builds for this CPU only
         return False
     return work * config.run.iterations >= COMPILE_WORTH and compiler_available()
 
@@ -551,10 +585,11 @@ def _sizes(
     module: nn.Module | None,
     workers: int,
     per_edge: bool,
-) -> tuple[int, int]:
-    """Parameters of one model and the memory estimate of a run of ``workers`` sharing
+) -> tuple[int, int, bool]:
+    """Parameters of one model, the memory estimate of a run of ``workers`` sharing
     one model (0: none) and of a mailbox per directed edge or not (``per_edge``), the
-    sizes checked against the dataset and this machine's memory."""
+    sizes checked against the dataset and this machine's memory, and whether the
+    model's gradients are taken agent by agent (:func:`takes_agents_in_turn`)."""
     if member.decentralized:
         check_agents(config.topology.agents, info.train)
     if module is not None:
@@ -572,10 +607,11 @@ def _sizes(
     estimate = estimate_memory(config, info, module, workers=workers, per_edge=per_edge)
     memory = check_memory(estimate, config).total
     if member.kind == "layerwise":
-        return 0, memory
+        return 0, memory, False
     if module is not None:
-        return sum(parameter.numel() for parameter in module.parameters()), memory
-    return parameter_count(config, info), memory
+        in_turn = takes_agents_in_turn(module, config.run.device)
+        return sum(parameter.numel() for parameter in module.parameters()), memory, in_turn
+    return parameter_count(config, info), memory, False
 
 
 def check_module_shape(module: nn.Module, features: int, outputs: int | None) -> None:
