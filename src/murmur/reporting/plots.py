@@ -665,18 +665,15 @@ def plot_time_vs_nodes(
     has runs at two or more node counts; otherwise writes nothing, removes a
     stale path and returns False.
     """
-    return _plot_by_algorithm(
-        runs,
-        path,
+    sweep = _Sweep(
         x_of=lambda summary: finite_number(summary.get("agents")),
         y_of=lambda summary: finite_number(summary.get("virtual_seconds")),
         xlabel="nodes (agents)",
         ylabel="training time (virtual seconds)",
         title="Training time vs number of nodes (virtual clock)",
         integer_x=True,
-        dpi=dpi,
-        style=style,
     )
+    return _plot_by_algorithm(runs, path, sweep, dpi=dpi, style=style)
 
 
 def plot_accuracy_vs_degree(
@@ -688,18 +685,15 @@ def plot_accuracy_vs_degree(
     without them are left out. Written, and True returned, under the same
     condition as plot_time_vs_nodes: some algorithm at two or more degrees.
     """
-    return _plot_by_algorithm(
-        runs,
-        path,
+    sweep = _Sweep(
         x_of=lambda summary: finite_number(summary.get("mean_degree")),
         y_of=_mean_accuracy_percent,
         xlabel="mean degree",
         ylabel="mean test accuracy (%)",
         title="Mean test accuracy vs mean degree",
         integer_x=False,
-        dpi=dpi,
-        style=style,
     )
+    return _plot_by_algorithm(runs, path, sweep, dpi=dpi, style=style)
 
 
 @dataclass(frozen=True)
@@ -1060,24 +1054,27 @@ def mean_line(points: Sequence[tuple[float, float]]) -> tuple[list[float], list[
     return xs, [float(np.mean([y for x, y in points if x == value])) for value in xs]
 
 
+@dataclass(frozen=True)
+class _Sweep:
+    """What a plot across runs draws: a summary's x and y, and the axes' words."""
+
+    x_of: Callable[[RunSummary], float | None]
+    y_of: Callable[[RunSummary], float | None]
+    xlabel: str
+    ylabel: str
+    title: str
+    integer_x: bool
+
+
 def _plot_by_algorithm(
-    runs: Sequence[Run],
-    path: str | Path,
-    x_of: Callable[[RunSummary], float | None],
-    y_of: Callable[[RunSummary], float | None],
-    xlabel: str,
-    ylabel: str,
-    title: str,
-    integer_x: bool,
-    dpi: float,
-    style: PlotStyle = PLAIN,
+    runs: Sequence[Run], path: str | Path, sweep: _Sweep, *, dpi: float, style: PlotStyle = PLAIN
 ) -> bool:
-    """One line per algorithm through the mean y at each x, sorted by x.
+    """One line per algorithm through the mean y at each x of ``sweep``, sorted by x.
 
     Where several runs share an x (seeds, other settings), the line goes
     through their mean and each run is also shown as a faint dot.
     """
-    lines = algorithm_points(runs, x_of, y_of)
+    lines = algorithm_points(runs, sweep.x_of, sweep.y_of)
     if not any(len({x for x, _ in points}) >= 2 for points in lines.values()):
         Path(path).unlink(missing_ok=True)
         return False
@@ -1091,9 +1088,9 @@ def _plot_by_algorithm(
             axes.scatter(
                 [x for x, _ in points], [y for _, y in points], color=colour, alpha=0.35, s=14
             )
-    if integer_x:
+    if sweep.integer_x:
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    _finish(axes, True, "", xlabel, ylabel, title)
+    _finish(axes, True, "", sweep.xlabel, sweep.ylabel, sweep.title)
     _save(figure, path, dpi)
     return True
 
