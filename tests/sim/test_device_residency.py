@@ -36,9 +36,9 @@ CASES = [
     ("detsgrad-gt", []),
     ("detsgrad-gt", ["algorithm.compress=topk"]),
     ("choco-sgd", []),
-    ("choco-sgd", ["algorithm.compress=qsgd"]),
+    ("choco-sgd", ["algorithm.compress=qsgd", "algorithm.gamma=0.3"]),  # no gossip probe
     ("sparq-sgd", []),
-    ("beer", ["algorithm.compress=sign"]),
+    ("beer", ["algorithm.compress=sign", "algorithm.gamma=0.3"]),
     ("centralized", []),
 ]
 
@@ -79,7 +79,7 @@ def test_a_step_keeps_state_values_and_counters_on_the_device_uploads_and_reads_
     [
         ("detsgrad", [], 1),
         ("detsgrad", ["algorithm.trigger=layer", "algorithm.compress=topk"], 4),
-        ("choco-sgd", ["algorithm.compress=randk"], 1),
+        ("choco-sgd", ["algorithm.compress=randk", "algorithm.gamma=0.3"], 1),
     ],
     ids=lambda case: str(case),
 )
