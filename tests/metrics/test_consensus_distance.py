@@ -32,3 +32,15 @@ def test_four_agents_in_float64():
 def test_a_single_agent_is_at_consensus():
     """One agent is its own average."""
     assert consensus_distance(torch.tensor([[1.5, -2.0, 7.0]])) == 0.0
+
+
+def test_large_stacks_are_measured_in_blocks_of_rows_to_the_same_distance(monkeypatch):
+    from murmur.metrics import evaluation
+
+    params = torch.randn(7, 30, generator=torch.Generator().manual_seed(0))
+    whole = evaluation.consensus_distance(params)
+    monkeypatch.setattr(evaluation, "CONSENSUS_BLOCK", 60)  # 210 values: blocks of 2 rows
+    blocked = evaluation.consensus_distance(params)
+    exact = float((params.double() - params.double().mean(0)).pow(2).sum() / 7)
+    assert blocked == pytest.approx(exact, rel=1e-6)
+    assert whole == pytest.approx(exact, rel=1e-6)
