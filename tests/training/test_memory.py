@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from murmur.config import build_config
 from murmur.data import DATASETS
@@ -16,6 +17,7 @@ from murmur.training.memory import (
     parameter_count,
 )
 from murmur.training.plan import plan
+from murmur.training.setup import prepare
 from murmur.units import human_bytes
 
 
@@ -139,3 +141,11 @@ def test_the_cnn_is_counted_by_its_parameters_and_layer_outputs():
     on_gpu = estimate_memory(config(model={"name": "cnn"}, run={"device": "cuda"}), info, module)
     assert on_gpu.parts["the batches"] == 10 * estimate.parts["the batches"]
     assert on_gpu.parts["the batches"] > 15 * mlp.parts["the batches"]
+
+
+def test_the_stacked_initial_parameters_hold_one_row_not_one_per_agent():
+    setup = prepare(config(topology={"agents": 12}))
+    initial = setup.initial
+    assert initial.shape[0] == 12
+    assert initial.untyped_storage().nbytes() == initial.shape[1] * initial.element_size()
+    assert torch.equal(initial[11], initial[0])

@@ -19,7 +19,7 @@ from murmur.data import load_dataset
 from murmur.errors import UsageError
 from murmur.experiment import resume, run
 from murmur.training.checkpoint import CHECKPOINT, load_checkpoint, write_atomic
-from murmur.training.model_file import AGENTS_FILE, MODEL_FILE
+from murmur.training.model_file import AGENTS_FILE, MODEL_FILE, stacked_state
 
 
 def _config(preset: str, *settings: str):
@@ -164,3 +164,18 @@ def test_a_run_saved_before_keys_were_added_resumes(tmp_path, periodic_checkpoin
     (tmp_path / "old" / "summary.json").unlink()
     with pytest.raises(UsageError, match="another config"):
         resume(tmp_path / "old")
+
+
+def test_agents_pt_saves_every_agents_rows_once_without_a_copy(tmp_path):
+    module = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    rows = torch.randn(5, sum(p.numel() for p in module.parameters()))
+    state = stacked_state(module, rows)
+    assert all(
+        t.untyped_storage().data_ptr() == rows.untyped_storage().data_ptr() for t in state.values()
+    )
+    torch.save(state, tmp_path / AGENTS_FILE)
+    loaded = torch.load(tmp_path / AGENTS_FILE, weights_only=True)
+    assert torch.equal(torch.cat([t.reshape(5, -1) for t in loaded.values()], dim=1), rows)
+    # rows that are a view of a larger storage are copied, so the file holds only them
+    part = stacked_state(module, torch.randn(8, rows.shape[1])[2:7])
+    assert all(t.untyped_storage().nbytes() == t.nbytes for t in part.values())

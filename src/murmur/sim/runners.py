@@ -100,7 +100,9 @@ def _initial(setup: SgdSetup) -> torch.Tensor:
     """The agents' initial parameters where the run computes: on a GPU every agent's
     parameters, the algorithm's state, the mailboxes and the counters live there."""
     device = setup.problem.model.device
-    return setup.initial if device is None else setup.initial.to(device)
+    if device is None:
+        return setup.initial
+    return setup.initial[:1].to(device).expand(setup.initial.shape[0], -1)
 
 
 def _measured_agents(setup: SgdSetup) -> torch.Tensor | None:

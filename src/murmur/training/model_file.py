@@ -64,8 +64,12 @@ def stacked_state(
 ) -> dict[str, torch.Tensor]:
     """Every row of ``rows`` as named tensors, and every agent's ``statistics``:
     ``{name: (agents, *shape)}``."""
-    layout = ParamLayout.of(module)
-    state = {name: tensor.clone() for name, tensor in layout.unflatten(rows.cpu()).items()}
+    rows = rows.cpu()
+    # torch.save writes a storage once, however many views of it it is given: views of
+    # rows that own their storage are saved without a copy of every agent's model.
+    owned = rows.is_contiguous() and rows.untyped_storage().nbytes() == rows.nbytes
+    views = ParamLayout.of(module).unflatten(rows)
+    state = {name: tensor if owned else tensor.clone() for name, tensor in views.items()}
     state.update({name: tensor.cpu().clone() for name, tensor in (statistics or {}).items()})
     return state
 

@@ -109,7 +109,8 @@ class SgdSetup(Setup):
     """The mini-batch training problem."""
     initial: torch.Tensor
     """Stacked initial parameters, one row per agent (the workers of a server or a
-    shared-memory run share one model, so it has one row per learner)."""
+    shared-memory run share one model, so it has one row per learner): a read-only view
+    of one row, which an algorithm's ``init`` copies."""
 
 
 @dataclass(kw_only=True)
@@ -177,8 +178,9 @@ def prepare(
         solver = LAYERWISE.build(config.algorithm, graph, _context(common, None))
         return LayerSetup(**_fields(common), solver=solver)
     problem = _problem(plan, dataset, shards, batch_size, module)
-    # One model per agent; the workers of a server or shared-memory run share one.
-    initial = problem.model.initial().cpu().expand(graph.agents, -1).contiguous()
+    # One model per agent; the workers of a server or shared-memory run share one. A
+    # view of one row: each algorithm's state and the transport copy it.
+    initial = problem.model.initial().cpu().expand(graph.agents, -1)
     context = _context(common, problem)
     fields = {**_fields(common), "problem": problem, "initial": initial}
     if plan.kind == "server":
