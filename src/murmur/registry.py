@@ -34,6 +34,7 @@ from murmur.algorithms.detsgrad_gt import DetsgradGt, DetsgradGtConfig
 from murmur.algorithms.dsgd import Dsgd, DsgdConfig
 from murmur.algorithms.dssfn import DssfnConfig, SyncSolver
 from murmur.algorithms.hogwild import HogwildConfig
+from murmur.algorithms.motef import Motef, MotefConfig
 from murmur.algorithms.optimizers import with_optimizer
 from murmur.algorithms.protocols import Algorithm, BuildContext, LayerSolver
 from murmur.algorithms.schedules import Optimizer
@@ -97,6 +98,8 @@ SMALL_STEP = SearchRange("a", 0.005, 0.5, points=5)
 quarter as far: 0.005, 0.0158, 0.05, 0.158, 0.5."""
 GAMMA = SearchRange("gamma", 0.01, 1.0, points=3)
 """The consensus step on the public estimates, in (0, 1]: 0.01, 0.1, 1."""
+MOMENTUM_WEIGHT = SearchRange("lam", 0.01, 1.0, points=3)
+"""MoTEF's weight of a new gradient in its momentum: 0.01, 0.1, 1 (BEER)."""
 OPTIMIZER_STEPS: dict[Optimizer, SearchRange] = {
     "momentum": SearchRange("a", 0.001, 0.1, points=5),
     "nesterov": SearchRange("a", 0.001, 0.1, points=5),
@@ -533,6 +536,19 @@ register_algorithm(
     decentralized=True,
     capabilities=replace(
         SGD.defaults, tuned=Ability((SMALL_STEP, GAMMA)), dense_step=_gamma_on_dense_w
+    ),
+)
+
+register_algorithm(
+    MotefConfig,
+    Motef,
+    "BEER's compressed model and tracker messages with a tracker of gradient momentum",
+    family="sgd",
+    decentralized=True,
+    capabilities=replace(
+        SGD.defaults,
+        tuned=Ability((SMALL_STEP, GAMMA, MOMENTUM_WEIGHT)),
+        dense_step=_gamma_on_dense_w,
     ),
 )
 

@@ -53,14 +53,16 @@ def test_beer_without_compression_and_gamma_one_is_gradient_tracking_by_hand():
 
 @pytest.mark.parametrize("compress", ["topk", "randk", "qsgd", "sign"])
 def test_the_trackers_sum_is_the_gradients_sum_whatever_the_compressor_drops(compress):
-    beer = Beer(BeerConfig(a=0.1, compress=compress, fraction=0.25), ring(AGENTS), CONTEXT)
+    config = BeerConfig(a=0.1, compress=compress, fraction=0.25, gamma=0.4)
+    beer = Beer(config, ring(AGENTS), CONTEXT)
     states, grads, _, _ = _steps(beer)
     for step, (_, v) in enumerate(states):
         torch.testing.assert_close(v.sum(0), grads[step].sum(0), rtol=0, atol=1e-4)
 
 
 def test_every_step_sends_the_model_and_the_tracker_as_two_messages():
-    beer = Beer(BeerConfig(a=0.1, compress="topk", fraction=0.25), ring(AGENTS), CONTEXT)
+    config = BeerConfig(a=0.1, compress="topk", fraction=0.25, gamma=0.4)
+    beer = Beer(config, ring(AGENTS), CONTEXT)
     _, _, _, transport = _steps(beer)
     assert transport.counters.events == 2 * AGENTS * STEPS
     assert transport.counters.messages == 2 * 2 * AGENTS * STEPS
@@ -98,7 +100,9 @@ def test_beer_converges_to_the_least_squares_optimum_with_every_compressor(compr
 
 def test_event_triggered_beer_talks_less_and_its_trackers_still_sum_to_the_gradients():
     beer = Beer(
-        BeerConfig(a=0.1, compress="topk", fraction=0.25, v0=8.0, vy=3.0), ring(AGENTS), CONTEXT
+        BeerConfig(a=0.1, compress="topk", fraction=0.25, gamma=0.4, v0=8.0, vy=3.0),
+        ring(AGENTS),
+        CONTEXT,
     )
     states, grads, _, transport = _steps(beer)
     for step, (_, v) in enumerate(states):

@@ -98,6 +98,7 @@ class Beer:
         self, state: BeerState, grads: torch.Tensor, iteration: int, transport: Transport
     ) -> BeerState:
         last, scratch = state.grad_memory, state.scratch
+        first = last is None
         if last is None or scratch is None:
             last, scratch = torch.zeros_like(grads), torch.empty_like(state.pair)
             state = state._replace(grad_memory=last, scratch=scratch)
@@ -106,8 +107,7 @@ class Beer:
         gossip = self.gossip
         # [x | v] += gamma (W - I) [h | g], both read before this step's messages
         transport.mix(gossip.operator, out=pair, scale=gossip.gamma)
-        v.add_(grads).sub_(last)
-        last.copy_(grads)
+        self.track(v, grads, last, first)
         eta = self.gradient_step(iteration)
         x.add_(v, alpha=-eta)
         difference = torch.sub(pair, transport.last_sent, out=scratch)
@@ -115,3 +115,12 @@ class Beer:
         message = Message(self.seed, transport.agents, iteration)
         publish_halves(transport, gossip.compressor, difference, sent, message, state)
         return state
+
+    def track(
+        self, tracker: torch.Tensor, grads: torch.Tensor, memory: torch.Tensor, first: bool
+    ) -> None:
+        """Add to the ``tracker`` what the tracked gradient moved, and remember it in
+        ``memory`` (zero before the ``first`` step): BEER tracks the raw gradients."""
+        del first  # the zero memory makes the first step's change the gradient itself
+        tracker.add_(grads).sub_(memory)
+        memory.copy_(grads)
