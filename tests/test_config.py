@@ -135,6 +135,8 @@ COMPRESSION_DEFAULTS = {
     "rank": 1,
     "power_iterations": 1,
     "warm_start": True,
+    "precision": "float32",
+    "indices": "int32",
 }
 """The compressors' keys after compress, fraction and levels."""
 

@@ -348,7 +348,7 @@ def _gamma_on_dense_w(config: AlgorithmConfig) -> bool | None:
 def _compressed_b_on_dense_w(config: AlgorithmConfig) -> bool | None:
     """DETSGRAD-GT tunes its b on a dense W when it compresses and b is ``"auto"``; an
     uncompressed one takes b from its graph's spectrum."""
-    if not isinstance(config, DetsgradGtConfig) or config.compress == "none":
+    if not isinstance(config, DetsgradGtConfig) or not config.compresses():
         return None
     return config.b == "auto"
 

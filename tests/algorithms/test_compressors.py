@@ -14,6 +14,7 @@ from murmur.algorithms.compressors import (
     NoCompression,
     Qsgd,
     RandK,
+    Rounded,
     ScaledSign,
     TopK,
     make_compressor,
@@ -41,6 +42,12 @@ COMPRESSORS = [
     Qsgd(1),
     ScaledSign((3, 5)),
     ScaledSign(),
+    TopK(0.1, index_width=6),  # indices below 64, packed in 6 bits
+    Rounded(NoCompression(), torch.float16),
+    Rounded(TopK(0.1, index_width=6), torch.float16),
+    Rounded(RandK(0.25), torch.bfloat16),
+    Rounded(Qsgd(5), torch.float16),
+    Rounded(ScaledSign((3, 5)), torch.bfloat16),
 ]
 
 

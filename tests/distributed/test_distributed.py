@@ -61,6 +61,10 @@ LAYERS = (
 )
 TRACKING = 'name = "detsgrad-gt"\na = 0.1\nv0 = 2.0\nvy = 0.5'
 BEER = 'name = "beer"\na = 0.1\ncompress = "lowrank"\nrank = 1'
+MOTEF = (
+    'name = "motef"\na = 0.1\ngamma = 0.3\nlam = 0.2\ncompress = "topk"\nfraction = 0.1\n'
+    'precision = "float16"\nindices = "packed"'
+)
 SPARQ = (
     'name = "sparq-sgd"\na = 0.2\ncompress = "qsgd"\nlevels = 4\nlocal_steps = 2\n'
     "threshold = 0.5\nthreshold_growth = 0.0"
@@ -78,8 +82,17 @@ def write_config(folder: Path, algorithm: str, iterations: int = 100, agents: in
 
 @pytest.mark.parametrize(
     "algorithm",
-    [DETSGRAD, DSGD, CHOCO, SPARQ, TRACKING, LAYERS, BEER],
-    ids=["detsgrad", "dsgd", "choco", "sparq", "detsgrad-gt", "detsgrad-layers-randk", "beer"],
+    [DETSGRAD, DSGD, CHOCO, SPARQ, TRACKING, LAYERS, BEER, MOTEF],
+    ids=[
+        "detsgrad",
+        "dsgd",
+        "choco",
+        "sparq",
+        "detsgrad-gt",
+        "detsgrad-layers-randk",
+        "beer",
+        "motef",
+    ],
 )
 def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_path, algorithm):
     path = write_config(tmp_path, algorithm)

@@ -121,8 +121,8 @@ def test_kinds_other_than_synchronous_sgd_refuse_blocks_naming_those_that_run_th
     )
     assert words in err, err
     assert (
-        "blocks of agents per rank run detsgrad, dsgd, detsgrad-gt, choco-sgd, beer, sparq-sgd only"
-        in err
+        "blocks of agents per rank run detsgrad, dsgd, detsgrad-gt, choco-sgd, beer, motef, "
+        "sparq-sgd only" in err
     )
 
 

@@ -73,6 +73,7 @@ def assert_same_run(first: Path, second: Path) -> None:
         ("detsgrad-gt", []),
         ("choco-sgd", []),
         ("beer", ["algorithm.compress=lowrank"]),
+        ("motef", ["algorithm.compress=qsgd", "algorithm.gamma=0.3"]),
         ("centralized", []),
     ],
 )

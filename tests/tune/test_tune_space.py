@@ -26,6 +26,7 @@ TUNED = {
     "choco-sgd": ["a", "gamma"],
     "sparq-sgd": ["a", "gamma"],
     "beer": ["a", "gamma"],
+    "motef": ["a", "gamma", "lam"],
     "centralized": ["a"],
     "asysg-con": ["a"],
     "sync-ps": ["a"],

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import numpy as np
@@ -151,7 +151,7 @@ def compress_message(
 ) -> Code:
     """``compressor.compress(values, draws)``, with the sender's warm starts for
     the message called ``key`` where the compressor keeps them (``lowrank``)."""
-    if isinstance(compressor, LowRank) and warm is not None:
+    if isinstance(compressor, LowRank | Rounded) and warm is not None:
         return compressor.compress(values, draws, warm, key)
     return compressor.compress(values, draws)
 
@@ -173,6 +173,22 @@ def _pack_bits(bits: torch.Tensor) -> torch.Tensor:
 
 def _unpack_bits(data: torch.Tensor, count: int) -> torch.Tensor:
     return torch.from_numpy(np.unpackbits(data.numpy(), count=count).astype(np.int64))
+
+
+def index_bits(n: int) -> int:
+    """Bits that hold any index of n entries: ceil(log2 n), at least 1."""
+    return max(1, (n - 1).bit_length())
+
+
+def _pack_uints(values: torch.Tensor, width: int) -> torch.Tensor:
+    """Non-negative integers of ``width`` bits each, as bytes (lowest bit first)."""
+    shifts = torch.arange(width)
+    return _pack_bits(((values.to(torch.int64).unsqueeze(1) >> shifts) & 1).reshape(-1))
+
+
+def _unpack_uints(data: torch.Tensor, count: int, width: int) -> torch.Tensor:
+    bits = _unpack_bits(data[: math.ceil(count * width / 8)], count * width)
+    return (bits.reshape(count, width) << torch.arange(width)).sum(1)
 
 
 def _sample_count(fraction: float, n: int) -> int:
@@ -209,9 +225,11 @@ class NoCompression:
 
 @dataclass(frozen=True)
 class TopK:
-    """The ceil(fraction n) entries of largest magnitude, with their indices."""
+    """The ceil(fraction n) entries of largest magnitude, with their indices: int32
+    each, or ``index_width`` bits each where it is set (0: int32)."""
 
     fraction: float
+    index_width: int = 0
     name = "topk"
 
     def compress(self, values: torch.Tensor, draws: Draws) -> Code:
@@ -223,17 +241,27 @@ class TopK:
         indices, kept = code
         return kept.new_zeros(kept.shape[0], n).scatter_(1, indices, kept)
 
+    def _index_bytes(self, n: int) -> int:
+        k = _sample_count(self.fraction, n)
+        return math.ceil(k * self.index_width / 8) if self.index_width else k * _INDEX_BYTES
+
     def nbytes(self, n: int, element_size: int) -> int:
-        return _sample_count(self.fraction, n) * (element_size + _INDEX_BYTES)
+        return _sample_count(self.fraction, n) * element_size + self._index_bytes(n)
 
     def pack(self, code: Code, row: int) -> torch.Tensor:
         indices, kept = code
+        if self.index_width:
+            packed = _pack_uints(indices[row], self.index_width)
+            return torch.cat([packed, _as_bytes(kept[row])])
         return torch.cat([_as_bytes(indices[row].to(torch.int32)), _as_bytes(kept[row])])
 
     def unpack(self, data: torch.Tensor, n: int, dtype: torch.dtype) -> Code:
         k = _sample_count(self.fraction, n)
-        indices = _from_bytes(data, torch.int32, k).to(torch.int64)
-        return indices, _from_bytes(data[k * _INDEX_BYTES :], dtype, k)
+        if self.index_width:
+            indices = _unpack_uints(data, k, self.index_width).reshape(1, k)
+        else:
+            indices = _from_bytes(data, torch.int32, k).to(torch.int64)
+        return indices, _from_bytes(data[self._index_bytes(n) :], dtype, k)
 
     def delta(self, n: int) -> float:
         """k / n: the k largest entries hold at least that share of the squared norm."""
@@ -505,6 +533,69 @@ class LowRank:
         return min(1.0, self.rank / min(m, cols)) ** 2 / 4
 
 
+PRECISIONS: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+"""The float types a code's values may travel as (``algorithm.precision``)."""
+
+
+@dataclass
+class Rounded:
+    """``inner``'s code with its floating-point parts (values, norms, scales, factors)
+    rounded to ``precision`` and sent at its width; its indices, seeds and bits as they
+    are. The rounding is part of the compression: every holder, the sender included,
+    adds the rounded values, and what rounding drops stays in the sender's difference
+    to its public estimate. float16's range is kept by clamping to +-65504."""
+
+    inner: Compressor
+    precision: torch.dtype
+    name: str = field(init=False, default="")
+
+    def __post_init__(self) -> None:
+        self.name = self.inner.name
+
+    def compress(
+        self, values: torch.Tensor, draws: Draws, warm: WarmStarts | None = None, key: str = ""
+    ) -> Code:
+        code = compress_message(self.inner, values, draws, warm, key)
+        return tuple(self._narrow(part).to(part.dtype) for part in code)
+
+    def _narrow(self, part: torch.Tensor) -> torch.Tensor:
+        if not part.is_floating_point():
+            return part
+        largest = torch.finfo(self.precision).max
+        return part.clamp(-largest, largest).to(self.precision)
+
+    def decode(self, code: Code, n: int) -> torch.Tensor:
+        return self.inner.decode(code, n)
+
+    def nbytes(self, n: int, element_size: int) -> int:
+        return self.inner.nbytes(n, self.precision.itemsize)
+
+    def pack(self, code: Code, row: int) -> torch.Tensor:
+        return self.inner.pack(tuple(self._narrow(part) for part in code), row)
+
+    def unpack(self, data: torch.Tensor, n: int, dtype: torch.dtype) -> Code:
+        code = self.inner.unpack(data, n, self.precision)
+        return tuple(part.to(dtype) if part.is_floating_point() else part for part in code)
+
+    def delta(self, n: int) -> float:
+        """The inner contraction less the rounding's: ||C(v) - v|| grows by at most the
+        unit roundoff u times ||v|| (for values in the normal range), so 1 - delta is at
+        most (sqrt(1 - delta_inner) + u)^2."""
+        return _rounded_delta(self.inner.delta(n), self.precision)
+
+    def typical_delta(self, n: int) -> float:
+        return _rounded_delta(self.inner.typical_delta(n), self.precision)
+
+
+def _rounded_delta(inner: float, precision: torch.dtype) -> float:
+    roundoff = torch.finfo(precision).eps / 2
+    return max(0.0, 1.0 - (math.sqrt(max(0.0, 1.0 - inner)) + roundoff) ** 2)
+
+
 @dataclass(frozen=True)
 class CompressionConfig(AlgorithmConfig):
     """How an algorithm compresses what it sends (see :mod:`murmur.algorithms.compressors`)."""
@@ -524,6 +615,12 @@ class CompressionConfig(AlgorithmConfig):
     warm_start: bool = True
     """lowrank: start each message's iteration from the last one's Q, as PowerGossip
     does (false: from a fresh Gaussian draw each time)."""
+    precision: Literal["float32", "float16", "bfloat16"] = "float32"
+    """The float type a message's values travel as (2 bytes each for float16 and
+    bfloat16; the rounding is part of the compression). float32: as computed."""
+    indices: Literal["int32", "packed"] = "int32"
+    """topk: each index as an int32, or packed in ceil(log2 P) bits (P: the model's
+    parameters), 17 bits for the MLP 784-100-10."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -544,6 +641,25 @@ class CompressionConfig(AlgorithmConfig):
             raise UsageError(
                 f"algorithm.sign_scale must be 'tensor' or 'model', not {self.sign_scale!r}"
             )
+        self._check_encoding()
+
+    def compresses(self) -> bool:
+        """Whether messages are encoded at all: a compressor, or values rounded."""
+        return self.compress != "none" or self.precision != "float32"
+
+    def _check_encoding(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise UsageError(
+                f"algorithm.precision must be one of {', '.join(PRECISIONS)}, "
+                f"not {self.precision!r}"
+            )
+        if self.indices not in ("int32", "packed"):
+            raise UsageError(f"algorithm.indices must be 'int32' or 'packed', not {self.indices!r}")
+        if self.indices == "packed" and self.compress != "topk":
+            raise UsageError(
+                f"algorithm.indices = 'packed' codes topk's indices; {self.compress!r} sends "
+                "none (randk sends the seed that drew them)"
+            )
 
     def compressor(
         self, sizes: Sequence[int] = (), shapes: Sequence[tuple[int, ...]] = ()
@@ -559,7 +675,9 @@ class CompressionConfig(AlgorithmConfig):
                 f"compressor '{self.compress}' ({entry.origin}): what it made, a "
                 f"{type(made).__name__}, lacks {', '.join(missing)}"
             )
-        return made
+        if self.precision == "float32":
+            return made
+        return Rounded(made, PRECISIONS[self.precision])
 
 
 def kept_share(compressor: Compressor, n: int) -> float:
@@ -604,9 +722,21 @@ def _sign(
 
 
 register_compressor("none", lambda config, sizes, shapes: NoCompression(), "the n values")
+
+
+def _topk(
+    config: CompressionConfig, sizes: tuple[int, ...], shapes: tuple[tuple[int, ...], ...]
+) -> Compressor:
+    if config.indices == "int32":
+        return TopK(config.fraction)
+    if not sizes:
+        raise UsageError("algorithm.indices = 'packed' needs the model's size")
+    return TopK(config.fraction, index_bits(sum(sizes)))
+
+
 register_compressor(
     "topk",
-    lambda config, sizes, shapes: TopK(config.fraction),
+    _topk,
     "the entries of largest magnitude (algorithm.fraction of them), with their indices",
 )
 register_compressor(

@@ -105,7 +105,7 @@ class Detsgrad:
         self.consensus = PerGraph(consensus, graph)
         """L, sparse, and the consensus step beta_k for each graph the agents talk over."""
         self.v0 = config.v0
-        self.exact = config.trigger == "model" and config.compress == "none"
+        self.exact = config.trigger == "model" and not config.compresses()
         self.seed = context.seed if context is not None else 0
         self.layers: Segments | None = None
         if config.trigger == "layer":

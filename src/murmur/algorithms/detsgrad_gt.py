@@ -92,7 +92,7 @@ class DetsgradGt:
             config.compressor(
                 segments.sizes if segments else (), segments.shapes if segments else ()
             )
-            if config.compress != "none"
+            if config.compresses()
             else None
         )
         self.seed = context.seed if context is not None else 0

@@ -48,6 +48,7 @@ METHOD_COLOURS: dict[str, str] = {
     "ssfn": "navy",
     "dssfn": "teal",
     "dssfn-async": "maroon",
+    "motef": "darkviolet",
 }
 """Each shipped method's colour (matplotlib's ten, then named ones)."""
 OTHER_COLOURS = ("gold", "lime", "magenta", "sienna", "slategray", "indigo", "olive", "coral")
