@@ -541,7 +541,7 @@ PRECISIONS: dict[str, torch.dtype] = {
 """The float types a code's values may travel as (``algorithm.precision``)."""
 
 
-@dataclass
+@dataclass(unsafe_hash=True)
 class Rounded:
     """``inner``'s code with its floating-point parts (values, norms, scales, factors)
     rounded to ``precision`` and sent at its width; its indices, seeds and bits as they
@@ -551,10 +551,10 @@ class Rounded:
 
     inner: Compressor
     precision: torch.dtype
-    name: str = field(init=False, default="")
+    name: str = field(init=False, default="", compare=False)
 
     def __post_init__(self) -> None:
-        self.name = self.inner.name
+        self.name = self.inner.name  # set once: the wrapper is not changed after
 
     def compress(
         self, values: torch.Tensor, draws: Draws, warm: WarmStarts | None = None, key: str = ""
