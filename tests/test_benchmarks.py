@@ -293,6 +293,20 @@ def test_beer_reference_quick_run_compares_every_split_and_compressor():
         assert 0 <= ours <= 100 and 0 <= theirs <= 100
 
 
+@pytest.mark.slow  # eight short runs; tests/algorithms/test_motef.py checks the update itself
+def test_motef_reference_quick_run_compares_every_split_and_compressor():
+    lines = _quick_run("motef_reference.py")
+    rows = [line.split("|")[1:-1] for line in lines[2:] if line.startswith("| ")]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [
+        (split, compressor)
+        for split in ("one digit per agent", "i.i.d.")
+        for compressor in ("topk 1 %", "topk 5 %")
+    ]
+    for cells in rows:
+        ours, theirs, same_start = (float(cells[i].split("/")[0]) for i in (2, 3, 5))
+        assert 0 <= ours <= 100 and 0 <= theirs <= 100 and 0 <= same_start <= 100
+
+
 def test_arock_simulator_quick_run_finds_the_batched_run_equal_and_says_by_how_much():
     lines = _quick_run("arock_simulator.py")
     assert lines[0].split()[:3] == ["dataset", "ssfn", "s"]
