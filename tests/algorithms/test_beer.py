@@ -75,7 +75,8 @@ def test_every_step_sends_the_model_and_the_tracker_as_two_messages():
     [
         {"compress": "none"},
         {"compress": "topk", "fraction": 0.1},
-        {"compress": "randk", "fraction": 0.3},
+        # the probe shrinks randk's gamma many times; test_compressed_gossip covers randk
+        pytest.param({"compress": "randk", "fraction": 0.3}, marks=pytest.mark.slow),
         {"compress": "qsgd", "levels": 4},
         {"compress": "sign"},
     ],

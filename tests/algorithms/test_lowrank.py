@@ -108,7 +108,9 @@ def test_lowrank_needs_whole_models():
         LowRank(1, SHAPES).compress(torch.zeros(1, 54), _draws(1))
 
 
-@pytest.mark.parametrize("algorithm", ["choco-sgd", "beer"])
+@pytest.mark.parametrize(
+    "algorithm", ["choco-sgd", pytest.param("beer", marks=pytest.mark.slow)]
+)  # BEER's rank-1 messages are checked in both runtimes by tests/distributed
 def test_lowrank_gossip_reaches_the_optimum_of_a_full_rank_regression(algorithm):
     """y = x W^T + b with W (4 x 8) of full rank: rank-1 messages, error feedback."""
     rng = np.random.default_rng(0)

@@ -99,9 +99,10 @@ def test_a_momentum_weight_outside_zero_to_one_is_refused(lam):
 @pytest.mark.parametrize(
     "compressor",
     [
-        {"compress": "none"},
+        # lambda = 1 is BEER, whose convergence with every compressor is tested
+        pytest.param({"compress": "none"}, marks=pytest.mark.slow),
         {"compress": "topk", "fraction": 0.1},
-        {"compress": "qsgd", "levels": 4},
+        pytest.param({"compress": "qsgd", "levels": 4}, marks=pytest.mark.slow),
     ],
     ids=lambda c: c["compress"],
 )
