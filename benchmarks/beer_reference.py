@@ -27,16 +27,15 @@ One torch thread, one process.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
+import reference_table
 import torch
 
 from murmur.algorithms.beer import Beer
 from murmur.algorithms.estimates import Segments, compressed_update, message_draws
-from murmur.config import Config, load_experiment
-from murmur.experiment import run
+from murmur.config import Config
 from murmur.topology import metropolis_weights
 from murmur.training.plan import plan
 from murmur.training.setup import RoundsSetup, prepare
@@ -90,38 +89,14 @@ def reference(config: Config, h_at_model: bool = False) -> tuple[float, float]:
     return float(accuracy.mean()), float(accuracy.min())
 
 
-def table(iterations: int | None) -> list[str]:
-    lines = [
-        "| split | compressor | murmur mean / worst % | reference, h = 0 | difference "
-        "| reference, h = x0 | difference |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for split, split_sets in SPLITS.items():
-        for name, compressor_sets in COMPRESSORS.items():
-            sets = [*split_sets, *compressor_sets]
-            if iterations is not None:
-                sets += [f"run.iterations={iterations}", f"run.eval_every={iterations}"]
-            ((_, config),) = load_experiment("beer", sets).runs
-            ours = run(config).accuracy
-            cells = [f"{100 * ours['mean']:.2f} / {100 * ours['min']:.2f}"]
-            for start in (False, True):
-                mean, worst = reference(config, h_at_model=start)
-                cells += [
-                    f"{100 * mean:.2f} / {100 * worst:.2f}",
-                    f"{100 * (ours['mean'] - mean):+.2f}",
-                ]
-            lines.append(f"| {split} | {name} | " + " | ".join(cells) + " |")
-            print(lines[-1], file=sys.stderr)
-    return lines
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="30 iterations: a smoke run")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    print("\n".join(table(30 if args.quick else None)))
-    return 0
+    starts = [("h = 0", False), ("h = x0", True)]
+
+    def make(iterations: int | None) -> list[str]:
+        grid = (SPLITS, COMPRESSORS)
+        return reference_table.table("beer", grid, reference, starts, iterations)
+
+    return reference_table.main(__doc__.splitlines()[0], make, argv)
 
 
 if __name__ == "__main__":
