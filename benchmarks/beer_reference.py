@@ -34,12 +34,7 @@ import reference_table
 import torch
 
 from murmur.algorithms.beer import Beer
-from murmur.algorithms.estimates import Segments, compressed_update, message_draws
 from murmur.config import Config
-from murmur.topology import metropolis_weights
-from murmur.training.plan import plan
-from murmur.training.setup import RoundsSetup, prepare
-from murmur.training.sgd_loop import BatchRows
 
 SPLITS = {"one digit per agent": [], "i.i.d.": ["data.partition=iid"]}
 COMPRESSORS = {
@@ -52,41 +47,20 @@ def reference(config: Config, h_at_model: bool = False) -> tuple[float, float]:
     """The authors' update on ``config``'s data, batches, initial weights, W, gamma and
     compressor, h starting at zero (theirs) or at the initial model: the final mean
     and worst agent's test accuracy."""
-    setup = prepare(plan(config))
-    if not isinstance(setup, RoundsSetup) or not isinstance(setup.algorithm, Beer):
-        raise SystemExit("the reference runs a beer config")
-    problem, gossip = setup.problem, setup.algorithm.gossip
-    difference = torch.as_tensor(metropolis_weights(setup.graph), dtype=torch.float32)
-    difference -= torch.eye(setup.graph.agents)
-    step = setup.algorithm.gradient_step
-    x = setup.initial.clone()
-    agents, size = x.shape
-    whole = Segments.whole(size)
-    everyone = torch.ones(agents, 1, dtype=torch.bool)
-    block = list(range(agents))
-
-    def compress(values: torch.Tensor, message: int) -> torch.Tensor:
-        draws = message_draws(config.run.seed, block, message, values.device)
-        return compressed_update(gossip.compressor, values, everyone, whole, draws).delta
-
-    rows = BatchRows(problem.x_train, problem.y_train)
-
-    def gradient() -> torch.Tensor:
-        return problem.model.loss_and_grad(x, *rows.take(problem.sampler.next()))[1].clone()
-
+    run = reference_table.ReferenceRun(config, Beer)
+    gossip, step, x = run.algorithm.gossip, run.algorithm.gradient_step, run.x
     h = x.clone() if h_at_model else torch.zeros_like(x)
     g = torch.zeros_like(x)
-    last = gradient()
+    last = run.gradient()
     v = last.clone()
     for iteration in range(config.run.iterations):
-        x += gossip.gamma * (difference @ h) - step(iteration) * v
-        h += compress(x - h, 2 * iteration)
-        new = gradient()
-        v += gossip.gamma * (difference @ g) + new - last
+        x += gossip.gamma * (run.difference @ h) - step(iteration) * v
+        h += run.compress(x - h, 2 * iteration)
+        new = run.gradient()
+        v += gossip.gamma * (run.difference @ g) + new - last
         last = new
-        g += compress(v - g, 2 * iteration + 1)
-    accuracy, _ = problem.model.evaluate(x, problem.x_test, problem.y_test)
-    return float(accuracy.mean()), float(accuracy.min())
+        g += run.compress(v - g, 2 * iteration + 1)
+    return run.accuracy()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,13 +33,8 @@ from collections.abc import Sequence
 import reference_table
 import torch
 
-from murmur.algorithms.estimates import Segments, compressed_update, message_draws
 from murmur.algorithms.motef import Motef
 from murmur.config import Config
-from murmur.topology import metropolis_weights
-from murmur.training.plan import plan
-from murmur.training.setup import RoundsSetup, prepare
-from murmur.training.sgd_loop import BatchRows
 
 SPLITS = {"one digit per agent": [], "i.i.d.": ["data.partition=iid"]}
 COMPRESSORS = {
@@ -52,51 +47,23 @@ def reference(config: Config, theirs: bool) -> tuple[float, float]:
     """The authors' update on ``config``'s data, batches, initial weights, W, gamma and
     compressor, from their code's start (``theirs``) or from murmur's: the final mean
     and worst agent's test accuracy."""
-    setup = prepare(plan(config))
-    if not isinstance(setup, RoundsSetup) or not isinstance(setup.algorithm, Motef):
-        raise SystemExit("the reference runs a motef config")
-    problem, algorithm = setup.problem, setup.algorithm
+    run = reference_table.ReferenceRun(config, Motef)
+    algorithm, x = run.algorithm, run.x
     gossip, lam, step = algorithm.gossip, algorithm.lam, algorithm.gradient_step
-    difference = torch.as_tensor(metropolis_weights(setup.graph), dtype=torch.float32)
-    difference -= torch.eye(setup.graph.agents)
-    x = setup.initial.clone()
-    agents, size = x.shape
-    whole = Segments.whole(size)
-    everyone = torch.ones(agents, 1, dtype=torch.bool)
-    block = list(range(agents))
-
-    def compress(values: torch.Tensor, message: int) -> torch.Tensor:
-        draws = message_draws(config.run.seed, block, message, values.device)
-        return compressed_update(gossip.compressor, values, everyone, whole, draws).delta
-
-    rows = BatchRows(problem.x_train, problem.y_train)
-
-    def gradient() -> torch.Tensor:
-        return problem.model.loss_and_grad(x, *rows.take(problem.sampler.next()))[1].clone()
-
-    def full_gradient() -> torch.Tensor:
-        """Each agent's gradient on all of its own samples (shards differ in size)."""
-        rows_of = [
-            problem.model.loss_and_grad(x, *rows.take(shard.expand(agents, -1)))[1][agent]
-            for agent, shard in enumerate(setup.shards)
-        ]
-        return torch.stack(rows_of)
-
     if theirs:
-        h, m, v = torch.zeros_like(x), torch.zeros_like(x), full_gradient()
+        h, m, v = torch.zeros_like(x), torch.zeros_like(x), run.full_gradient()
     else:
-        h, m = x.clone(), gradient()
+        h, m = x.clone(), run.gradient()
         v = m.clone()
     g = torch.zeros_like(x)
     for iteration in range(config.run.iterations):
-        x += gossip.gamma * (difference @ h) - step(iteration) * v
-        h += compress(x - h, 2 * iteration)
-        new = (1 - lam) * m + lam * gradient()
-        v += gossip.gamma * (difference @ g) + new - m
+        x += gossip.gamma * (run.difference @ h) - step(iteration) * v
+        h += run.compress(x - h, 2 * iteration)
+        new = (1 - lam) * m + lam * run.gradient()
+        v += gossip.gamma * (run.difference @ g) + new - m
         m = new
-        g += compress(v - g, 2 * iteration + 1)
-    accuracy, _ = problem.model.evaluate(x, problem.x_test, problem.y_test)
-    return float(accuracy.mean()), float(accuracy.min())
+        g += run.compress(v - g, 2 * iteration + 1)
+    return run.accuracy()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

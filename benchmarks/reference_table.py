@@ -10,12 +10,63 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
+from murmur.algorithms.estimates import Segments, compressed_update, message_draws
 from murmur.config import Config, load_experiment
 from murmur.experiment import run
+from murmur.topology import metropolis_weights
+from murmur.training.plan import plan
+from murmur.training.setup import RoundsSetup, prepare
+from murmur.training.sgd_loop import BatchRows
 
 Reference = Callable[[Config, bool], tuple[float, float]]
 """The authors' update on a config, from one of two starts: final mean and worst
 agent's test accuracy."""
+
+
+class ReferenceRun:
+    """What an authors' update runs on: murmur's set-up of ``config`` (data split,
+    mini-batches from the same sampler, initial weights, Metropolis W, gamma and the
+    compressor with the agents' own streams), with the models ``x`` to step in place."""
+
+    def __init__(self, config: Config, kind: type) -> None:
+        setup = prepare(plan(config))
+        if not isinstance(setup, RoundsSetup) or not isinstance(setup.algorithm, kind):
+            raise SystemExit(f"the reference runs a {kind.__name__} config")
+        self.config, self.setup, self.algorithm = config, setup, setup.algorithm
+        self.problem = setup.problem
+        mixing = torch.as_tensor(metropolis_weights(setup.graph), dtype=torch.float32)
+        self.difference = mixing - torch.eye(setup.graph.agents)
+        """W - I."""
+        self.x = setup.initial.clone()
+        self._rows = BatchRows(self.problem.x_train, self.problem.y_train)
+
+    def compress(self, values: torch.Tensor, message: int) -> torch.Tensor:
+        """What every holder adds for message number ``message`` of ``values``."""
+        agents, size = values.shape
+        draws = message_draws(self.config.run.seed, list(range(agents)), message, values.device)
+        everyone = torch.ones(agents, 1, dtype=torch.bool)
+        compressor = self.algorithm.gossip.compressor
+        return compressed_update(compressor, values, everyone, Segments.whole(size), draws).delta
+
+    def gradient(self) -> torch.Tensor:
+        """Every agent's gradient at ``x`` on its next mini-batch."""
+        batch = self._rows.take(self.problem.sampler.next())
+        return self.problem.model.loss_and_grad(self.x, *batch)[1].clone()
+
+    def full_gradient(self) -> torch.Tensor:
+        """Each agent's gradient at ``x`` on all of its own samples."""
+        agents, model = self.x.shape[0], self.problem.model
+        rows_of = [
+            model.loss_and_grad(self.x, *self._rows.take(shard.expand(agents, -1)))[1][agent]
+            for agent, shard in enumerate(self.setup.shards)
+        ]
+        return torch.stack(rows_of)
+
+    def accuracy(self) -> tuple[float, float]:
+        """The final mean and worst agent's test accuracy of ``x``."""
+        problem = self.problem
+        accuracy, _ = problem.model.evaluate(self.x, problem.x_test, problem.y_test)
+        return float(accuracy.mean()), float(accuracy.min())
 
 
 def table(
