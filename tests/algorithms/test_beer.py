@@ -85,7 +85,7 @@ def test_every_step_sends_the_model_and_the_tracker_as_two_messages():
 def test_beer_converges_to_the_least_squares_optimum_with_every_compressor(compressor):
     config = build_config(
         {
-            "run": {"iterations": 1500, "eval_every": 1500},
+            "run": {"iterations": 600, "eval_every": 600},
             "data": {"dataset": "synthetic", "partition": "iid", "batch_size": 32},
             "model": {"name": "linear"},
             "topology": {"graph": "ring", "agents": 5},

@@ -81,7 +81,7 @@ def test_dsgd_with_exact_averaging_follows_centralized_sgd_on_the_union_of_batch
 def test_every_agent_converges_to_the_least_squares_optimum():
     config = build_config(
         {
-            "run": {"iterations": 3000, "eval_every": 3000},
+            "run": {"iterations": 600, "eval_every": 600},
             "data": {"dataset": "synthetic", "partition": "iid", "batch_size": 32},
             "model": {"name": "linear"},
             "topology": {"graph": "ring", "agents": 5},

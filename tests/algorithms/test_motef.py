@@ -109,7 +109,7 @@ def test_a_momentum_weight_outside_zero_to_one_is_refused(lam):
 def test_motef_converges_to_the_least_squares_optimum(compressor):
     config = build_config(
         {
-            "run": {"iterations": 1500, "eval_every": 1500},
+            "run": {"iterations": 600, "eval_every": 600},
             "data": {"dataset": "synthetic", "partition": "iid", "batch_size": 32},
             "model": {"name": "linear"},
             "topology": {"graph": "ring", "agents": 5},
