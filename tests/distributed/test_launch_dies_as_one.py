@@ -55,14 +55,15 @@ def _alive(pids: list[int]) -> list[int]:
     return alive
 
 
-def _config(tmp_path: Path) -> Path:
-    path = write_config(tmp_path, DSGD, iterations=1200)
+def _config(tmp_path: Path, iterations: int = 1200) -> Path:
+    """Long enough that the job is still running when every rank has saved iteration 50."""
+    path = write_config(tmp_path, DSGD, iterations=iterations)
     path.write_text(path.read_text().replace('"blobs"', '"digits"').replace("[8]", "[16]"))
     return path
 
 
 def test_ranks_die_with_a_killed_launcher_and_resume_says_so_and_continues(tmp_path):
-    config = _config(tmp_path)
+    config = _config(tmp_path, iterations=400)
     out = tmp_path / "killed"
     launched, ranks = _start(config, out)
     os.kill(launched.pid, signal.SIGKILL)
