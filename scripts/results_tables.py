@@ -119,8 +119,10 @@ TABLES = (
         "talk-less-bytes",
         (),
         "Accuracy against bytes on the default split: BEER and CHOCO-SGD with top-k at 1, 5 "
-        "and 20 %, BEER with rank-1 and rank-4 messages, DETSGRAD with the scaled sign, "
-        "DSGD and uncompressed gradient tracking",
+        "and 20 %, BEER with rank-1 and rank-4 messages, MoTEF with top-k at 1 and 5 %, "
+        "16-bit values with packed indices (BEER at 5 and 10 %, MoTEF at 5 %), BEER with "
+        "triggers on both messages, DETSGRAD with the scaled sign, DSGD and uncompressed "
+        "gradient tracking",
         plots=("accuracy_vs_bytes",),
         tuning=Tuning(trials=8, minutes_per_run=1.6),
     ),
