@@ -34,6 +34,7 @@ from murmur.algorithms.detsgrad_gt import DetsgradGt, DetsgradGtConfig
 from murmur.algorithms.dsgd import Dsgd, DsgdConfig
 from murmur.algorithms.dssfn import DssfnConfig, SyncSolver
 from murmur.algorithms.hogwild import HogwildConfig
+from murmur.algorithms.lead import Lead, LeadConfig
 from murmur.algorithms.motef import Motef, MotefConfig
 from murmur.algorithms.optimizers import with_optimizer
 from murmur.algorithms.protocols import Algorithm, BuildContext, LayerSolver
@@ -550,6 +551,15 @@ register_algorithm(
         tuned=Ability((SMALL_STEP, GAMMA, MOMENTUM_WEIGHT)),
         dense_step=_gamma_on_dense_w,
     ),
+)
+
+register_algorithm(
+    LeadConfig,
+    Lead,
+    "compressed exact diffusion: one compressed message a step and a dual variable kept at home",
+    family="sgd",
+    decentralized=True,
+    capabilities=replace(SGD.defaults, tuned=Ability((SMALL_STEP, GAMMA))),
 )
 
 register_algorithm(

@@ -65,6 +65,7 @@ MOTEF = (
     'name = "motef"\na = 0.1\ngamma = 0.3\nlam = 0.2\ncompress = "topk"\nfraction = 0.1\n'
     'precision = "float16"\nindices = "packed"'
 )
+LEAD = 'name = "lead"\na = 0.1\ncompress = "topk"\nfraction = 0.2'
 SPARQ = (
     'name = "sparq-sgd"\na = 0.2\ncompress = "qsgd"\nlevels = 4\nlocal_steps = 2\n'
     "threshold = 0.5\nthreshold_growth = 0.0"
@@ -82,7 +83,7 @@ def write_config(folder: Path, algorithm: str, iterations: int = 100, agents: in
 
 @pytest.mark.parametrize(
     "algorithm",
-    [DETSGRAD, DSGD, CHOCO, SPARQ, TRACKING, LAYERS, BEER, MOTEF],
+    [DETSGRAD, DSGD, CHOCO, SPARQ, TRACKING, LAYERS, BEER, MOTEF, LEAD],
     ids=[
         "detsgrad",
         "dsgd",
@@ -92,6 +93,7 @@ def write_config(folder: Path, algorithm: str, iterations: int = 100, agents: in
         "detsgrad-layers-randk",
         "beer",
         "motef",
+        "lead",
     ],
 )
 def test_four_processes_give_the_simulators_events_messages_and_parameters(tmp_path, algorithm):

@@ -122,7 +122,7 @@ def test_kinds_other_than_synchronous_sgd_refuse_blocks_naming_those_that_run_th
     assert words in err, err
     assert (
         "blocks of agents per rank run detsgrad, dsgd, detsgrad-gt, choco-sgd, beer, motef, "
-        "sparq-sgd only" in err
+        "lead, sparq-sgd only" in err
     )
 
 

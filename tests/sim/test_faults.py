@@ -15,7 +15,9 @@ from murmur.experiment import run
 from murmur.reporting.run_schema import check_record, check_summary
 from murmur.training.runs import check_run
 
-DECENTRALIZED_SGD = "detsgrad, dsgd, detsgrad-gt, choco-sgd, beer, motef, sparq-sgd, dssfn-async"
+DECENTRALIZED_SGD = (
+    "detsgrad, dsgd, detsgrad-gt, choco-sgd, beer, motef, lead, sparq-sgd, dssfn-async"
+)
 SMALL = SMALL_SGD
 
 

@@ -74,6 +74,7 @@ def assert_same_run(first: Path, second: Path) -> None:
         ("choco-sgd", []),
         ("beer", ["algorithm.compress=lowrank"]),
         ("motef", ["algorithm.compress=qsgd", "algorithm.gamma=0.3"]),
+        ("lead", []),
         ("centralized", []),
     ],
 )

@@ -27,6 +27,7 @@ TUNED = {
     "sparq-sgd": ["a", "gamma"],
     "beer": ["a", "gamma"],
     "motef": ["a", "gamma", "lam"],
+    "lead": ["a", "gamma"],
     "centralized": ["a"],
     "asysg-con": ["a"],
     "sync-ps": ["a"],

@@ -49,6 +49,7 @@ METHOD_COLOURS: dict[str, str] = {
     "dssfn": "teal",
     "dssfn-async": "maroon",
     "motef": "darkviolet",
+    "lead": "darkgoldenrod",
 }
 """Each shipped method's colour (matplotlib's ten, then named ones)."""
 OTHER_COLOURS = ("gold", "lime", "magenta", "sienna", "slategray", "indigo", "olive", "coral")
