@@ -121,8 +121,8 @@ TABLES = (
         "Accuracy against bytes on the default split: BEER and CHOCO-SGD with top-k at 1, 5 "
         "and 20 %, BEER with rank-1 and rank-4 messages, MoTEF with top-k at 1 and 5 %, "
         "16-bit values with packed indices (BEER at 5 and 10 %, MoTEF at 5 %), BEER with "
-        "triggers on both messages, DETSGRAD with the scaled sign, DSGD and uncompressed "
-        "gradient tracking",
+        "triggers on both messages, LEAD at top-k 20 % (also with 16-bit values and packed "
+        "indices), DETSGRAD with the scaled sign, DSGD and uncompressed gradient tracking",
         plots=("accuracy_vs_bytes",),
         tuning=Tuning(trials=8, minutes_per_run=1.6),
     ),
