@@ -127,7 +127,9 @@ def _resumes_to_the_bit(tmp_path: Path, network: list[str]) -> None:
         assert torch.equal(tensor, theirs[name]), name
 
 
+@pytest.mark.slow  # the batch-norm case below kills and resumes a factory network too
 def test_a_factory_run_resumes_after_a_kill_to_the_bit(tmp_path):
+    """Dropout's masks are keyed by the step, so the resumed run draws them again."""
     _resumes_to_the_bit(tmp_path, DROPOUT)
 
 

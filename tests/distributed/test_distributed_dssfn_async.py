@@ -101,7 +101,15 @@ def test_four_processes_reach_centralized_ssfn(tmp_path):
     assert records[-1]["consensus_distance"] < 1e-6
 
 
-@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+@pytest.mark.parametrize(
+    "stop",
+    [
+        # a killed node's closed connections: test_a_node_that_dies_by_itself_is_dropped...
+        pytest.param(signal.SIGKILL, marks=pytest.mark.slow),
+        signal.SIGSTOP,
+    ],
+    ids=["killed", "frozen"],
+)
 def test_a_rank_that_stops_answering_is_dropped_and_the_others_finish(tmp_path, stop):
     """Rank 2 of a ring stops mid-run. Killed: its neighbours' connections to it close
     and they drop it at once. Frozen: they drop it once it has been silent for the

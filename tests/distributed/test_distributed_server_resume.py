@@ -45,6 +45,8 @@ def resume(tmp_path: Path, stopped: Path) -> None:
     assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
 
 
+# the server's checkpoint: asysg's case below; sync-ps's state: test_checkpoint.py
+@pytest.mark.slow
 def test_a_sync_ps_run_resumed_by_hand_gives_the_uninterrupted_run(tmp_path):
     # worker rank 2 kills itself drawing its 46th batch: the server saved updates 20, 40
     kill = Fault(ranks=(2,), after=45, fail=signal.SIGKILL)
