@@ -19,6 +19,7 @@ from test_distributed import (
     DETSGRAD,
     DSGD,
     LAYERS,
+    LEAD,
     SPARQ,
     TRACKING,
     one_line_error,
@@ -42,6 +43,8 @@ from murmur.experiment import run
         (CHOCO, 4, 2),
         pytest.param(SPARQ, 2, 4, marks=pytest.mark.slow),
         (LAYERS, 4, 2),
+        # LEAD's messages go the way CHOCO-SGD's do
+        pytest.param(LEAD, 2, 4, marks=pytest.mark.slow),
     ],
     ids=[
         "dsgd-2x4",
@@ -51,6 +54,7 @@ from murmur.experiment import run
         "choco-4x2",
         "sparq-2x4",
         "detsgrad-layers-randk-4x2",
+        "lead-2x4",
     ],
 )
 def test_blocks_of_agents_give_the_simulators_events_messages_and_parameters(
