@@ -559,7 +559,16 @@ register_algorithm(
     "compressed exact diffusion: one compressed message a step and a dual variable kept at home",
     family="sgd",
     decentralized=True,
-    capabilities=replace(SGD.defaults, tuned=Ability((SMALL_STEP, GAMMA))),
+    capabilities=replace(
+        SGD.defaults,
+        tuned=Ability((SMALL_STEP, GAMMA)),
+        faults=Ability(
+            frozenset({"crashes"}),
+            "a lost message or a down link leaves the holders of an estimate different "
+            "copies, and its dual integrates the difference: the duals stop summing to zero "
+            "and the average model drifts away",
+        ),
+    ),
 )
 
 register_algorithm(

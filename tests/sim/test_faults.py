@@ -15,9 +15,7 @@ from murmur.experiment import run
 from murmur.reporting.run_schema import check_record, check_summary
 from murmur.training.runs import check_run
 
-DECENTRALIZED_SGD = (
-    "detsgrad, dsgd, detsgrad-gt, choco-sgd, beer, motef, lead, sparq-sgd, dssfn-async"
-)
+DECENTRALIZED_SGD = "detsgrad, dsgd, detsgrad-gt, choco-sgd, beer, motef, sparq-sgd, dssfn-async"
 SMALL = SMALL_SGD
 
 
@@ -82,6 +80,7 @@ def test_almost_every_message_lost_leaves_the_agents_apart_though_messages_are_s
         ("sync-ps", "its pushes and pulls have no model of lost messages"),
         ("asysg-incon", "parameter server"),
         ("hogwild", "share one model in memory"),
+        ("lead", "the duals stop summing to zero"),
     ],
 )
 def test_algorithms_without_lost_messages_refuse_drops_before_any_folder(
