@@ -441,11 +441,12 @@ class FaultsConfig:
     the same seed replays the same faults.
 
     Only the simulator's synchronous SGD algorithms (dsgd, detsgrad,
-    detsgrad-gt, choco-sgd, sparq-sgd, beer, motef; lead with crashes only; centralized, which sends nothing and
-    never crashes) run under faults; every other algorithm and the distributed
-    runtime refuse them. A link that is down, or that leads to a crashed agent,
-    leaves the mixing: its weight W_ij moves to the diagonal W_ii
-    (``murmur.sim.lossy``), where a lost message leaves the receiver its stale value.
+    detsgrad-gt, choco-sgd, sparq-sgd, beer, motef; lead with crashes only;
+    centralized, which sends nothing and never crashes) run under faults; every
+    other algorithm and the distributed runtime refuse them. A link that is down,
+    or that leads to a crashed agent, leaves the mixing: its weight W_ij moves to
+    the diagonal W_ii (``murmur.sim.lossy``), where a lost message leaves the
+    receiver its stale value.
     """
 
     drop: float = 0.0
