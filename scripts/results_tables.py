@@ -127,6 +127,29 @@ TABLES = (
         tuning=Tuning(trials=8, minutes_per_run=1.6),
     ),
     Table(
+        "talk-less-bytes-iid",
+        "talk-less-bytes",
+        ("data.partition=iid",),
+        "Accuracy against bytes on an i.i.d. split: the members of talk-less-bytes",
+        plots=("accuracy_vs_bytes",),
+        tuning=Tuning(trials=8, minutes_per_run=1.6),
+    ),
+    Table(
+        "talk-less-bytes-letter",
+        "talk-less-bytes",
+        (
+            "data.dataset=letter",
+            "data.partition=dirichlet",
+            "data.dirichlet_alpha=0.5",
+            "topology.graph=torus",
+            "topology.agents=16",
+        ),
+        "Accuracy against bytes on letter: 16 agents on a 4 x 4 torus, Dirichlet split "
+        "(alpha = 0.5), the members of talk-less-bytes",
+        plots=("accuracy_vs_bytes",),
+        tuning=Tuning(trials=8, minutes_per_run=0.3),
+    ),
+    Table(
         "talk-less-digits",
         "talk-less",
         (

@@ -160,6 +160,8 @@ TUNED_PAGES = {
     "cnn",
     "talk-less",
     "talk-less-bytes",
+    "talk-less-bytes-iid",
+    "talk-less-bytes-letter",
     "talk-less-digits",
     "talk-less-iid",
     "talk-less-letter",
