@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from small_runs import least_squares_error
 
 from murmur.algorithms.beer import Beer, BeerConfig
 from murmur.algorithms.estimates import Segments
 from murmur.algorithms.protocols import BuildContext
-from murmur.config import build_config
-from murmur.data.datasets import synthetic_optimum
-from murmur.experiment import run
 from murmur.sim.transport import InMemoryTransport
 from murmur.topology import metropolis_weights, ring
-from murmur.training.setup import prepare
 
 AGENTS, P, STEPS = 6, 40, 30
 CONTEXT = BuildContext(seed=0, segments=Segments((24, 16)))
@@ -83,20 +80,8 @@ def test_every_step_sends_the_model_and_the_tracker_as_two_messages():
     ids=lambda c: c["compress"],
 )
 def test_beer_converges_to_the_least_squares_optimum_with_every_compressor(compressor):
-    config = build_config(
-        {
-            "run": {"iterations": 600, "eval_every": 600},
-            "data": {"dataset": "synthetic", "partition": "iid", "batch_size": 32},
-            "model": {"name": "linear"},
-            "topology": {"graph": "ring", "agents": 5},
-            "algorithm": {"name": "beer", "a": 0.05, "eps": 0.01, **compressor},
-        }
-    )
-    result = run(config)
-    weight, bias = synthetic_optimum(prepare(config).dataset)
-    optimum = torch.cat([weight.reshape(-1), bias]).to(torch.float32)
-    errors = torch.linalg.vector_norm(result.parameters - optimum, dim=1) / optimum.norm()
-    assert float(errors.max()) < 1e-2, errors
+    error, _ = least_squares_error({"name": "beer", **compressor})
+    assert error < 1e-2, error
 
 
 def test_event_triggered_beer_talks_less_and_its_trackers_still_sum_to_the_gradients():

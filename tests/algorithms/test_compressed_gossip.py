@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from small_runs import least_squares_error
 
 from murmur.algorithms.choco import Choco, ChocoConfig, auto_gamma
 from murmur.algorithms.compressors import TopK
@@ -15,12 +16,8 @@ from murmur.algorithms.dsgd import Dsgd, DsgdConfig
 from murmur.algorithms.estimates import Segments
 from murmur.algorithms.protocols import BuildContext
 from murmur.algorithms.sparq import Sparq, SparqConfig
-from murmur.config import build_config
-from murmur.data.datasets import synthetic_optimum
-from murmur.experiment import run
 from murmur.sim.transport import InMemoryTransport
 from murmur.topology import metropolis_weights, ring, torus
-from murmur.training.setup import prepare
 
 AGENTS, P, STEPS = 6, 40, 30
 SEGMENTS = Segments((24, 4, 10, 2))
@@ -165,21 +162,9 @@ def test_auto_gamma_shrinks_with_compression_and_stays_in_the_stable_range():
 )
 def test_every_method_converges_to_the_least_squares_optimum(algorithm):
     """600 iterations leave each method within 1e-3 of the optimum."""
-    config = build_config(
-        {
-            "run": {"iterations": 600, "eval_every": 600},
-            "data": {"dataset": "synthetic", "partition": "iid", "batch_size": 32},
-            "model": {"name": "linear"},
-            "topology": {"graph": "ring", "agents": 5},
-            "algorithm": {"a": 0.05, "eps": 0.01, **algorithm},
-        }
-    )
-    result = run(config)
-    weight, bias = synthetic_optimum(prepare(config).dataset)
-    optimum = torch.cat([weight.reshape(-1), bias]).to(torch.float32)
-    errors = torch.linalg.vector_norm(result.parameters - optimum, dim=1) / optimum.norm()
-    assert float(errors.max()) < 1e-2, errors
-    assert result.bytes < result.iterations * 5 * 2 * optimum.numel() * 4
+    error, result = least_squares_error(algorithm)
+    assert error < 1e-2, error
+    assert result.bytes < result.iterations * 5 * 2 * result.parameters.shape[1] * 4
 
 
 def _gt(**fields) -> DetsgradGt:

@@ -7,34 +7,22 @@ from __future__ import annotations
 
 import pytest
 import torch
+from small_runs import fixed_gradient_steps, least_squares_error
 
 from murmur.algorithms.estimates import Segments
 from murmur.algorithms.lead import Lead, LeadConfig
 from murmur.algorithms.protocols import BuildContext
-from murmur.config import build_config
-from murmur.data.datasets import synthetic_optimum
 from murmur.errors import UsageError
-from murmur.experiment import run
-from murmur.sim.transport import InMemoryTransport
 from murmur.topology import metropolis_weights, ring
-from murmur.training.setup import prepare
 
 AGENTS, P, STEPS = 6, 40, 30
 CONTEXT = BuildContext(seed=0, segments=Segments((24, 16)))
 
 
 def _steps(algorithm: Lead, steps: int = STEPS):
-    """Run ``algorithm`` on fixed gradients from a common initial model: the models and
-    duals after each step (copied), the gradients and the transport."""
-    initial = torch.randn(P, generator=torch.Generator().manual_seed(0)).expand(AGENTS, P)
-    grads = torch.randn(steps, AGENTS, P, generator=torch.Generator().manual_seed(1))
-    transport = InMemoryTransport(ring(AGENTS), algorithm.initial_sent(initial))
-    state = algorithm.init(initial)
-    states = []
-    for step in range(steps):
-        state = algorithm.step(state, grads[step].clone(), step, transport)
-        states.append((state.x.clone(), state.dual.clone()))
-    return states, grads, transport
+    """The models and duals after each of ``steps`` steps of fixed gradients, the gradients
+    and the transport."""
+    return fixed_gradient_steps(algorithm, AGENTS, P, steps, lambda state: (state.x, state.dual))
 
 
 def test_lead_without_compression_is_exact_diffusion_by_hand():
@@ -90,17 +78,5 @@ def test_lead_has_no_automatic_gamma():
 def test_lead_converges_to_the_least_squares_optimum_on_split_data(compressor):
     """Each agent holds other rows (a Dirichlet split of the targets' bins): DSGD at a
     constant step stops short of the optimum, LEAD's dual corrects it."""
-    config = build_config(
-        {
-            "run": {"iterations": 600, "eval_every": 600},
-            "data": {"dataset": "synthetic", "partition": "iid", "batch_size": 32},
-            "model": {"name": "linear"},
-            "topology": {"graph": "ring", "agents": 5},
-            "algorithm": {"name": "lead", "a": 0.05, "eps": 0.01, **compressor},
-        }
-    )
-    result = run(config)
-    weight, bias = synthetic_optimum(prepare(config).dataset)
-    optimum = torch.cat([weight.reshape(-1), bias]).to(torch.float32)
-    errors = torch.linalg.vector_norm(result.parameters - optimum, dim=1) / optimum.norm()
-    assert float(errors.max()) < 1e-2, errors
+    error, _ = least_squares_error({"name": "lead", **compressor})
+    assert error < 1e-2, error

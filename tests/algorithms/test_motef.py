@@ -6,35 +6,23 @@ from __future__ import annotations
 
 import pytest
 import torch
+from small_runs import fixed_gradient_steps, least_squares_error
 
 from murmur.algorithms.beer import Beer, BeerConfig
 from murmur.algorithms.estimates import Segments
 from murmur.algorithms.motef import Motef, MotefConfig
 from murmur.algorithms.protocols import BuildContext
-from murmur.config import build_config
-from murmur.data.datasets import synthetic_optimum
 from murmur.errors import UsageError
-from murmur.experiment import run
-from murmur.sim.transport import InMemoryTransport
 from murmur.topology import metropolis_weights, ring
-from murmur.training.setup import prepare
 
 AGENTS, P, STEPS = 6, 40, 30
 CONTEXT = BuildContext(seed=0, segments=Segments((24, 16)))
 
 
 def _steps(algorithm: Beer, steps: int = STEPS):
-    """Run ``algorithm`` on fixed gradients from a common initial model: the model and
-    tracker after each step (copied), the gradients and the transport."""
-    initial = torch.randn(P, generator=torch.Generator().manual_seed(0)).expand(AGENTS, P)
-    grads = torch.randn(steps, AGENTS, P, generator=torch.Generator().manual_seed(1))
-    transport = InMemoryTransport(ring(AGENTS), algorithm.initial_sent(initial))
-    state = algorithm.init(initial)
-    states = []
-    for step in range(steps):
-        state = algorithm.step(state, grads[step].clone(), step, transport)
-        states.append((state.x.clone(), state.tracker.clone()))
-    return states, grads, transport
+    """The model and tracker after each of ``steps`` steps of fixed gradients, the gradients
+    and the transport."""
+    return fixed_gradient_steps(algorithm, AGENTS, P, steps, lambda state: (state.x, state.tracker))
 
 
 def test_motef_with_lambda_one_is_beer_step_for_step():
@@ -107,17 +95,5 @@ def test_a_momentum_weight_outside_zero_to_one_is_refused(lam):
     ids=lambda c: c["compress"],
 )
 def test_motef_converges_to_the_least_squares_optimum(compressor):
-    config = build_config(
-        {
-            "run": {"iterations": 600, "eval_every": 600},
-            "data": {"dataset": "synthetic", "partition": "iid", "batch_size": 32},
-            "model": {"name": "linear"},
-            "topology": {"graph": "ring", "agents": 5},
-            "algorithm": {"name": "motef", "a": 0.05, "eps": 0.01, "lam": 0.5, **compressor},
-        }
-    )
-    result = run(config)
-    weight, bias = synthetic_optimum(prepare(config).dataset)
-    optimum = torch.cat([weight.reshape(-1), bias]).to(torch.float32)
-    errors = torch.linalg.vector_norm(result.parameters - optimum, dim=1) / optimum.norm()
-    assert float(errors.max()) < 1e-2, errors
+    error, _ = least_squares_error({"name": "motef", "lam": 0.5, **compressor})
+    assert error < 1e-2, error
