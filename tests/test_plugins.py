@@ -80,7 +80,7 @@ def test_the_example_registers_under_its_plugin():
 
 
 def test_a_run_records_its_plugin_and_resumes_after_a_kill_to_the_bit(tmp_path):
-    settings = ["--set", "run.iterations=1500", "--set", "run.eval_every=250"]
+    settings = ["--set", "run.iterations=600", "--set", "run.eval_every=200"]
     settings += ["--set", "run.checkpoint_every=100", "--set", "algorithm.name=periodic-gossip"]
     argv = ["run", "dsgd", *SETS, *settings, "--plugin", str(EXAMPLE), "--quiet"]
     killed = tmp_path / "killed"

@@ -225,7 +225,7 @@ def test_one_seed_per_group_is_the_table_of_today(tmp_path):
 
 def test_a_seed_folder_resumes(tmp_path):
     """A run over seeds killed in its first seed resumes there, as the run never killed."""
-    settings = [*SMALL_SGD, "run.iterations=1500", "run.eval_every=250"]
+    settings = [*SMALL_SGD, "run.iterations=600", "run.eval_every=200"]
     settings.append("run.checkpoint_every=100")
     sets = [part for setting in settings for part in ("--set", setting)]
     out, folder = tmp_path / "killed", tmp_path / "killed" / "seed-1"

@@ -168,7 +168,7 @@ CONVERGING_DSSFN = [
     "--set=algorithm.nodes=20",
     "--set=algorithm.admm_iterations=400",
     "--set=algorithm.mu=0.1",
-    "--set=algorithm.tolerance=1e-3",
+    "--set=algorithm.tolerance=1e-2",
     "--set=algorithm.gossip_rounds=auto",
     "--set=algorithm.consensus_tolerance=1e-4",
 ]

@@ -7,6 +7,7 @@ stopped."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -72,16 +73,27 @@ def test_sync_ps_with_adam_gives_the_simulators_model_to_the_bit(tmp_path):
     torch.testing.assert_close(torch.load(params), simulated.parameters, rtol=0, atol=0)
 
 
+NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks.py"
+BATCH_NORM = ("model.name=factory", f"model.factory={NETWORKS}:batch_norm_mlp")
+
+
 @pytest.mark.parametrize(
-    "algorithm",
+    ("algorithm", "settings"),
     [
-        pytest.param(f"{DETSGRAD}\n{MOMENTUM}", id="detsgrad-momentum"),
-        pytest.param(f"{ADAM_TRACKING}\n{ADAM}", id="detsgrad-gt-adam", marks=pytest.mark.slow),
+        pytest.param(f"{DETSGRAD}\n{MOMENTUM}", BATCH_NORM, id="detsgrad-momentum-batch-norm"),
+        pytest.param(f"{ADAM_TRACKING}\n{ADAM}", (), id="detsgrad-gt-adam", marks=pytest.mark.slow),
     ],
 )
-def test_ranks_killed_and_resumed_with_an_optimizer_give_the_uninterrupted_run(tmp_path, algorithm):
-    whole, stopped = whole_and_stopped(tmp_path, algorithm)
+def test_ranks_killed_and_resumed_with_an_optimizer_give_the_uninterrupted_run(
+    tmp_path, algorithm, settings
+):
+    """Every agent's optimizer state, and with the batch-norm network its running
+    statistics, come back from the ranks' checkpoints."""
+    whole, stopped = whole_and_stopped(tmp_path, algorithm, settings)
     resume = ["run", "--resume", str(stopped), "--runtime", "distributed"]
     report, stderr = run_ranks(tmp_path / "c", resume)
     assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
     assert comparable(stopped) == comparable(whole)
+    ours, theirs = (torch.load(f / "agents.pt", weights_only=True) for f in (stopped, whole))
+    assert ours.keys() == theirs.keys() and ("1.running_mean" in ours) == bool(settings)
+    assert all(torch.equal(tensor, theirs[key]) for key, tensor in ours.items())

@@ -7,9 +7,7 @@ import json
 from pathlib import Path
 
 import torch
-from ranks import assert_records_match, launch, read_records, run_ranks
-from test_distributed import DSGD
-from test_distributed_resume import comparable, whole_and_stopped
+from ranks import assert_records_match, launch, read_records
 
 from murmur import runtimes_agree
 from murmur.config import load_experiment
@@ -88,17 +86,6 @@ def test_batch_norm_statistics_in_blocks_give_the_simulators_run_and_files(tmp_p
         assert ours.keys() == theirs.keys() and "1.running_mean" in ours
         for key, tensor in ours.items():
             torch.testing.assert_close(tensor, theirs[key], rtol=0, atol=1e-6)
-
-
-def test_a_batch_norm_run_killed_and_resumed_gives_the_uninterrupted_run(tmp_path):
-    factory = ("model.name=factory", f"model.factory={NETWORKS}:batch_norm_mlp")
-    whole, stopped = whole_and_stopped(tmp_path, DSGD, factory)
-    resume = ["run", "--resume", str(stopped), "--runtime", "distributed"]
-    report, stderr = run_ranks(tmp_path / "c", resume)
-    assert report["codes"] == {"0": 0, "1": 0, "2": 0, "3": 0}, stderr
-    assert comparable(stopped) == comparable(whole)
-    ours, theirs = (torch.load(f / "agents.pt", weights_only=True) for f in (stopped, whole))
-    assert all(torch.equal(tensor, theirs[key]) for key, tensor in ours.items())
 
 
 COMPRESSOR = Path(__file__).resolve().parents[2] / "examples" / "compressors.py"

@@ -153,21 +153,21 @@ def test_a_killed_worker_is_reported_and_the_others_finish_the_run(tmp_path):
 def test_a_frozen_worker_is_dropped_at_the_timeout_and_the_others_finish_the_run(tmp_path):
     """SIGSTOP: its connection stays open but it sends nothing; the server names it
     after ``timeout`` seconds and carries on."""
-    timeout = 2.0
+    timeout = 1.0
     # Long enough that the others are still training when the server's deadline passes.
     report, stderr, summary, records = drive(
         tmp_path,
-        iterations=6000,
+        iterations=3000,
         target=0.0,
         faults=(Fault(ranks=(3,), after=20, fail=SIGSTOP),),
         timeout=timeout,
     )
     assert report["codes"]["1"] == 0 and report["codes"]["2"] == 0, stderr
-    assert summary["iterations"] == 6000
+    assert summary["iterations"] == 3000
     assert summary["failed_workers"] == [3]
     assert f"sent no gradient within {timeout:g} s" in summary["failures"]["3"]
     assert summary["events_per_agent"][2] <= 20
-    assert records[-1]["iteration"] == 6000
+    assert records[-1]["iteration"] == 3000
     assert max(report["after_start"].values()) < 30
 
 
