@@ -7,12 +7,12 @@ stopped."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from ranks import assert_records_match, drive, read_records, run_ranks
 from test_distributed import DETSGRAD, write_config
+from test_distributed_plugins import NETWORKS
 from test_distributed_resume import comparable, whole_and_stopped
 from test_distributed_server import SYNC_PS
 from test_distributed_server import drive as drive_server
@@ -73,7 +73,6 @@ def test_sync_ps_with_adam_gives_the_simulators_model_to_the_bit(tmp_path):
     torch.testing.assert_close(torch.load(params), simulated.parameters, rtol=0, atol=0)
 
 
-NETWORKS = Path(__file__).resolve().parents[2] / "examples" / "networks.py"
 BATCH_NORM = ("model.name=factory", f"model.factory={NETWORKS}:batch_norm_mlp")
 
 
