@@ -361,3 +361,12 @@ def test_many_agents_quick_run_measures_each_size_with_its_memory_estimate():
     assert rows[0][2] == "1.00"
     for row in rows:
         assert float(row[1]) > 0 and row[5].endswith("GB") and float(row[7]) > 0
+
+
+def test_topk_selection_quick_run_prints_a_ratio_per_fraction():
+    lines = _quick_run("topk_selection.py")
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == ["k"])
+    rows = [line.split() for line in lines[start + 1 :]]
+    assert [row[0] for row in rows] == ["20", "100", "400"]
+    for row in rows:
+        assert float(row[3]) == pytest.approx(float(row[2]) / float(row[1]), rel=0.1)

@@ -17,6 +17,7 @@ from murmur.algorithms.compressors import (
     Rounded,
     ScaledSign,
     TopK,
+    largest,
     make_compressor,
 )
 from murmur.algorithms.draws import Draws
@@ -91,6 +92,24 @@ def test_topk_keeps_the_largest_magnitudes():
     values = torch.tensor([[0.5, -3.0, 1.0, 2.0, -0.1]])
     dense = TopK(0.4).decode(TopK(0.4).compress(values, _draws(0, range(values.shape[0]))), 5)
     assert dense.tolist() == [[0.0, -3.0, 0.0, 2.0, 0.0]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("k", [1, 37, 500, 999, 1000])
+def test_the_selection_keeps_the_set_topk_keeps_where_nothing_ties(dtype, k):
+    generator = torch.Generator().manual_seed(k)
+    rows = [torch.randperm(1000, generator=generator) for _ in range(4)]
+    magnitudes = torch.stack(rows).to(dtype)  # distinct integers, exact in float16 too
+    chosen = largest(magnitudes, k).sort(dim=1).values
+    expected = magnitudes.topk(k, dim=1).indices.sort(dim=1).values
+    assert torch.equal(chosen, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_tied_magnitudes_keep_the_lowest_indices(dtype):
+    magnitudes = torch.tensor([[1, 2, 2, 2, 0, 3], [0, 0, 0, 0, 0, 0], [5, 4, 3, 2, 1, 1]])
+    chosen = largest(magnitudes.to(dtype), 3).sort(dim=1).values
+    assert chosen.tolist() == [[1, 2, 5], [0, 1, 2], [0, 1, 2]]
 
 
 def test_randk_sends_k_distinct_entries_and_the_receiver_finds_them_from_the_seed():

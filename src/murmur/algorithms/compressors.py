@@ -223,6 +223,39 @@ class NoCompression:
         return 1.0
 
 
+def largest(magnitudes: torch.Tensor, k: int) -> torch.Tensor:
+    """The indices (int64, in no set order) of each row's k largest entries. Where
+    entries equal to the k-th largest are more than the places left for them, the
+    lowest of their indices are kept, so that the set is the same on every machine
+    and with every selection algorithm. On the CPU, numpy's introselect
+    (``argpartition``) finds them several times faster than ``torch.topk``."""
+    n = magnitudes.shape[1]
+    if k >= n or magnitudes.device.type != "cpu" or magnitudes.dtype not in _SELECTABLE:
+        indices = magnitudes.topk(k, dim=1, sorted=False).indices
+        crowded = _crowded(magnitudes, indices, k)
+    else:
+        values = magnitudes.detach().numpy()
+        order = np.argpartition(values, n - k, axis=1)
+        cut = values[np.arange(values.shape[0]), order[:, n - k]]
+        indices = torch.from_numpy(np.ascontiguousarray(order[:, n - k :]))
+        crowded = np.flatnonzero(np.count_nonzero(values >= cut[:, None], axis=1) > k).tolist()
+    for row in crowded:
+        least = magnitudes[row, indices[row]].min()
+        above = (magnitudes[row] > least).nonzero().flatten()
+        tied = (magnitudes[row] == least).nonzero().flatten()[: k - above.numel()]
+        indices[row] = torch.cat([above, tied])
+    return indices
+
+
+def _crowded(magnitudes: torch.Tensor, indices: torch.Tensor, k: int) -> list[int]:
+    """The rows with more entries equal to or above their k-th largest than k."""
+    cut = magnitudes.gather(1, indices).amin(dim=1, keepdim=True)
+    return ((magnitudes >= cut).sum(dim=1) > k).nonzero().flatten().tolist()
+
+
+_SELECTABLE = (torch.float32, torch.float64)
+
+
 @dataclass(frozen=True)
 class TopK:
     """The ceil(fraction n) entries of largest magnitude, with their indices: int32
@@ -234,7 +267,7 @@ class TopK:
 
     def compress(self, values: torch.Tensor, draws: Draws) -> Code:
         k = _sample_count(self.fraction, values.shape[1])
-        indices = values.abs().topk(k, dim=1, sorted=False).indices
+        indices = largest(values.abs(), k)
         return indices, values.gather(1, indices)
 
     def decode(self, code: Code, n: int) -> torch.Tensor:
