@@ -30,8 +30,8 @@ def test_motef_with_lambda_one_is_beer_step_for_step():
     beer, _, beer_sent = _steps(Beer(BeerConfig(**settings), ring(AGENTS), CONTEXT))
     motef, _, motef_sent = _steps(Motef(MotefConfig(**settings, lam=1.0), ring(AGENTS), CONTEXT))
     for (x, v), (y, w) in zip(beer, motef, strict=True):
-        torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(w, v, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(w, v, rtol=1e-5, atol=1e-5)
     assert motef_sent.counters.bytes == beer_sent.counters.bytes
 
 

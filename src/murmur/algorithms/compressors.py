@@ -224,13 +224,16 @@ class NoCompression:
 
 
 def largest(magnitudes: torch.Tensor, k: int) -> torch.Tensor:
-    """The indices (int64, in no set order) of each row's k largest entries. Where
-    entries equal to the k-th largest are more than the places left for them, the
-    lowest of their indices are kept, so that the set is the same on every machine
-    and with every selection algorithm. On the CPU, numpy's introselect
-    (``argpartition``) finds them several times faster than ``torch.topk``."""
+    """The indices (int64, in no set order) of each row's k largest entries. On the
+    CPU, where entries equal to the k-th largest are more than the places left for
+    them, the lowest of their indices are kept, so that the set is the same on every
+    CPU and with every selection algorithm; numpy's introselect (``argpartition``)
+    finds them several times faster than ``torch.topk``. On another device
+    ``torch.topk`` selects, ties in its own order, and nothing is read back."""
+    if magnitudes.device.type != "cpu":
+        return magnitudes.topk(k, dim=1, sorted=False).indices
     n = magnitudes.shape[1]
-    if k >= n or magnitudes.device.type != "cpu" or magnitudes.dtype not in _SELECTABLE:
+    if k >= n or magnitudes.dtype not in _SELECTABLE:
         indices = magnitudes.topk(k, dim=1, sorted=False).indices
         crowded = _crowded(magnitudes, indices, k)
     else:
