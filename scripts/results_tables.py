@@ -137,6 +137,16 @@ TABLES = (
         plots=("consensus_distance", "accuracy"),
     ),
     Table(
+        "lead-stability-letter",
+        "lead-stability-letter",
+        (),
+        "LEAD with top-k 20 %, 16-bit values and packed indices on letter's 4 x 4 torus: "
+        "its step a at gamma = 0.5 and its consensus step gamma at a = 0.3, from the point "
+        "talk-less-bytes-letter's tune chose (a = 0.05, gamma = 0.5); a sweep of the steps "
+        "that shows where it holds, so no member is tuned",
+        plots=("consensus_distance", "accuracy"),
+    ),
+    Table(
         "talk-less-bytes-iid",
         "talk-less-bytes",
         ("data.partition=iid",),
